@@ -1,0 +1,49 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ModelSpec(_message.Message):
+    __slots__ = ("model_id", "weights_bytes", "parameter_count", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "max_context_tokens", "kv_bytes_per_element", "weights_digest")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NUM_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ATTENTION_HEADS_FIELD_NUMBER: _ClassVar[int]
+    NUM_KV_HEADS_FIELD_NUMBER: _ClassVar[int]
+    HEAD_DIM_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KV_BYTES_PER_ELEMENT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    weights_bytes: int
+    parameter_count: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_context_tokens: int
+    kv_bytes_per_element: int
+    weights_digest: str
+    def __init__(self, model_id: _Optional[str] = ..., weights_bytes: _Optional[int] = ..., parameter_count: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., kv_bytes_per_element: _Optional[int] = ..., weights_digest: _Optional[str] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "seed")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class SignedReceipt(_message.Message):
+    __slots__ = ("body", "signature")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,124 @@
+from protos.mlxnet.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATUS_UNSPECIFIED: _ClassVar[JobStatus]
+    JOB_STATUS_QUEUED: _ClassVar[JobStatus]
+    JOB_STATUS_ASSIGNED: _ClassVar[JobStatus]
+    JOB_STATUS_RUNNING: _ClassVar[JobStatus]
+    JOB_STATUS_COMPLETED: _ClassVar[JobStatus]
+    JOB_STATUS_FAILED: _ClassVar[JobStatus]
+JOB_STATUS_UNSPECIFIED: JobStatus
+JOB_STATUS_QUEUED: JobStatus
+JOB_STATUS_ASSIGNED: JobStatus
+JOB_STATUS_RUNNING: JobStatus
+JOB_STATUS_COMPLETED: JobStatus
+JOB_STATUS_FAILED: JobStatus
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("model", "prompt", "sampling", "request_id", "min_decode_tokens_per_s")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    prompt: str
+    sampling: _common_pb2.SamplingParams
+    request_id: str
+    min_decode_tokens_per_s: float
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., min_decode_tokens_per_s: _Optional[float] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class StreamJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class StreamJobResponse(_message.Message):
+    __slots__ = ("first_index", "token_ids", "text", "final_job")
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINAL_JOB_FIELD_NUMBER: _ClassVar[int]
+    first_index: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    final_job: Job
+    def __init__(self, first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., final_job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "status", "model", "node_ids", "strategy", "placement_explanation_json", "prompt_tokens", "completion_tokens", "text", "receipt", "receipt_verified", "credited_base_units", "error", "created_at_ms", "finished_at_ms", "queue_position", "chips")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_EXPLANATION_JSON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    CREDITED_BASE_UNITS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CHIPS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    status: JobStatus
+    model: str
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    strategy: str
+    placement_explanation_json: str
+    prompt_tokens: int
+    completion_tokens: int
+    text: str
+    receipt: _common_pb2.SignedReceipt
+    receipt_verified: bool
+    credited_base_units: int
+    error: str
+    created_at_ms: int
+    finished_at_ms: int
+    queue_position: int
+    chips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., model: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., placement_explanation_json: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., text: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., receipt_verified: _Optional[bool] = ..., credited_base_units: _Optional[int] = ..., error: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ..., chips: _Optional[_Iterable[str]] = ...) -> None: ...

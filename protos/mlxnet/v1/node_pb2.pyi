@@ -1,0 +1,156 @@
+from protos.mlxnet.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ThunderboltLink(_message.Message):
+    __slots__ = ("port", "speed_gbps", "thunderbolt_version", "peer_model_identifier", "peer_name", "peer_uid", "peer_rdma_capable")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SPEED_GBPS_FIELD_NUMBER: _ClassVar[int]
+    THUNDERBOLT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PEER_MODEL_IDENTIFIER_FIELD_NUMBER: _ClassVar[int]
+    PEER_NAME_FIELD_NUMBER: _ClassVar[int]
+    PEER_UID_FIELD_NUMBER: _ClassVar[int]
+    PEER_RDMA_CAPABLE_FIELD_NUMBER: _ClassVar[int]
+    port: str
+    speed_gbps: int
+    thunderbolt_version: int
+    peer_model_identifier: str
+    peer_name: str
+    peer_uid: str
+    peer_rdma_capable: bool
+    def __init__(self, port: _Optional[str] = ..., speed_gbps: _Optional[int] = ..., thunderbolt_version: _Optional[int] = ..., peer_model_identifier: _Optional[str] = ..., peer_name: _Optional[str] = ..., peer_uid: _Optional[str] = ..., peer_rdma_capable: _Optional[bool] = ...) -> None: ...
+
+class Hardware(_message.Message):
+    __slots__ = ("chip", "chip_family", "chip_tier", "memory_bytes", "gpu_working_set_bytes", "gpu_cores", "memory_bandwidth_gb_s", "os_name", "model_identifier", "thunderbolt_links", "rdma_enabled", "simulated")
+    CHIP_FIELD_NUMBER: _ClassVar[int]
+    CHIP_FAMILY_FIELD_NUMBER: _ClassVar[int]
+    CHIP_TIER_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPU_WORKING_SET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BANDWIDTH_GB_S_FIELD_NUMBER: _ClassVar[int]
+    OS_NAME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_IDENTIFIER_FIELD_NUMBER: _ClassVar[int]
+    THUNDERBOLT_LINKS_FIELD_NUMBER: _ClassVar[int]
+    RDMA_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    SIMULATED_FIELD_NUMBER: _ClassVar[int]
+    chip: str
+    chip_family: str
+    chip_tier: str
+    memory_bytes: int
+    gpu_working_set_bytes: int
+    gpu_cores: int
+    memory_bandwidth_gb_s: float
+    os_name: str
+    model_identifier: str
+    thunderbolt_links: _containers.RepeatedCompositeFieldContainer[ThunderboltLink]
+    rdma_enabled: bool
+    simulated: bool
+    def __init__(self, chip: _Optional[str] = ..., chip_family: _Optional[str] = ..., chip_tier: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., gpu_working_set_bytes: _Optional[int] = ..., gpu_cores: _Optional[int] = ..., memory_bandwidth_gb_s: _Optional[float] = ..., os_name: _Optional[str] = ..., model_identifier: _Optional[str] = ..., thunderbolt_links: _Optional[_Iterable[_Union[ThunderboltLink, _Mapping]]] = ..., rdma_enabled: _Optional[bool] = ..., simulated: _Optional[bool] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version")
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_JOBS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    public_key: bytes
+    signature: bytes
+    timestamp_ms: int
+    hardware: Hardware
+    models: _containers.RepeatedCompositeFieldContainer[_common_pb2.ModelSpec]
+    operator_id: str
+    display_name: str
+    max_concurrent_jobs: int
+    agent_version: str
+    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("node_id", "session_token", "heartbeat_interval_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    session_token: str
+    heartbeat_interval_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., session_token: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("running_jobs",)
+    RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    running_jobs: int
+    def __init__(self, running_jobs: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("server_time_ms",)
+    SERVER_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    server_time_ms: int
+    def __init__(self, server_time_ms: _Optional[int] = ...) -> None: ...
+
+class ReceiveAssignmentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReceiveAssignmentsResponse(_message.Message):
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    POD_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    LAYER_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    model: _common_pb2.ModelSpec
+    prompt: str
+    sampling: _common_pb2.SamplingParams
+    context_tokens: int
+    strategy: str
+    pod_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    layer_split: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class StreamTokensRequest(_message.Message):
+    __slots__ = ("job_id", "first_index", "token_ids", "text")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    first_index: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class StreamTokensResponse(_message.Message):
+    __slots__ = ("tokens_accepted",)
+    TOKENS_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    tokens_accepted: int
+    def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
+
+class ReportResultRequest(_message.Message):
+    __slots__ = ("job_id", "receipt", "failure_reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    receipt: _common_pb2.SignedReceipt
+    failure_reason: str
+    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ...) -> None: ...
+
+class ReportResultResponse(_message.Message):
+    __slots__ = ("credited_base_units",)
+    CREDITED_BASE_UNITS_FIELD_NUMBER: _ClassVar[int]
+    credited_base_units: int
+    def __init__(self, credited_base_units: _Optional[int] = ...) -> None: ...
