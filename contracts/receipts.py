@@ -1,0 +1,150 @@
+"""Completion receipts and their canonical byte encoding (version 1).
+
+A receipt is what a node signs when it finishes a job. The bytes signed are
+the canonical encoding below, so any party can re-derive and check them:
+
+    b"MLXR" | u8 version=1 |
+    str job_id | str node_id | str model_id | str weights_digest |
+    bytes32 prompt_digest |
+    f64 temperature | f64 top_p | u64 seed | u32 max_tokens |
+    bytes32 output_digest | u32 prompt_tokens | u32 completion_tokens |
+    u64 started_at_ms | u64 finished_at_ms |
+    bytes activation_commitment
+
+`str` and `bytes` are a big-endian u32 length followed by the UTF-8 or raw
+bytes; integers and f64 (IEEE-754) are big-endian. Nothing may follow the
+last field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from contracts.ids import JobId, NodeId
+
+MAGIC = b"MLXR"
+RECEIPT_VERSION = 1
+DIGEST_BYTES = 32
+_FIELD_BYTES_MAX = 1 << 20  # no single field is larger than 1 MiB
+
+
+class ReceiptFormatError(ValueError):
+    """The bytes are not a canonical version-1 receipt."""
+
+
+@dataclass(frozen=True)
+class Receipt:
+    job_id: JobId
+    node_id: NodeId
+    model_id: str
+    weights_digest: str
+    prompt_digest: bytes
+    temperature: float
+    top_p: float
+    seed: int
+    max_tokens: int
+    output_digest: bytes
+    prompt_tokens: int
+    completion_tokens: int
+    started_at_ms: int
+    finished_at_ms: int
+    activation_commitment: bytes = b""
+
+    def __post_init__(self) -> None:
+        assert len(self.prompt_digest) == DIGEST_BYTES
+        assert len(self.output_digest) == DIGEST_BYTES
+        assert self.prompt_tokens >= 0 and self.completion_tokens >= 0
+        assert 0 <= self.seed < 1 << 64
+
+
+def prompt_digest(prompt: str) -> bytes:
+    return hashlib.sha256(prompt.encode("utf-8")).digest()
+
+
+def output_digest(token_ids: Iterable[int]) -> bytes:
+    """sha256 over the generated token ids, each a big-endian u32."""
+    hasher = hashlib.sha256()
+    for token_id in token_ids:
+        hasher.update(struct.pack(">I", token_id))
+    return hasher.digest()
+
+
+def _pack_bytes(value: bytes) -> bytes:
+    assert len(value) <= _FIELD_BYTES_MAX
+    return struct.pack(">I", len(value)) + value
+
+
+def encode_receipt(receipt: Receipt) -> bytes:
+    parts = [
+        MAGIC,
+        struct.pack(">B", RECEIPT_VERSION),
+        _pack_bytes(receipt.job_id.encode()),
+        _pack_bytes(receipt.node_id.encode()),
+        _pack_bytes(receipt.model_id.encode()),
+        _pack_bytes(receipt.weights_digest.encode()),
+        receipt.prompt_digest,
+        struct.pack(">ddQI", receipt.temperature, receipt.top_p, receipt.seed, receipt.max_tokens),
+        receipt.output_digest,
+        struct.pack(">IIQQ", receipt.prompt_tokens, receipt.completion_tokens,
+                    receipt.started_at_ms, receipt.finished_at_ms),
+        _pack_bytes(receipt.activation_commitment),
+    ]
+    return b"".join(parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._offset = 0
+
+    def take(self, size: int) -> bytes:
+        if size < 0 or self._offset + size > len(self._data):
+            raise ReceiptFormatError("receipt is truncated")
+        chunk = self._data[self._offset:self._offset + size]
+        self._offset += size
+        return chunk
+
+    def unpack(self, fmt: str) -> tuple:
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))
+
+    def take_sized(self) -> bytes:
+        (size,) = self.unpack(">I")
+        if size > _FIELD_BYTES_MAX:
+            raise ReceiptFormatError("receipt field is too large")
+        return self.take(size)
+
+    def take_text(self) -> str:
+        try:
+            return self.take_sized().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ReceiptFormatError("receipt text field is not UTF-8") from error
+
+    def finish(self) -> None:
+        if self._offset != len(self._data):
+            raise ReceiptFormatError("receipt has trailing bytes")
+
+
+def decode_receipt(data: bytes) -> Receipt:
+    reader = _Reader(data)
+    if reader.take(len(MAGIC)) != MAGIC:
+        raise ReceiptFormatError("not a receipt: bad magic bytes")
+    (version,) = reader.unpack(">B")
+    if version != RECEIPT_VERSION:
+        raise ReceiptFormatError(f"unsupported receipt version {version}")
+    job_id, node_id = JobId(reader.take_text()), NodeId(reader.take_text())
+    model_id, weights_digest = reader.take_text(), reader.take_text()
+    prompt = reader.take(DIGEST_BYTES)
+    temperature, top_p, seed, max_tokens = reader.unpack(">ddQI")
+    output = reader.take(DIGEST_BYTES)
+    prompt_tokens, completion_tokens, started, finished = reader.unpack(">IIQQ")
+    commitment = reader.take_sized()
+    reader.finish()
+    return Receipt(job_id=job_id, node_id=node_id, model_id=model_id,
+                   weights_digest=weights_digest, prompt_digest=prompt,
+                   temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens,
+                   output_digest=output, prompt_tokens=prompt_tokens,
+                   completion_tokens=completion_tokens, started_at_ms=started,
+                   finished_at_ms=finished, activation_commitment=commitment)

@@ -1,0 +1,23 @@
+"""The coordinator's limits and settings, one frozen value passed everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    database_url: str
+    prompt_chars_max: int = 32_000
+    max_tokens_max: int = 4_096
+    max_tokens_default: int = 128
+    request_id_chars_max: int = 128
+    heartbeat_interval_ms: int = 2_000
+    node_offline_after_ms: int = 10_000  # missed heartbeats before a node counts as offline
+    stream_poll_interval_s: float = 1.0  # fallback wake-up when another coordinator wrote
+    queued_jobs_scan_max: int = 256  # jobs considered per scheduling pass
+    consumer_default: str = "anonymous"
+
+    def __post_init__(self) -> None:
+        assert self.max_tokens_default <= self.max_tokens_max
+        assert self.node_offline_after_ms > self.heartbeat_interval_ms

@@ -1,0 +1,93 @@
+"""The one place that creates database engines and sessions.
+
+SQLite (the embedded default) and PostgreSQL are both first-class. On SQLite
+every transaction starts with BEGIN IMMEDIATE, so two writers queue on the
+lock instead of failing to upgrade a read lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+import migrations
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def default_sqlite_url(data_dir: Path) -> str:
+    return f"sqlite:///{(data_dir / 'coordinator.db').resolve()}"
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_database_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade_schema(url: str) -> None:
+    """Apply every Alembic migration not yet applied (idempotent)."""
+    log.info("applying migrations to %s", redact_url(url))
+    command.upgrade(alembic_config(url), "head")
+
+
+def redact_url(url: str) -> str:
+    """Hide a password before a URL goes to a log."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+
+
+class Database:
+    """Owns the engine and hands out one transaction at a time."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_database_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A session whose work commits together, or not at all."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()

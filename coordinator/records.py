@@ -1,0 +1,301 @@
+"""Rows in, domain values out: the SQL edge of the coordinator.
+
+Everything here takes the caller's session and never commits, so a caller
+moves a job, its assignments and its ledger entries in one transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from contracts.hardware import ChipTier, HardwareReport, ThunderboltLink
+from contracts.ids import JobId, NodeId, OperatorId
+from contracts.models import ModelSpec
+from coordinator.tables import job_assignments, job_tokens, jobs, nodes
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
+ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node_id: NodeId
+    public_key: bytes
+    operator_id: OperatorId
+    display_name: str
+    hardware: HardwareReport
+    models: tuple[ModelSpec, ...]
+    max_concurrent_jobs: int
+    registered_at_ms: int
+    last_heartbeat_ms: int
+
+    def model(self, model_id: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.model_id == model_id), None)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: JobId
+    consumer_id: str
+    request_id: str | None
+    model_id: str
+    prompt: str
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    min_decode_tokens_per_s: float
+    context_tokens: int
+    status: JobStatus
+    created_at_ms: int
+    strategy: str | None = None
+    layer_split: tuple[int, ...] = ()
+    explanation_json: str | None = None
+    attempt: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    receipt_body: bytes | None = None
+    receipt_signature: bytes | None = None
+    receipt_verified: bool = False
+    credited_base_units: int = 0
+    error: str | None = None
+    assigned_at_ms: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    node_ids: tuple[NodeId, ...] = ()  # the current attempt's nodes, from job_assignments
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    first_index: int
+    token_ids: tuple[int, ...]
+    text: str
+
+
+# --- nodes ---------------------------------------------------------------
+
+def hardware_to_json(hardware: HardwareReport) -> str:
+    return json.dumps(dataclasses.asdict(hardware), sort_keys=True)
+
+
+def hardware_from_json(text: str) -> HardwareReport:
+    fields = json.loads(text)
+    fields["chip_tier"] = ChipTier(fields["chip_tier"])
+    fields["thunderbolt_links"] = tuple(ThunderboltLink(**link) for link in fields["thunderbolt_links"])
+    return HardwareReport(**fields)
+
+
+def models_to_json(models: tuple[ModelSpec, ...]) -> str:
+    return json.dumps([dataclasses.asdict(m) for m in models], sort_keys=True)
+
+
+def models_from_json(text: str) -> tuple[ModelSpec, ...]:
+    return tuple(ModelSpec(**fields) for fields in json.loads(text))
+
+
+def _node_from_row(row) -> NodeRecord:  # type: ignore[no-untyped-def]
+    return NodeRecord(
+        node_id=NodeId(row.node_id), public_key=row.public_key,
+        operator_id=OperatorId(row.operator_id), display_name=row.display_name,
+        hardware=hardware_from_json(row.hardware_json), models=models_from_json(row.models_json),
+        max_concurrent_jobs=row.max_concurrent_jobs, registered_at_ms=row.registered_at_ms,
+        last_heartbeat_ms=row.last_heartbeat_ms,
+    )
+
+
+def save_node(session: Session, node: NodeRecord, session_token_sha256: str) -> None:
+    """Insert or replace a node's registration (a node re-registers when its agent restarts)."""
+    hardware = node.hardware
+    values = dict(
+        public_key=node.public_key, operator_id=node.operator_id, display_name=node.display_name,
+        chip=hardware.chip, chip_tier=hardware.chip_tier.value, memory_bytes=hardware.memory_bytes,
+        gpu_working_set_bytes=hardware.gpu_working_set_bytes,
+        memory_bandwidth_gb_s=hardware.memory_bandwidth_gb_s, os_name=hardware.os_name,
+        simulated=hardware.simulated, hardware_json=hardware_to_json(hardware),
+        models_json=models_to_json(node.models), max_concurrent_jobs=node.max_concurrent_jobs,
+        session_token_sha256=session_token_sha256, registered_at_ms=node.registered_at_ms,
+        last_heartbeat_ms=node.last_heartbeat_ms, running_jobs_reported=0,
+    )
+    existing = session.execute(
+        select(nodes.c.node_id).where(nodes.c.node_id == node.node_id).with_for_update()
+    ).first()
+    if existing is None:
+        session.execute(insert(nodes).values(node_id=node.node_id, **values))
+    else:
+        session.execute(update(nodes).where(nodes.c.node_id == node.node_id).values(**values))
+
+
+def node_by_id(session: Session, node_id: str) -> NodeRecord | None:
+    row = session.execute(select(nodes).where(nodes.c.node_id == node_id)).first()
+    return None if row is None else _node_from_row(row)
+
+
+def node_by_session(session: Session, session_token_sha256: str) -> NodeRecord | None:
+    row = session.execute(
+        select(nodes).where(nodes.c.session_token_sha256 == session_token_sha256)
+    ).first()
+    return None if row is None else _node_from_row(row)
+
+
+def all_nodes(session: Session) -> list[NodeRecord]:
+    return [_node_from_row(r) for r in session.execute(select(nodes).order_by(nodes.c.node_id))]
+
+
+def lock_nodes(session: Session, node_ids: tuple[str, ...]) -> None:
+    """Row-lock nodes on PostgreSQL so capacity is re-checked under the lock at commit."""
+    session.execute(select(nodes.c.node_id).where(nodes.c.node_id.in_(node_ids)).with_for_update())
+
+
+def record_heartbeat(session: Session, node_id: str, now_ms: int, running_jobs: int) -> None:
+    session.execute(update(nodes).where(nodes.c.node_id == node_id)
+                    .values(last_heartbeat_ms=now_ms, running_jobs_reported=running_jobs))
+
+
+# --- jobs ----------------------------------------------------------------
+
+_JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "max_tokens",
+                "temperature", "top_p", "seed", "min_decode_tokens_per_s", "context_tokens",
+                "created_at_ms", "strategy", "explanation_json", "attempt", "prompt_tokens",
+                "completion_tokens", "receipt_body", "receipt_signature", "receipt_verified",
+                "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms")
+
+
+def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untyped-def]
+    node_ids = session.execute(
+        select(job_assignments.c.node_id)
+        .where(job_assignments.c.job_id == row.job_id, job_assignments.c.attempt == row.attempt)
+        .order_by(job_assignments.c.node_id)
+    ).scalars().all()
+    values = {name: getattr(row, name) for name in _JOB_SCALARS}
+    values["layer_split"] = tuple(json.loads(row.layer_split_json or "[]"))
+    return JobRecord(status=JobStatus(row.status), node_ids=tuple(NodeId(n) for n in node_ids),
+                     **values)
+
+
+def insert_job(session: Session, job: JobRecord) -> bool:
+    """Insert a new job; False when its id (a retried request) already exists."""
+    values = {name: getattr(job, name) for name in _JOB_SCALARS}
+    try:
+        with session.begin_nested():
+            session.execute(insert(jobs).values(status=job.status.value,
+                                                layer_split_json=json.dumps(list(job.layer_split)),
+                                                **values))
+    except IntegrityError:
+        return False
+    return True
+
+
+def job_by_id(session: Session, job_id: str) -> JobRecord | None:
+    row = session.execute(select(jobs).where(jobs.c.job_id == job_id)).first()
+    return None if row is None else _job_from_row(session, row)
+
+
+def queued_jobs(session: Session, limit: int) -> list[JobRecord]:
+    rows = session.execute(select(jobs).where(jobs.c.status == JobStatus.QUEUED.value)
+                           .order_by(jobs.c.created_at_ms, jobs.c.job_id).limit(limit))
+    return [_job_from_row(session, r) for r in rows]
+
+
+def queue_position(session: Session, job: JobRecord) -> int:
+    """1 for the oldest queued job; 0 when the job is not queued."""
+    if job.status is not JobStatus.QUEUED:
+        return 0
+    ahead = session.execute(select(func.count()).select_from(jobs).where(
+        jobs.c.status == JobStatus.QUEUED.value,
+        (jobs.c.created_at_ms < job.created_at_ms)
+        | ((jobs.c.created_at_ms == job.created_at_ms) & (jobs.c.job_id < job.job_id)),
+    )).scalar_one()
+    return ahead + 1
+
+
+def transition_job(session: Session, job_id: str, from_statuses: frozenset[JobStatus],
+                   **values: object) -> bool:
+    """Compare-and-set on status: True only for the one caller that moved the job."""
+    if "status" in values:
+        values["status"] = JobStatus(values["status"]).value  # type: ignore[arg-type]
+    if "layer_split" in values:
+        values["layer_split_json"] = json.dumps(list(values.pop("layer_split")))  # type: ignore[call-overload]
+    result = session.execute(
+        update(jobs).where(jobs.c.job_id == job_id,
+                           jobs.c.status.in_([s.value for s in from_statuses])).values(**values)
+    )
+    return result.rowcount == 1
+
+
+# --- assignments ---------------------------------------------------------
+
+def add_assignments(session: Session, job_id: str, attempt: int,
+                    shares: tuple[tuple[str, int, int], ...]) -> None:
+    """shares: (node_id, reserved_memory_bytes, layers) for each node of the placement."""
+    session.execute(insert(job_assignments), [
+        dict(job_id=job_id, node_id=node_id, attempt=attempt, reserved_memory_bytes=memory,
+             layers=layers, active=True)
+        for node_id, memory, layers in shares
+    ])
+
+
+def release_assignments(session: Session, job_id: str) -> list[str]:
+    """Deactivate a job's assignments; returns the nodes that were freed."""
+    freed = session.execute(select(job_assignments.c.node_id).where(
+        job_assignments.c.job_id == job_id, job_assignments.c.active.is_(True))).scalars().all()
+    session.execute(update(job_assignments).where(job_assignments.c.job_id == job_id)
+                    .values(active=False))
+    return list(freed)
+
+
+def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
+    """node_id -> (reserved memory bytes, active job count) over active assignments."""
+    rows = session.execute(
+        select(job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes),
+               func.count()).where(job_assignments.c.active.is_(True))
+        .group_by(job_assignments.c.node_id))
+    return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
+
+
+def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
+    job_ids = session.execute(select(job_assignments.c.job_id).where(
+        job_assignments.c.node_id == node_id, job_assignments.c.active.is_(True))
+        .order_by(job_assignments.c.job_id)).scalars().all()
+    found = (job_by_id(session, job_id) for job_id in job_ids)
+    return [job for job in found if job is not None and job.status in ACTIVE_STATUSES]
+
+
+# --- tokens --------------------------------------------------------------
+
+def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
+    """Store a chunk once; a re-sent chunk (same first index) is ignored."""
+    exists = session.execute(select(job_tokens.c.first_index).where(
+        job_tokens.c.job_id == job_id, job_tokens.c.first_index == chunk.first_index)).first()
+    if exists is not None:
+        return False
+    session.execute(insert(job_tokens).values(
+        job_id=job_id, first_index=chunk.first_index,
+        token_ids_json=json.dumps(list(chunk.token_ids)), text=chunk.text))
+    return True
+
+
+def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[TokenChunk]:
+    rows = session.execute(select(job_tokens).where(
+        job_tokens.c.job_id == job_id, job_tokens.c.first_index >= from_index)
+        .order_by(job_tokens.c.first_index))
+    return [TokenChunk(r.first_index, tuple(json.loads(r.token_ids_json)), r.text) for r in rows]
+
+
+def token_count(session: Session, job_id: str) -> int:
+    return sum(len(c.token_ids) for c in token_chunks(session, job_id))

@@ -1,0 +1,91 @@
+"""The coordinator's tables. Every node and job lives here, none only in memory.
+
+Times are integer milliseconds since the epoch (`*_ms`), so SQLite and
+PostgreSQL store them identically.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer, LargeBinary, MetaData,
+    String, Table, Text, UniqueConstraint,
+)
+
+metadata = MetaData()
+
+nodes = Table(
+    "nodes", metadata,
+    Column("node_id", String(64), primary_key=True),
+    Column("public_key", LargeBinary(32), nullable=False),
+    Column("operator_id", String(128), nullable=False),
+    Column("display_name", String(128), nullable=False),
+    Column("chip", String(128), nullable=False),
+    Column("chip_tier", String(16), nullable=False),
+    Column("memory_bytes", BigInteger, nullable=False),
+    Column("gpu_working_set_bytes", BigInteger, nullable=False),
+    Column("memory_bandwidth_gb_s", Float, nullable=False),
+    Column("os_name", String(128), nullable=False),
+    Column("simulated", Boolean, nullable=False),
+    Column("hardware_json", Text, nullable=False),  # the full HardwareReport
+    Column("models_json", Text, nullable=False),  # ModelSpecs the node serves
+    Column("max_concurrent_jobs", Integer, nullable=False),
+    Column("session_token_sha256", String(64), nullable=False),
+    Column("registered_at_ms", BigInteger, nullable=False),
+    Column("last_heartbeat_ms", BigInteger, nullable=False),
+    Column("running_jobs_reported", Integer, nullable=False, default=0),
+)
+Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
+
+jobs = Table(
+    "jobs", metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("consumer_id", String(128), nullable=False),
+    Column("request_id", String(128), nullable=True),
+    Column("model_id", String(512), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("max_tokens", Integer, nullable=False),
+    Column("temperature", Float, nullable=False),
+    Column("top_p", Float, nullable=False),
+    Column("seed", BigInteger, nullable=False),
+    Column("min_decode_tokens_per_s", Float, nullable=False),
+    Column("context_tokens", Integer, nullable=False),
+    Column("status", String(16), nullable=False),  # queued/assigned/running/completed/failed
+    Column("strategy", String(16), nullable=True),
+    Column("layer_split_json", Text, nullable=True),
+    Column("explanation_json", Text, nullable=True),
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("prompt_tokens", Integer, nullable=False, default=0),
+    Column("completion_tokens", Integer, nullable=False, default=0),
+    Column("receipt_body", LargeBinary, nullable=True),
+    Column("receipt_signature", LargeBinary, nullable=True),
+    Column("receipt_verified", Boolean, nullable=False, default=False),
+    Column("credited_base_units", BigInteger, nullable=False, default=0),
+    Column("error", Text, nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("assigned_at_ms", BigInteger, nullable=True),
+    Column("started_at_ms", BigInteger, nullable=True),
+    Column("finished_at_ms", BigInteger, nullable=True),
+    UniqueConstraint("consumer_id", "request_id", name="uq_jobs_consumer_request"),
+)
+Index("ix_jobs_status_created", jobs.c.status, jobs.c.created_at_ms)
+
+# One row per node a job is placed on: one for a single Mac, several for a pod.
+job_assignments = Table(
+    "job_assignments", metadata,
+    Column("job_id", String(64), ForeignKey("jobs.job_id"), primary_key=True),
+    Column("node_id", String(64), ForeignKey("nodes.node_id"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("reserved_memory_bytes", BigInteger, nullable=False),
+    Column("layers", Integer, nullable=False),
+    Column("active", Boolean, nullable=False),  # false once the job ends or is handed back
+)
+Index("ix_job_assignments_node_active", job_assignments.c.node_id, job_assignments.c.active)
+
+# Streamed tokens; the (job, first_index) key makes a re-sent chunk a no-op.
+job_tokens = Table(
+    "job_tokens", metadata,
+    Column("job_id", String(64), ForeignKey("jobs.job_id"), primary_key=True),
+    Column("first_index", Integer, primary_key=True),
+    Column("token_ids_json", Text, nullable=False),
+    Column("text", Text, nullable=False),
+)
