@@ -29,8 +29,11 @@ class ThunderboltLink:
     thunderbolt_version: int  # 4 or 5
     peer_model_identifier: str  # e.g. "Mac15,14"
     peer_name: str  # marketing name, e.g. "Mac Studio"
-    peer_uid: str  # switch UID of the peer, for matching both ends of a cable
+    peer_uid: str  # the peer's Thunderbolt domain UUID (peers publish no switch UID)
     peer_rdma_capable: bool
+    # This port's own domain UUID. A cable joins link a and link b when
+    # a.peer_uid == b.local_domain_uuid and b.peer_uid == a.local_domain_uuid.
+    local_domain_uuid: str = ""
 
 
 @dataclass(frozen=True)
