@@ -1,0 +1,118 @@
+"""Protobuf <-> domain values. The only coordinator module that builds messages."""
+
+from __future__ import annotations
+
+from contracts.hardware import ChipTier, HardwareReport, ThunderboltLink
+from contracts.models import ModelSpec
+from coordinator.errors import InvalidRequest
+from coordinator.node_registry import Registration
+from coordinator.records import JobRecord, JobStatus, TokenChunk
+from coordinator.service import JobView
+from coordinator.submission import Submission
+from protos.mlxnet.v1 import common_pb2, job_pb2, node_pb2
+
+_STATUS_TO_PB = {
+    JobStatus.QUEUED: job_pb2.JOB_STATUS_QUEUED,
+    JobStatus.ASSIGNED: job_pb2.JOB_STATUS_ASSIGNED,
+    JobStatus.RUNNING: job_pb2.JOB_STATUS_RUNNING,
+    JobStatus.COMPLETED: job_pb2.JOB_STATUS_COMPLETED,
+    JobStatus.FAILED: job_pb2.JOB_STATUS_FAILED,
+}
+
+
+def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
+    try:
+        return ModelSpec(
+            model_id=message.model_id, weights_bytes=message.weights_bytes,
+            parameter_count=message.parameter_count, num_layers=message.num_layers,
+            num_attention_heads=message.num_attention_heads, num_kv_heads=message.num_kv_heads,
+            head_dim=message.head_dim, max_context_tokens=message.max_context_tokens,
+            kv_bytes_per_element=message.kv_bytes_per_element or 2,
+            weights_digest=message.weights_digest)
+    except AssertionError as error:
+        raise InvalidRequest(f"model spec {message.model_id!r} is incomplete: every size field "
+                             "must be positive") from error
+
+
+def model_spec_to_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
+    return common_pb2.ModelSpec(
+        model_id=spec.model_id, weights_bytes=spec.weights_bytes,
+        parameter_count=spec.parameter_count, num_layers=spec.num_layers,
+        num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim, max_context_tokens=spec.max_context_tokens,
+        kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest)
+
+
+def hardware_from_pb(message: node_pb2.Hardware) -> HardwareReport:
+    try:
+        tier = ChipTier(message.chip_tier)
+    except ValueError as error:
+        raise InvalidRequest(f"chip_tier must be one of {[t.value for t in ChipTier]}") from error
+    links = tuple(ThunderboltLink(
+        port=link.port, speed_gbps=link.speed_gbps, thunderbolt_version=link.thunderbolt_version,
+        peer_model_identifier=link.peer_model_identifier, peer_name=link.peer_name,
+        peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable)
+        for link in message.thunderbolt_links)
+    try:
+        return HardwareReport(
+            chip=message.chip, chip_family=message.chip_family, chip_tier=tier,
+            memory_bytes=message.memory_bytes, gpu_working_set_bytes=message.gpu_working_set_bytes,
+            gpu_cores=message.gpu_cores, memory_bandwidth_gb_s=message.memory_bandwidth_gb_s,
+            os_name=message.os_name, model_identifier=message.model_identifier,
+            thunderbolt_links=links, rdma_enabled=message.rdma_enabled,
+            simulated=message.simulated)
+    except AssertionError as error:
+        raise InvalidRequest("hardware needs positive memory_bytes and a GPU working set no "
+                             "larger than memory") from error
+
+
+def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
+    return Registration(
+        public_key=request.public_key, signature=request.signature,
+        timestamp_ms=request.timestamp_ms, hardware=hardware_from_pb(request.hardware),
+        models=tuple(model_spec_from_pb(m) for m in request.models),
+        operator_id=request.operator_id, display_name=request.display_name,
+        max_concurrent_jobs=request.max_concurrent_jobs or 1)
+
+
+def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str) -> Submission:
+    sampling = request.sampling
+    return Submission(
+        consumer_id=consumer_id, model_id=request.model, prompt=request.prompt,
+        max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+        seed=sampling.seed, request_id=request.request_id,
+        min_decode_tokens_per_s=request.min_decode_tokens_per_s)
+
+
+def sampling_to_pb(job: JobRecord) -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(max_tokens=job.max_tokens, temperature=job.temperature,
+                                     top_p=job.top_p, seed=job.seed)
+
+
+def assignment_to_pb(job: JobRecord, spec: ModelSpec) -> node_pb2.ReceiveAssignmentsResponse:
+    return node_pb2.ReceiveAssignmentsResponse(
+        job_id=job.job_id, model=model_spec_to_pb(spec), prompt=job.prompt,
+        sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
+        strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
+        layer_split=list(job.layer_split))
+
+
+def token_chunk_from_pb(request: node_pb2.StreamTokensRequest) -> TokenChunk:
+    return TokenChunk(request.first_index, tuple(request.token_ids), request.text)
+
+
+def job_to_pb(view: JobView) -> job_pb2.Job:
+    job = view.job
+    message = job_pb2.Job(
+        job_id=job.job_id, status=_STATUS_TO_PB[job.status], model=job.model_id,
+        node_ids=list(job.node_ids), strategy=job.strategy or "",
+        placement_explanation_json=job.explanation_json or "", prompt_tokens=job.prompt_tokens,
+        completion_tokens=job.completion_tokens, text=view.text,
+        receipt_verified=job.receipt_verified, credited_base_units=job.credited_base_units,
+        error=job.error or "", created_at_ms=job.created_at_ms,
+        finished_at_ms=job.finished_at_ms or 0, queue_position=view.queue_position,
+        chips=list(view.chips), signer_public_key=view.signer_public_key)
+    if job.receipt_body is not None and job.receipt_signature is not None:
+        message.receipt.CopyFrom(common_pb2.SignedReceipt(body=job.receipt_body,
+                                                          signature=job.receipt_signature))
+    return message

@@ -1,0 +1,60 @@
+"""The one table from coordinator errors to gRPC status codes."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+
+from coordinator import errors
+
+log = logging.getLogger(__name__)
+
+STATUS_FOR_ERROR: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
+    errors.InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    errors.AlreadyDone: grpc.StatusCode.ALREADY_EXISTS,
+    errors.Unplaceable: grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+Handler = TypeVar("Handler", bound=Callable)
+
+
+def status_for(error: errors.CoordinatorError) -> grpc.StatusCode:
+    for kind in type(error).__mro__:
+        if kind in STATUS_FOR_ERROR:
+            return STATUS_FOR_ERROR[kind]  # type: ignore[index]
+    raise AssertionError(f"no gRPC status mapped for {type(error).__name__}")
+
+
+def translate_errors(handler: Handler) -> Handler:
+    """Abort the RPC with the mapped status when a handler raises a CoordinatorError."""
+
+    @functools.wraps(handler)
+    def wrapper(self, request, context):  # type: ignore[no-untyped-def]
+        try:
+            return handler(self, request, context)
+        except errors.CoordinatorError as error:
+            log.info("%s refused: %s", handler.__name__, error)
+            context.abort(status_for(error), str(error))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def translate_stream_errors(handler: Handler) -> Handler:
+    """The same, for server-streaming handlers (generators)."""
+
+    @functools.wraps(handler)
+    def wrapper(self, request, context):  # type: ignore[no-untyped-def]
+        try:
+            yield from handler(self, request, context)
+        except errors.CoordinatorError as error:
+            log.info("%s refused: %s", handler.__name__, error)
+            context.abort(status_for(error), str(error))
+
+    return wrapper  # type: ignore[return-value]

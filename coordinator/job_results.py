@@ -1,0 +1,101 @@
+"""What nodes report about their jobs: streamed tokens, receipts and failures.
+
+Nothing is credited until the receipt verifies against the job as recorded:
+the signer, the model and its weights, the prompt, the sampling and the very
+tokens the node streamed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import JobId
+from coordinator import records
+from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
+from coordinator.receipt_check import ExpectedJob, check_receipt
+from coordinator.records import ACTIVE_STATUSES, JobRecord, JobStatus, NodeRecord, TokenChunk
+from ledger import jobs as ledger_jobs
+from ledger.policy import price_job
+
+TOKENS_PER_CHUNK_MAX = 4_096
+
+
+def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecord:
+    job = records.job_by_id(session, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if node.node_id not in job.node_ids:
+        raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
+    if job.status in records.TERMINAL_STATUSES:
+        raise AlreadyDone(f"job {job_id} is already {job.status.value}; its result is recorded")
+    if job.status not in ACTIVE_STATUSES:
+        raise PermissionDenied(f"job {job_id} was handed back and is {job.status.value}")
+    return job
+
+
+def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
+                  now_ms: int) -> bool:
+    """Store a chunk of a running job; False when it was a harmless re-send."""
+    if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
+        raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
+                             f"{TOKENS_PER_CHUNK_MAX} token ids")
+    job = _own_active_job(session, node, job_id)
+    expected_index = records.token_count(session, job_id)
+    if chunk.first_index > expected_index:
+        raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "
+                             f"has {expected_index} tokens; send chunks in order")
+    if chunk.first_index + len(chunk.token_ids) > job.max_tokens:
+        raise InvalidRequest(f"job {job_id} allows at most {job.max_tokens} tokens")
+    if job.status is JobStatus.ASSIGNED:
+        records.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
+                               status=JobStatus.RUNNING, started_at_ms=now_ms)
+    return records.append_tokens(session, job_id, chunk)
+
+
+@dataclass(frozen=True)
+class AcceptedResult:
+    job_id: JobId
+    credited_base_units: int
+
+
+def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
+                   signature: bytes, now_ms: int) -> AcceptedResult:
+    """Verify the receipt, complete the job and credit the operator, all in the caller's transaction."""
+    job = _own_active_job(session, node, job_id)
+    spec = node.model(job.model_id)
+    if spec is None:
+        raise PermissionDenied(f"node {node.node_id} does not serve {job.model_id}")
+    streamed = tuple(t for c in records.token_chunks(session, job_id) for t in c.token_ids)
+    expected = ExpectedJob(
+        job_id=job.job_id, node_id=node.node_id, model_id=job.model_id,
+        weights_digest=spec.weights_digest, prompt=job.prompt, temperature=job.temperature,
+        top_p=job.top_p, seed=job.seed, max_tokens=job.max_tokens, streamed_token_ids=streamed)
+    verdict = check_receipt(body, signature, node.public_key, expected)
+    if not verdict.signature_ok:
+        raise PermissionDenied(f"receipt for job {job_id} is not signed by node {node.node_id}'s key")
+    if verdict.problems:
+        raise InvalidRequest(f"receipt for job {job_id} rejected: " + "; ".join(verdict.problems))
+    assert verdict.receipt is not None
+    price = price_job(spec.parameter_count, verdict.receipt.prompt_tokens,
+                      verdict.receipt.completion_tokens)
+    ledger_jobs.credit_operator_for_job(session, job.job_id, node.operator_id, price)
+    moved = records.transition_job(
+        session, job_id, ACTIVE_STATUSES, status=JobStatus.COMPLETED,
+        prompt_tokens=verdict.receipt.prompt_tokens,
+        completion_tokens=verdict.receipt.completion_tokens, receipt_body=body,
+        receipt_signature=signature, receipt_verified=True,
+        credited_base_units=price.operator_credit, finished_at_ms=now_ms)
+    assert moved, "the job was checked active under this transaction"
+    records.release_assignments(session, job_id)
+    return AcceptedResult(job.job_id, price.operator_credit)
+
+
+def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,
+                   now_ms: int) -> None:
+    """The node could not run the job: it fails with the node's reason, nothing is charged."""
+    _own_active_job(session, node, job_id)
+    records.transition_job(session, job_id, ACTIVE_STATUSES, status=JobStatus.FAILED,
+                           error=f"node {node.node_id}: {reason[:1000]}", finished_at_ms=now_ms)
+    records.release_assignments(session, job_id)

@@ -1,0 +1,69 @@
+"""gRPC edge for node agents: protobuf in, service calls, protobuf out."""
+
+from __future__ import annotations
+
+import grpc
+
+from coordinator import convert
+from coordinator.errors import InvalidRequest
+from coordinator.grpc_errors import translate_errors, translate_stream_errors
+from coordinator.records import NodeRecord
+from coordinator.service import CoordinatorService
+from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
+
+SESSION_METADATA_KEY = "x-mlxnet-session"
+
+
+def _session_token(context: grpc.ServicerContext) -> str | None:
+    return dict(context.invocation_metadata()).get(SESSION_METADATA_KEY)
+
+
+class NodeServicer(node_pb2_grpc.NodeServiceServicer):
+    def __init__(self, service: CoordinatorService) -> None:
+        self._service = service
+
+    def _node(self, context: grpc.ServicerContext) -> NodeRecord:
+        return self._service.authenticate(_session_token(context))
+
+    @translate_errors
+    def Register(self, request, context):  # noqa: N802 (gRPC names)
+        node_id, token = self._service.register_node(convert.registration_from_pb(request))
+        return node_pb2.RegisterResponse(
+            node_id=node_id, session_token=token,
+            heartbeat_interval_ms=self._service.config.heartbeat_interval_ms)
+
+    @translate_errors
+    def Heartbeat(self, request, context):  # noqa: N802
+        if request.running_jobs < 0:
+            raise InvalidRequest("running_jobs must not be negative")
+        now = self._service.heartbeat(self._node(context), request.running_jobs)
+        return node_pb2.HeartbeatResponse(server_time_ms=now)
+
+    @translate_stream_errors
+    def ReceiveAssignments(self, request, context):  # noqa: N802
+        node = self._node(context)
+        for job in self._service.assignments(node, context.is_active):
+            spec = node.model(job.model_id)
+            assert spec is not None, "jobs are only placed on nodes serving their model"
+            yield convert.assignment_to_pb(job, spec)
+
+    @translate_errors
+    def StreamTokens(self, request_iterator, context):  # noqa: N802
+        node = self._node(context)
+        accepted = 0
+        for request in request_iterator:
+            if self._service.accept_tokens(node, request.job_id, convert.token_chunk_from_pb(request)):
+                accepted += len(request.token_ids)
+        return node_pb2.StreamTokensResponse(tokens_accepted=accepted)
+
+    @translate_errors
+    def ReportResult(self, request, context):  # noqa: N802
+        node = self._node(context)
+        if request.failure_reason:
+            self._service.accept_failure(node, request.job_id, request.failure_reason)
+            return node_pb2.ReportResultResponse()
+        if not request.HasField("receipt"):
+            raise InvalidRequest("ReportResult needs a receipt or a failure_reason")
+        result = self._service.accept_receipt(node, request.job_id, request.receipt.body,
+                                              request.receipt.signature)
+        return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)

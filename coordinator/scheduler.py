@@ -1,0 +1,131 @@
+"""Places queued jobs: snapshot the fleet, ask the pure planner, commit with a re-check.
+
+The planner (coordinator.placement) decides over a snapshot; this module is
+the shell that reads the snapshot from the database and commits decisions.
+Capacity is checked again under row locks at commit, so two coordinators on
+one PostgreSQL never over-commit a Mac.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import JobId, NodeId
+from coordinator import records
+from coordinator.catalog import model_catalog
+from coordinator.config import CoordinatorConfig
+from coordinator.placement import (
+    FleetSnapshot, JobRequest, MacCandidate, Placement, Unplaceable, place,
+)
+from coordinator.records import JobRecord, JobStatus, NodeRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulingPass:
+    placed: tuple[tuple[JobId, tuple[NodeId, ...]], ...]
+    failed: tuple[JobId, ...]  # refused: nothing in the fleet could ever run them
+
+
+def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]],
+                   now_ms: int, config: CoordinatorConfig) -> tuple[MacCandidate, ...]:
+    candidates = []
+    for node in nodes:
+        memory, running = committed.get(node.node_id, (0, 0))
+        candidates.append(MacCandidate(
+            node_id=node.node_id, hardware=node.hardware,
+            online=now_ms - node.last_heartbeat_ms <= config.node_offline_after_ms,
+            committed_memory_bytes=memory, running_jobs=running,
+            max_concurrent_jobs=node.max_concurrent_jobs,
+            served_models=frozenset(m.model_id for m in node.models),
+        ))
+    return tuple(candidates)
+
+
+def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[FleetSnapshot, list[NodeRecord]]:
+    nodes = records.all_nodes(session)
+    macs = mac_candidates(nodes, records.committed_by_node(session), now_ms, config)
+    return FleetSnapshot(macs=macs), nodes
+
+
+def job_request(job: JobRecord, catalog: dict) -> JobRequest | None:
+    spec = catalog.get(job.model_id)
+    if spec is None:
+        return None
+    return JobRequest(job_id=job.job_id, model=spec, context_tokens=job.context_tokens,
+                      min_decode_tokens_per_s=job.min_decode_tokens_per_s)
+
+
+def _capacity_still_free(session: Session, placement: Placement, fleet: FleetSnapshot) -> bool:
+    """Re-read commitments under the row locks; another coordinator may have placed meanwhile."""
+    records.lock_nodes(session, placement.node_ids)
+    committed = records.committed_by_node(session)
+    by_id = {mac.node_id: mac for mac in fleet.macs}
+    for node_id, reserved in zip(placement.node_ids, placement.reserved_memory_bytes):
+        mac = by_id[node_id]
+        memory, running = committed.get(node_id, (0, 0))
+        if memory != mac.committed_memory_bytes or running != mac.running_jobs:
+            return False
+    return True
+
+
+def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> bool:
+    attempt = job.attempt + 1
+    moved = records.transition_job(
+        session, job.job_id, frozenset({JobStatus.QUEUED}), status=JobStatus.ASSIGNED,
+        attempt=attempt, strategy=placement.strategy, layer_split=placement.layer_split,
+        explanation_json=json.dumps(placement.explanation.to_dict()), assigned_at_ms=now_ms)
+    if moved:
+        records.add_assignments(session, job.job_id, attempt, tuple(
+            zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)))
+    return moved
+
+
+def _with_commitment(fleet: FleetSnapshot, placement: Placement) -> FleetSnapshot:
+    shares = dict(zip(placement.node_ids, placement.reserved_memory_bytes))
+    macs = tuple(
+        replace(mac, committed_memory_bytes=mac.committed_memory_bytes + shares[mac.node_id],
+                running_jobs=mac.running_jobs + 1) if mac.node_id in shares else mac
+        for mac in fleet.macs)
+    return replace(fleet, macs=macs)
+
+
+def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig) -> SchedulingPass:
+    """One pass over the queue, oldest first; jobs that fit nowhere now keep waiting."""
+    fleet, nodes = snapshot(session, now_ms, config)
+    catalog = model_catalog(nodes)
+    placed: list[tuple[JobId, tuple[NodeId, ...]]] = []
+    failed: list[JobId] = []
+    for job in records.queued_jobs(session, config.queued_jobs_scan_max):
+        request = job_request(job, catalog)
+        decision = place(request, fleet) if request is not None else None
+        if decision is None or (isinstance(decision, Unplaceable) and decision.permanent):
+            reason = decision.reason if decision is not None else f"no node serves {job.model_id}"
+            if records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
+                                      status=JobStatus.FAILED, error=f"unplaceable: {reason}",
+                                      finished_at_ms=now_ms):
+                failed.append(job.job_id)
+            continue
+        if isinstance(decision, Unplaceable):
+            records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
+                                   explanation_json=json.dumps(decision.explanation.to_dict()))
+            continue
+        if _capacity_still_free(session, decision, fleet) and _commit(session, job, decision, now_ms):
+            placed.append((job.job_id, decision.node_ids))
+            fleet = _with_commitment(fleet, decision)
+    return SchedulingPass(tuple(placed), tuple(failed))
+
+
+def permanent_refusal(session: Session, request: JobRequest, now_ms: int,
+                      config: CoordinatorConfig) -> str | None:
+    """Why nothing in the fleet could ever run this job, or None if something could."""
+    fleet, _ = snapshot(session, now_ms, config)
+    decision = place(request, fleet)
+    if isinstance(decision, Unplaceable) and decision.permanent:
+        return decision.reason
+    return None

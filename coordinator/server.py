@@ -1,0 +1,88 @@
+"""The coordinator process: gRPC services, health, reflection and the reaper."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coordinator.clock import SystemClock
+from coordinator.config import CoordinatorConfig
+from coordinator.database import Database, upgrade_schema
+from coordinator.job_servicer import JobServicer
+from coordinator.node_servicer import NodeServicer
+from coordinator.service import CoordinatorService
+from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+RPC_WORKERS_MAX = 128  # every open stream (node assignments, consumer streams) holds one
+SERVICE_NAMES = (
+    job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
+)
+
+
+@dataclass
+class RunningCoordinator:
+    server: grpc.Server
+    service: CoordinatorService
+    port: int
+    stopping: threading.Event
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        self.stopping.set()
+        self.server.stop(grace_s).wait()
+        self.service.db.dispose()
+
+
+def _reap_forever(service: CoordinatorService, stopping: threading.Event) -> None:
+    interval_s = service.config.heartbeat_interval_ms / 1000
+    while not stopping.wait(interval_s):
+        service.reap_offline_nodes()
+
+
+def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
+          migrate: bool = True) -> RunningCoordinator:
+    if migrate:
+        upgrade_schema(config.database_url)
+    service = CoordinatorService(Database(config.database_url), SystemClock(), config)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX))
+    job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(service), server)
+    node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in (*SERVICE_NAMES, ""):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"could not listen on {host}:{port}; is the port in use?")
+    server.start()
+    stopping = threading.Event()
+    threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
+                     name="reaper").start()
+    service.run_scheduler()  # jobs queued before a restart are placed again
+    log.info("coordinator listening on %s:%d", host, bound)
+    return RunningCoordinator(server, service, bound, stopping)
+
+
+def serve(config: CoordinatorConfig, host: str, port: int, port_file: Path | None) -> None:
+    """Run until interrupted; write the bound port to port_file for scripts using port 0."""
+    running = start(config, host, port)
+    if port_file is not None:
+        port_file.write_text(f"{running.port}\n")
+    try:
+        running.server.wait_for_termination()
+    except KeyboardInterrupt:
+        log.info("shutting down")
+    finally:
+        running.stop()

@@ -1,0 +1,146 @@
+"""`mlxnet`: one command for every part of MLX Network.
+
+    mlxnet coordinator            run the coordinator (gRPC)
+    mlxnet node --coordinator A   lend this Mac: run a node agent
+    mlxnet submit ...             submit a job and stream its tokens
+    mlxnet db upgrade             apply database migrations
+    mlxnet model build-tiny DIR   build the project's small test model
+    mlxnet demo                   the whole network on this machine, end to end
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    from coordinator.database import default_sqlite_url
+
+    if args.database_url:
+        return args.database_url
+    if os.environ.get(DATABASE_URL_ENV):
+        return os.environ[DATABASE_URL_ENV]
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    return default_sqlite_url(args.data_dir)
+
+
+def _add_database_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", help=f"any SQLAlchemy URL (or ${DATABASE_URL_ENV}); "
+                        "default: SQLite in --data-dir")
+    parser.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
+
+
+def _coordinator(args: argparse.Namespace) -> int:
+    from coordinator.config import CoordinatorConfig
+    from coordinator.server import start
+
+    config = CoordinatorConfig(database_url=_database_url(args),
+                               heartbeat_interval_ms=args.heartbeat_interval_ms,
+                               node_offline_after_ms=5 * args.heartbeat_interval_ms)
+    running = start(config, args.host, args.port)
+    if args.port_file:
+        args.port_file.write_text(f"{running.port}\n")
+    sys.stdout.write(f"coordinator listening on {args.host}:{running.port}\n")
+    sys.stdout.flush()
+    signal.signal(signal.SIGTERM, lambda *_: running.server.stop(2))
+    try:
+        running.server.wait_for_termination()
+    except KeyboardInterrupt:
+        pass
+    running.stop()
+    return 0
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from coordinator.database import upgrade_schema
+
+    upgrade_schema(_database_url(args))
+    return 0
+
+
+def _build_tiny(args: argparse.Namespace) -> int:
+    from node_agent.inference.tiny_model import build_tiny_model
+
+    path = build_tiny_model(args.directory, architecture=args.architecture, seed=args.seed)
+    sys.stdout.write(f"built {args.architecture} model in {path}\n")
+    return 0
+
+
+def _node(args: argparse.Namespace) -> int:
+    from mlxnet.node_main import run
+
+    return run(args)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from mlxnet.submit import run
+
+    return run(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mlxnet.demo import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlxnet", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    coordinator = commands.add_parser("coordinator", help="run the coordinator")
+    coordinator.add_argument("--host", default="127.0.0.1")
+    coordinator.add_argument("--port", type=int, default=50051, help="0 picks a free port")
+    coordinator.add_argument("--port-file", type=Path, help="write the bound port here")
+    coordinator.add_argument("--heartbeat-interval-ms", type=int, default=2000)
+    _add_database_flags(coordinator)
+    coordinator.set_defaults(handler=_coordinator)
+
+    from mlxnet import node_main, submit
+
+    node = commands.add_parser("node", help="run a node agent that lends this machine")
+    node_main.add_arguments(node)
+    node.set_defaults(handler=_node)
+
+    submit_parser = commands.add_parser("submit", help="submit a job and stream its tokens")
+    submit.add_arguments(submit_parser)
+    submit_parser.set_defaults(handler=_submit)
+
+    database = commands.add_parser("db", help="database maintenance")
+    db_commands = database.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="apply every pending migration")
+    _add_database_flags(upgrade)
+    upgrade.set_defaults(handler=_db_upgrade)
+
+    model = commands.add_parser("model", help="model utilities")
+    model_commands = model.add_subparsers(dest="model_command", required=True)
+    tiny = model_commands.add_parser("build-tiny", help="write the project's small test model")
+    tiny.add_argument("directory", type=Path)
+    tiny.add_argument("--architecture", choices=("llama", "qwen2"), default="llama")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(handler=_build_tiny)
+
+    demo = commands.add_parser("demo", help="run a coordinator, three nodes and a few jobs")
+    demo.add_argument("--work-dir", type=Path, help="keep the demo's files here")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""A small gRPC client for API consumers, used by `mlxnet submit` and the demo."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+
+from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
+
+RPC_DEADLINE_S = 30.0
+STREAM_DEADLINE_S = 600.0
+CONSUMER_METADATA_KEY = "x-mlxnet-consumer"
+
+
+class JobRequestError(Exception):
+    """The coordinator refused a request; `code` is the gRPC status name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class StreamedTokens:
+    first_index: int
+    token_ids: tuple[int, ...]
+    text: str
+
+
+class JobClient:
+    def __init__(self, address: str, consumer: str = "") -> None:
+        self._channel = grpc.insecure_channel(address)
+        self._stub = job_pb2_grpc.JobServiceStub(self._channel)
+        self._metadata = ((CONSUMER_METADATA_KEY, consumer),) if consumer else ()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> JobClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _call(self, method, request):  # type: ignore[no-untyped-def]
+        try:
+            return method(request, timeout=RPC_DEADLINE_S, metadata=self._metadata)
+        except grpc.RpcError as error:
+            raise JobRequestError(error.code().name, error.details() or "") from error
+
+    def submit(self, model: str, prompt: str, *, max_tokens: int = 0, temperature: float = 0.0,
+               top_p: float = 0.0, seed: int = 0, request_id: str = "") -> job_pb2.Job:
+        request = job_pb2.SubmitJobRequest(
+            model=model, prompt=prompt, request_id=request_id,
+            sampling=common_pb2.SamplingParams(max_tokens=max_tokens, temperature=temperature,
+                                               top_p=top_p, seed=seed))
+        return self._call(self._stub.SubmitJob, request).job
+
+    def get(self, job_id: str) -> job_pb2.Job:
+        return self._call(self._stub.GetJob, job_pb2.GetJobRequest(job_id=job_id)).job
+
+    def cancel(self, job_id: str) -> job_pb2.Job:
+        return self._call(self._stub.CancelJob, job_pb2.CancelJobRequest(job_id=job_id)).job
+
+    def stream(self, job_id: str) -> Iterator[StreamedTokens | job_pb2.Job]:
+        """Tokens as they are made, then the final job."""
+        try:
+            for message in self._stub.StreamJob(job_pb2.StreamJobRequest(job_id=job_id),
+                                                timeout=STREAM_DEADLINE_S, metadata=self._metadata):
+                if message.HasField("final_job"):
+                    yield message.final_job
+                    return
+                yield StreamedTokens(message.first_index, tuple(message.token_ids), message.text)
+        except grpc.RpcError as error:
+            raise JobRequestError(error.code().name, error.details() or "") from error

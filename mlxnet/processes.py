@@ -1,0 +1,118 @@
+"""Starts coordinator and node-agent processes and waits until each is ready.
+
+Used by `mlxnet demo` and the end-to-end tests. Readiness is a line each
+process writes on stdout, read as it arrives (no polling).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
+
+
+class ProcessStartError(RuntimeError):
+    """A child process exited or stayed silent before it was ready."""
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+    ready_line: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case, nothing gets to clean up."""
+        self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def _wait_for_line(child: Child, prefix: str, timeout_s: float) -> str:
+    assert child.process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(child.process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not selector.select(remaining):
+                break
+            line = child.process.stdout.readline()
+            if not line:
+                raise ProcessStartError(f"{child.name} exited with {child.process.wait()} before "
+                                        f"it was ready; see {child.log_path}")
+            if line.startswith(prefix):
+                return line.strip()
+    finally:
+        selector.close()
+    raise ProcessStartError(f"{child.name} was not ready within {timeout_s:.0f}s; "
+                            f"see {child.log_path}")
+
+
+def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None) -> Child:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mlxnet.cli", *argv], stdout=subprocess.PIPE,
+            stderr=log_file, stdin=subprocess.DEVNULL, text=True, bufsize=1,
+            env={**os.environ, **(env or {})})
+    return Child(name, process, log_path)
+
+
+def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
+                      heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None) -> Child:
+    argv = ["coordinator", "--port", str(port), "--data-dir", str(work_dir / "coordinator"),
+            "--heartbeat-interval-ms", str(heartbeat_interval_ms)]
+    if database_url:
+        argv += ["--database-url", database_url]
+    child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
+    try:
+        child.ready_line = _wait_for_line(child, "coordinator listening on", READY_TIMEOUT_S)
+    except ProcessStartError:
+        child.stop()
+        raise
+    child.extra["address"] = child.ready_line.rsplit(" ", 1)[1]
+    return child
+
+
+def start_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
+               profile: str | None = None, operator: str | None = None,
+               env: dict[str, str] | None = None) -> Child:
+    argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
+            "--name", name]
+    for model in models:
+        argv += ["--model", model]
+    if profile:
+        argv += ["--profile", profile]
+    if operator:
+        argv += ["--operator", operator]
+    child = _spawn(name, argv, work_dir / "logs" / f"{name}.log", env)
+    try:
+        child.ready_line = _wait_for_line(child, "node ", READY_TIMEOUT_S)
+    except ProcessStartError:
+        child.stop()
+        raise
+    child.extra["node_id"] = child.ready_line.split()[1]
+    return child

@@ -1,0 +1,179 @@
+"""The node agent: joins the network, takes assignments, runs them, proves them.
+
+Three threads: the connection loop (register, then listen for assignments),
+heartbeats, and one worker that owns all MLX work and runs jobs from a
+bounded queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from contracts.hardware import HardwareReport
+from contracts.ids import JobId
+from contracts.models import ModelSpec
+from contracts.receipts import Receipt, encode_receipt, output_digest, prompt_digest
+from node_agent.coordinator_client import (
+    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
+)
+from node_agent.identity import Identity
+from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, PromptTooLong
+from node_agent.token_sender import TokenSender
+
+log = logging.getLogger(__name__)
+
+QUEUED_ASSIGNMENTS_MAX = 64
+RETRY_DELAY_S_MIN = 0.1
+RETRY_DELAY_S_MAX = 5.0
+REPORT_DEADLINE_S = 600.0  # how long a finished job's result is retried before it is dropped
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    coordinator: str
+    identity: Identity
+    hardware: HardwareReport
+    models: tuple[tuple[ModelSpec, Path], ...]  # each served model and its directory
+    operator_id: str
+    display_name: str
+    max_concurrent_jobs: int = 1
+
+
+class NodeAgent:
+    def __init__(self, settings: AgentSettings, engine: Engine) -> None:
+        self.settings = settings
+        self._engine = engine
+        self._client = CoordinatorClient(settings.coordinator)
+        self._paths = {spec.model_id: path for spec, path in settings.models}
+        self._jobs: queue.Queue[Assignment] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._seen: set[str] = set()
+        self._running = 0
+        self._heartbeat_interval_s = 2.0
+        self.stopping = threading.Event()
+        self.registered = threading.Event()
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until stop() is called."""
+        threading.Thread(target=self._work_forever, name="mlx-worker", daemon=True).start()
+        threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
+        delay_s = RETRY_DELAY_S_MIN
+        while not self.stopping.is_set():
+            try:
+                if not self.registered.is_set():
+                    self._register()
+                delay_s = RETRY_DELAY_S_MIN
+                for assignment in self._client.assignments():
+                    self._accept(assignment)
+            except SessionExpired:
+                self.registered.clear()
+            except CoordinatorUnavailable as error:
+                log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
+                self.stopping.wait(delay_s)
+                delay_s = min(delay_s * 2, RETRY_DELAY_S_MAX)
+        self._client.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _register(self) -> None:
+        s = self.settings
+        interval_ms = self._client.register(s.identity, s.hardware, tuple(m for m, _ in s.models),
+                                            s.operator_id, s.display_name, s.max_concurrent_jobs)
+        self._heartbeat_interval_s = interval_ms / 1000
+        self._seen.clear()  # a new registration hands back everything from before
+        self.registered.set()
+        log.info("registered as %s (%s, operator %s)", s.identity.node_id, s.hardware.chip,
+                 s.operator_id)
+
+    def _heartbeat_forever(self) -> None:
+        while not self.stopping.wait(self._heartbeat_interval_s):
+            if not self.registered.is_set():
+                continue
+            try:
+                self._client.heartbeat(self._running)
+            except SessionExpired:
+                self.registered.clear()
+            except CoordinatorUnavailable as error:
+                log.debug("heartbeat failed: %s", error)
+
+    def _accept(self, assignment: Assignment) -> None:
+        if assignment.job_id in self._seen:
+            return
+        self._seen.add(assignment.job_id)
+        self._jobs.put(assignment)
+
+    # --- jobs ----------------------------------------------------------------
+
+    def _work_forever(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                assignment = self._jobs.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._running += 1
+            try:
+                self._run(assignment)
+            finally:
+                self._running -= 1
+
+    def _run(self, assignment: Assignment) -> None:
+        log.info("running job %s (%s, %d tokens max)", assignment.job_id,
+                 assignment.model.model_id, assignment.max_tokens)
+        request = GenerationRequest(
+            model_path=str(self._paths[assignment.model.model_id]), prompt=assignment.prompt,
+            max_tokens=assignment.max_tokens, temperature=assignment.temperature,
+            top_p=assignment.top_p, seed=assignment.seed)
+        sender = TokenSender(self._client, assignment.job_id)
+        try:
+            result = self._engine.generate(request, assignment.model.max_context_tokens, sender.offer)
+        except PromptTooLong as error:
+            sender.close()
+            self._retry(lambda: self._client.report_failure(assignment.job_id, str(error)))
+            return
+        sender.close()
+        if sender.rejected or result.stopped_early:
+            log.info("job %s stopped: %s", assignment.job_id, sender.error)
+            return
+        if sender.error is not None:  # the stream broke: re-send every chunk, harmlessly
+            self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(sender.chunks)))
+        body = encode_receipt(self._receipt(assignment, result))
+        signature = self.settings.identity.sign(body)
+        credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body, signature))
+        log.info("job %s done: %d tokens, credited %s base units", assignment.job_id,
+                 len(result.token_ids), credited)
+
+    def _receipt(self, assignment: Assignment, result: GenerationResult) -> Receipt:
+        return Receipt(
+            job_id=JobId(assignment.job_id), node_id=self.settings.identity.node_id,
+            model_id=assignment.model.model_id, weights_digest=assignment.model.weights_digest,
+            prompt_digest=prompt_digest(assignment.prompt), temperature=assignment.temperature,
+            top_p=assignment.top_p, seed=assignment.seed, max_tokens=assignment.max_tokens,
+            output_digest=output_digest(result.token_ids), prompt_tokens=result.prompt_tokens,
+            completion_tokens=len(result.token_ids), started_at_ms=result.started_at_ms,
+            finished_at_ms=result.finished_at_ms)
+
+    def _retry(self, call: Callable[[], T]) -> T | None:
+        """Retry a report while the coordinator is unreachable; give up if it refuses."""
+        delay_s = RETRY_DELAY_S_MIN
+        waited_s = 0.0
+        while waited_s < REPORT_DEADLINE_S and not self.stopping.is_set():
+            try:
+                return call()
+            except CoordinatorUnavailable as error:
+                log.warning("report failed (%s); retrying in %.1fs", error, delay_s)
+            except (CallRejected, SessionExpired) as error:
+                log.warning("coordinator refused the report: %s", error)
+                return None
+            self.stopping.wait(delay_s)
+            waited_s += delay_s
+            delay_s = min(delay_s * 2, RETRY_DELAY_S_MAX)
+        return None

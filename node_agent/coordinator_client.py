@@ -1,0 +1,178 @@
+"""The node agent's gRPC edge: the only agent module that touches protobuf or grpc.
+
+gRPC failures are translated here, once:
+
+    CoordinatorCallError
+    ├── CoordinatorUnavailable   retry later (network, restart, deadline)
+    ├── SessionExpired           register again
+    └── CallRejected             the coordinator refused; retrying the same call won't help
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+
+from contracts.hardware import HardwareReport
+from contracts.models import ModelSpec
+from contracts.signing import register_challenge
+from node_agent.identity import Identity
+from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
+
+SESSION_METADATA_KEY = "x-mlxnet-session"
+RPC_DEADLINE_S = 15.0
+_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+              grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
+              grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
+class CoordinatorCallError(Exception):
+    pass
+
+
+class CoordinatorUnavailable(CoordinatorCallError):
+    pass
+
+
+class SessionExpired(CoordinatorCallError):
+    pass
+
+
+class CallRejected(CoordinatorCallError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def _translate(error: grpc.RpcError) -> CoordinatorCallError:
+    code = error.code()
+    details = error.details() or ""
+    if code in _RETRYABLE:
+        return CoordinatorUnavailable(f"{code.name}: {details}")
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return SessionExpired(details)
+    return CallRejected(code.name, details)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    job_id: str
+    model: ModelSpec
+    prompt: str
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+
+
+def _hardware_pb(hardware: HardwareReport) -> node_pb2.Hardware:
+    return node_pb2.Hardware(
+        chip=hardware.chip, chip_family=hardware.chip_family, chip_tier=hardware.chip_tier.value,
+        memory_bytes=hardware.memory_bytes, gpu_working_set_bytes=hardware.gpu_working_set_bytes,
+        gpu_cores=hardware.gpu_cores, memory_bandwidth_gb_s=hardware.memory_bandwidth_gb_s,
+        os_name=hardware.os_name, model_identifier=hardware.model_identifier,
+        rdma_enabled=hardware.rdma_enabled, simulated=hardware.simulated,
+        thunderbolt_links=[node_pb2.ThunderboltLink(
+            port=link.port, speed_gbps=link.speed_gbps,
+            thunderbolt_version=link.thunderbolt_version,
+            peer_model_identifier=link.peer_model_identifier, peer_name=link.peer_name,
+            peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable)
+            for link in hardware.thunderbolt_links])
+
+
+def _model_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
+    return common_pb2.ModelSpec(
+        model_id=spec.model_id, weights_bytes=spec.weights_bytes,
+        parameter_count=spec.parameter_count, num_layers=spec.num_layers,
+        num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim, max_context_tokens=spec.max_context_tokens,
+        kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest)
+
+
+class CoordinatorClient:
+    def __init__(self, address: str) -> None:
+        self._channel = grpc.insecure_channel(address)
+        self._stub = node_pb2_grpc.NodeServiceStub(self._channel)
+        self._session = ""
+        self._models: dict[str, ModelSpec] = {}
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((SESSION_METADATA_KEY, self._session),)
+
+    def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
+                 operator_id: str, display_name: str, max_concurrent_jobs: int) -> int:
+        """Register and keep the session; returns the heartbeat interval in ms."""
+        timestamp_ms = time.time_ns() // 1_000_000
+        request = node_pb2.RegisterRequest(
+            public_key=identity.public_key_raw,
+            signature=identity.sign(register_challenge(identity.node_id, timestamp_ms)),
+            timestamp_ms=timestamp_ms, hardware=_hardware_pb(hardware),
+            models=[_model_pb(m) for m in models], operator_id=operator_id,
+            display_name=display_name, max_concurrent_jobs=max_concurrent_jobs,
+            agent_version="0.1.0")
+        try:
+            response = self._stub.Register(request, timeout=RPC_DEADLINE_S)
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        self._session = response.session_token
+        self._models = {m.model_id: m for m in models}
+        return response.heartbeat_interval_ms
+
+    def heartbeat(self, running_jobs: int) -> None:
+        try:
+            self._stub.Heartbeat(node_pb2.HeartbeatRequest(running_jobs=running_jobs),
+                                 timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+
+    def assignments(self) -> Iterator[Assignment]:
+        """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError)."""
+        stream = self._stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
+                                               metadata=self._metadata())
+        try:
+            for message in stream:
+                spec = self._models.get(message.model.model_id)
+                if spec is None:
+                    raise CallRejected("FAILED_PRECONDITION",
+                                       f"assigned model {message.model.model_id} is not served here")
+                yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
+                                 max_tokens=message.sampling.max_tokens,
+                                 temperature=message.sampling.temperature,
+                                 top_p=message.sampling.top_p, seed=message.sampling.seed)
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        finally:
+            stream.cancel()
+
+    def stream_tokens(self, job_id: str, chunks: Iterator[tuple[int, tuple[int, ...], str]]) -> int:
+        """Send (first_index, token_ids, text) chunks in one call; returns tokens accepted."""
+        requests = (node_pb2.StreamTokensRequest(job_id=job_id, first_index=first, token_ids=ids,
+                                                 text=text) for first, ids, text in chunks)
+        try:
+            response = self._stub.StreamTokens(requests, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return response.tokens_accepted
+
+    def report_receipt(self, job_id: str, body: bytes, signature: bytes) -> int:
+        request = node_pb2.ReportResultRequest(
+            job_id=job_id, receipt=common_pb2.SignedReceipt(body=body, signature=signature))
+        try:
+            response = self._stub.ReportResult(request, timeout=RPC_DEADLINE_S,
+                                               metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return response.credited_base_units
+
+    def report_failure(self, job_id: str, reason: str) -> None:
+        request = node_pb2.ReportResultRequest(job_id=job_id, failure_reason=reason)
+        try:
+            self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
