@@ -65,7 +65,10 @@ class Chip:
 
 
 def normalise_chip_name(text: str) -> str | None:
-    """"Apple M3 Ultra", "m3-ultra" or "Apple M4 Max (Virtual)" -> "M3 Ultra"/"M4 Max"; else None."""
+    """The table's name for a chip: "Apple M4 Max (Virtual)" or "m4-max" -> "M4 Max".
+
+    None when the text names no Apple M-series chip (an Intel brand string, say).
+    """
     name = re.sub(r"\([^)]*\)", " ", text).lower().replace("-", " ").replace("_", " ")
     words = name.split()
     if words[:1] == ["apple"]:
@@ -80,7 +83,12 @@ def normalise_chip_name(text: str) -> str | None:
 @functools.cache
 def all_chips() -> tuple[Chip, ...]:
     """Every usable row of the table, in file order (read on first call, then cached)."""
-    text = resources.files("contracts").joinpath("data", _CSV_NAME).read_text(encoding="utf-8")
+    text = (
+        resources.files("contracts")
+        .joinpath("data")
+        .joinpath(_CSV_NAME)
+        .read_text(encoding="utf-8")
+    )
     chips = tuple(
         _chip_from_row(row) for row in csv.DictReader(io.StringIO(text)) if _is_usable(row)
     )

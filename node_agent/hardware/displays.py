@@ -25,8 +25,10 @@ class Gpu:
 def parse_displays_json(text: str) -> tuple[Gpu, ...]:
     """Every GPU listed under SPDisplaysDataType, in output order."""
     return tuple(
-        Gpu(name=text_field(item, "sppci_model") or text_field(item, "_name"),
-            cores=_parse_cores(item.get("sppci_cores")))
+        Gpu(
+            name=text_field(item, "sppci_model") or text_field(item, "_name"),
+            cores=_parse_cores(item.get("sppci_cores")),
+        )
         for item in data_type_items(text, "SPDisplaysDataType")
     )
 

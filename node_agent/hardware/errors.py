@@ -1,10 +1,10 @@
 """Errors raised while reading a host's hardware.
 
-    HardwareError
-    ├── HardwareParseError (also a ValueError): command output we cannot read
-    ├── CommandError: a command was missing, failed or timed out
-    ├── UnsupportedPlatformError: no discovery path for this operating system
-    └── UnknownProfileError (also a ValueError): a bad --profile name
+HardwareError
+├── HardwareParseError (also a ValueError): command output we cannot read
+├── CommandError: a command was missing, failed or timed out
+├── UnsupportedPlatformError: no discovery path for this operating system
+└── UnknownProfileError (also a ValueError): a bad --profile name
 """
 
 from __future__ import annotations

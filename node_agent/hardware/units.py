@@ -31,8 +31,3 @@ def parse_link_speed_gbps(text: str) -> int:
     if match is None:
         raise HardwareParseError(f"not a link speed: {text[:80]!r}")
     return round(float(match.group(1)))
-
-
-def is_capability_speed(text: str) -> bool:
-    """Idle receptacles print what they could do ("Up to 120 Gb/s"), not a link speed."""
-    return text.strip().lower().startswith("up to")
