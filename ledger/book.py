@@ -1,0 +1,212 @@
+"""The ledger's public API: accounts, transfers, pending resolution, balances and audits.
+
+Every function takes the caller's SQLAlchemy Session and never commits, so job state and
+money move in one transaction. Expected outcomes come back as ResultCode values
+(TigerBeetle style); only programmer errors (assert) and database faults raise.
+
+Transfer ids are chosen by the caller, so a retry answers `exists` (or
+`exists_with_different_fields`) instead of moving money twice. Writers serialise on the
+chain-head row until the caller commits: keep ledger work late in short transactions.
+On PostgreSQL use READ COMMITTED (the default); under REPEATABLE READ or SERIALIZABLE a
+concurrent writer makes the lock raise a serialization failure and the caller must retry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from enum import StrEnum
+
+from sqlalchemy.orm import Session
+
+from ledger import store
+from ledger.audit import verify_balances, verify_chain  # re-exported: audits sit beside the API
+from ledger.model import (
+    BATCH_SIZE_MAX,
+    ID_LENGTH_MAX,
+    Account,
+    AccountKind,
+    Balance,
+    ChainHead,
+    ExpirePending,
+    Operation,
+    PostPending,
+    ResultCode,
+    Transfer,
+    TransferKind,
+    TransferRequest,
+    TransferResult,
+    TransferState,
+    VoidPending,
+)
+from ledger.rules import evaluate, valid_id
+
+__all__ = [
+    "JobStep",
+    "account",
+    "balance",
+    "chain_head",
+    "create_transfer",
+    "create_transfers",
+    "ensure_account",
+    "expire_pending",
+    "expired_pending_ids",
+    "get_transfer",
+    "job_transfer_id",
+    "pending_state",
+    "post_pending",
+    "transfers_for_job",
+    "verify_balances",
+    "verify_chain",
+    "void_pending",
+]
+
+# Issuance and external accounts stand for money entering the ledger, so they run negative.
+_OVERDRAFT_ALLOWED_KINDS = frozenset({AccountKind.ISSUANCE, AccountKind.EXTERNAL})
+EXPIRED_PENDING_LIMIT_MAX = 1_000
+
+
+class JobStep(StrEnum):
+    RESERVE = "reserve"
+    POST = "post"
+    VOID = "void"
+    EXPIRE = "expire"
+    CREDIT = "credit"
+    FEE = "fee"
+
+
+def job_transfer_id(job_id: str, step: JobStep) -> str:
+    """The transfer id of one step of a job's payment: the same job and step always give the same id."""
+    assert isinstance(step, JobStep)
+    assert valid_id(job_id), f"job ids are short printable text without spaces: {job_id!r}"
+    transfer_id = f"{job_id}:{step}"
+    assert len(transfer_id) <= ID_LENGTH_MAX, f"job id too long for a transfer id: {job_id!r}"
+    return transfer_id
+
+
+def _now_us(now_us: int | None) -> int:
+    if now_us is None:
+        return time.time_ns() // 1_000
+    assert type(now_us) is int and now_us > 0, "now_us is a positive int of microseconds"
+    return now_us
+
+
+def ensure_account(
+    session: Session,
+    account_id: str,
+    kind: AccountKind,
+    *,
+    debits_must_not_exceed_credits: bool | None = None,
+    now_us: int | None = None,
+) -> ResultCode:
+    """Create the account if missing: `created`, `exists`, or `exists_with_different_fields`.
+
+    By default every account except issuance and external ones refuses overdraft.
+    """
+    assert isinstance(kind, AccountKind)
+    if not valid_id(account_id):
+        return ResultCode.INVALID_ID
+    if debits_must_not_exceed_credits is None:
+        debits_must_not_exceed_credits = kind not in _OVERDRAFT_ALLOWED_KINDS
+    store.lock_chain_head(session)
+    existing = store.read_account(session, account_id)
+    if existing is not None:
+        same = existing.kind is kind and existing.debits_must_not_exceed_credits == debits_must_not_exceed_credits
+        return ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS
+    store.insert_account(session, account_id, kind, debits_must_not_exceed_credits, _now_us(now_us))
+    return ResultCode.CREATED
+
+
+def create_transfers(
+    session: Session, operations: Iterable[Operation], *, now_us: int | None = None
+) -> tuple[TransferResult, ...]:
+    """Apply up to BATCH_SIZE_MAX operations atomically: all succeed, or nothing is written.
+
+    When one fails it keeps its own code and the others answer `linked_event_failed`.
+    """
+    batch = tuple(operations)
+    assert 1 <= len(batch) <= BATCH_SIZE_MAX, f"a batch holds 1..{BATCH_SIZE_MAX} operations"
+    for operation in batch:
+        assert isinstance(operation, TransferRequest | PostPending | VoidPending | ExpirePending)
+        assert isinstance(operation.id, str), "transfer ids are text"
+        assert isinstance(getattr(operation, "pending_id", ""), str), "pending ids are text"
+    head = store.lock_chain_head(session)
+    snapshot = store.load_snapshot(session, batch, head)
+    evaluation = evaluate(batch, snapshot, _now_us(now_us))
+    if evaluation.ok:
+        store.write(session, evaluation)
+    return evaluation.results
+
+
+def create_transfer(session: Session, request: TransferRequest, *, now_us: int | None = None) -> TransferResult:
+    return create_transfers(session, [request], now_us=now_us)[0]
+
+
+def post_pending(
+    session: Session,
+    id: str,
+    pending_id: str,
+    amount: int | None = None,
+    *,
+    kind: TransferKind | None = None,
+    policy_version: str | None = None,
+    now_us: int | None = None,
+) -> TransferResult:
+    """Post `amount` (default: all) of a pending transfer; the rest goes back to the debit account."""
+    operation = PostPending(id=id, pending_id=pending_id, amount=amount, kind=kind, policy_version=policy_version)
+    return create_transfers(session, [operation], now_us=now_us)[0]
+
+
+def void_pending(
+    session: Session, id: str, pending_id: str, *, kind: TransferKind | None = None, now_us: int | None = None
+) -> TransferResult:
+    operation = VoidPending(id=id, pending_id=pending_id, kind=kind)
+    return create_transfers(session, [operation], now_us=now_us)[0]
+
+
+def expire_pending(
+    session: Session, id: str, pending_id: str, *, kind: TransferKind | None = None, now_us: int | None = None
+) -> TransferResult:
+    """Release a pending transfer whose timeout has passed (`pending_transfer_not_expired` before)."""
+    operation = ExpirePending(id=id, pending_id=pending_id, kind=kind)
+    return create_transfers(session, [operation], now_us=now_us)[0]
+
+
+def account(session: Session, account_id: str) -> Account | None:
+    return store.read_account(session, account_id)
+
+
+def balance(session: Session, account_id: str) -> Balance | None:
+    """The account's four balance fields, or None when the account does not exist."""
+    found = store.read_account(session, account_id)
+    return None if found is None else found.balance
+
+
+def get_transfer(session: Session, transfer_id: str) -> Transfer | None:
+    return store.read_transfer(session, transfer_id)
+
+
+def pending_state(session: Session, pending_id: str) -> TransferState | None:
+    """`pending` until resolved, then the resolution's state; None if no such pending transfer."""
+    pending = store.read_transfer(session, pending_id)
+    if pending is None or pending.state is not TransferState.PENDING:
+        return None
+    resolution = store.read_resolution(session, pending_id)
+    return TransferState.PENDING if resolution is None else resolution.state
+
+
+def transfers_for_job(session: Session, job_id: str) -> tuple[Transfer, ...]:
+    """Every transfer tagged with the job, in chain order: the job's whole payment story."""
+    return tuple(store.transfers_for_job(session, job_id))
+
+
+def expired_pending_ids(session: Session, now_us: int, limit: int = 100) -> tuple[str, ...]:
+    """Unresolved pending transfers whose timeout has passed, oldest first, for a sweeper."""
+    assert 0 < limit <= EXPIRED_PENDING_LIMIT_MAX
+    return tuple(store.expired_pending_ids(session, _now_us(now_us), limit))
+
+
+def chain_head(session: Session) -> ChainHead:
+    """The latest link of the hash chain: publish or anchor it to make the history tamper-evident."""
+    return store.read_chain_head(session)
+

@@ -1,0 +1,49 @@
+"""The hash chain over transfers: a canonical encoding and the link from one transfer to the next.
+
+Each transfer's hash covers every field and the previous transfer's hash, so an edited,
+inserted or deleted row breaks the chain at that point. Anchoring the chain head
+elsewhere (an on-chain root, an operator's log) also catches a rewrite of the whole tail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+from ledger.model import Transfer
+
+ENCODING_VERSION = "mlxnet-ledger-transfer-v1"
+GENESIS_HASH = "0" * 64  # the prev_hash of the first transfer
+
+
+def canonical_encoding(transfer: Transfer) -> bytes:
+    """Every field but the hash itself, as a compact JSON array: unambiguous, nulls included."""
+    fields = [
+        ENCODING_VERSION,
+        transfer.sequence,
+        transfer.id,
+        transfer.debit_account,
+        transfer.credit_account,
+        transfer.amount,
+        str(transfer.state),
+        transfer.pending_id,
+        transfer.timeout_s,
+        transfer.job_id,
+        str(transfer.kind),
+        transfer.policy_version,
+        transfer.created_at_us,
+        transfer.prev_hash,
+    ]
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def transfer_hash(transfer: Transfer) -> str:
+    return hashlib.sha256(canonical_encoding(transfer)).hexdigest()
+
+
+def linked(transfer: Transfer, sequence: int, prev_hash: str) -> Transfer:
+    """The transfer placed at `sequence` after a transfer whose hash is `prev_hash`."""
+    assert sequence >= 1 and len(prev_hash) == len(GENESIS_HASH)
+    placed = replace(transfer, sequence=sequence, prev_hash=prev_hash, hash="")
+    return replace(placed, hash=transfer_hash(placed))

@@ -1,0 +1,15 @@
+"""The ledger's few real failures; expected outcomes are ResultCode values, not exceptions.
+
+    LedgerError
+    └── LedgerNotInstalledError   the ledger tables or the chain-head row are missing
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base of every exception the ledger raises on purpose."""
+
+
+class LedgerNotInstalledError(LedgerError):
+    """The ledger tables or the chain-head row are missing from the database."""

@@ -1,0 +1,235 @@
+"""The job-payment flow the coordinator calls, idempotent through ids derived from the job.
+
+The flow:
+1. reserve_job: a pending transfer consumer -> escrow for the job's maximum charge.
+2. settle_job: post the reservation for the actual charge (the rest returns to the
+   consumer), then escrow -> operator for the operator's credit and escrow -> treasury
+   for the network fee, all in one atomic batch.
+   Or void_job / expire_job: release the whole reservation.
+3. credit_operator_for_job: while a consumer has no prepaid account, the operator is
+   paid from the issuance account instead. It uses the same transfer id as settle's
+   operator credit, so one job can never pay its operator twice.
+
+Calling any step again answers `exists` for each transfer and moves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import ConsumerId, JobId, OperatorId
+from ledger.book import JobStep, create_transfer, create_transfers, ensure_account, job_transfer_id
+from ledger.model import (
+    OK_CODES,
+    AccountKind,
+    ExpirePending,
+    Operation,
+    PostPending,
+    ResultCode,
+    TransferKind,
+    TransferRequest,
+    TransferResult,
+    VoidPending,
+)
+from ledger.policy import JobPrice
+
+CONSUMER_ESCROW_ACCOUNT = "escrow:consumers"
+TREASURY_FEES_ACCOUNT = "treasury:fees"
+ISSUANCE_REWARDS_ACCOUNT = "issuance:rewards"
+EXTERNAL_DEPOSITS_ACCOUNT = "external:deposits"  # where consumers' prepaid tokens come from
+
+SYSTEM_ACCOUNTS = (
+    (CONSUMER_ESCROW_ACCOUNT, AccountKind.ESCROW),
+    (TREASURY_FEES_ACCOUNT, AccountKind.TREASURY),
+    (ISSUANCE_REWARDS_ACCOUNT, AccountKind.ISSUANCE),
+    (EXTERNAL_DEPOSITS_ACCOUNT, AccountKind.EXTERNAL),
+)
+
+
+@dataclass(frozen=True)
+class JobPayment:
+    """The results of one payment step; a zero amount writes no transfer and has no result."""
+
+    results: tuple[TransferResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(result.ok for result in self.results)
+
+    @property
+    def failure(self) -> TransferResult | None:
+        """The operation that failed (the others of its batch answer linked_event_failed)."""
+        return next(
+            (result for result in self.results if not result.ok and result.code is not ResultCode.LINKED_EVENT_FAILED),
+            None,
+        )
+
+
+def operator_account_id(operator_id: OperatorId) -> str:
+    return f"operator:{operator_id}"
+
+
+def consumer_account_id(consumer_id: ConsumerId) -> str:
+    return f"consumer:{consumer_id}"
+
+
+def ensure_system_accounts(session: Session) -> None:
+    for account_id, kind in SYSTEM_ACCOUNTS:
+        code = ensure_account(session, account_id, kind)
+        assert code in OK_CODES, f"system account {account_id} is misconfigured: {code}"
+
+
+def open_consumer_account(session: Session, consumer_id: ConsumerId) -> ResultCode:
+    """A prepaid account that can never be overdrawn."""
+    return ensure_account(session, consumer_account_id(consumer_id), AccountKind.CONSUMER)
+
+
+def open_operator_account(session: Session, operator_id: OperatorId) -> ResultCode:
+    return ensure_account(session, operator_account_id(operator_id), AccountKind.OPERATOR)
+
+
+def deposit_for_consumer(
+    session: Session, deposit_id: str, consumer_id: ConsumerId, amount: int, *, now_us: int | None = None
+) -> TransferResult:
+    """Credit a consumer's prepaid account; deposit_id is the payment's own reference, for idempotency."""
+    ensure_system_accounts(session)
+    request = TransferRequest(
+        id=deposit_id,
+        debit_account=EXTERNAL_DEPOSITS_ACCOUNT,
+        credit_account=consumer_account_id(consumer_id),
+        amount=amount,
+        kind=TransferKind.DEPOSIT,
+    )
+    return create_transfer(session, request, now_us=now_us)
+
+
+def reserve_job(
+    session: Session,
+    job_id: JobId,
+    consumer_id: ConsumerId,
+    amount: int,
+    *,
+    timeout_s: int = 0,
+    now_us: int | None = None,
+) -> TransferResult:
+    """Hold `amount` (policy.max_job_charge) of the consumer's balance for the job.
+
+    Answers `debit_account_not_found` when the consumer has no prepaid account and
+    `exceeds_credits` when the balance is short; a zero amount is `invalid_amount`
+    (a free job needs no reservation). With timeout_s, expire_job may release it later.
+    """
+    ensure_system_accounts(session)
+    request = TransferRequest(
+        id=job_transfer_id(job_id, JobStep.RESERVE),
+        debit_account=consumer_account_id(consumer_id),
+        credit_account=CONSUMER_ESCROW_ACCOUNT,
+        amount=amount,
+        kind=TransferKind.JOB_RESERVE,
+        job_id=job_id,
+        pending=True,
+        timeout_s=timeout_s,
+    )
+    return create_transfer(session, request, now_us=now_us)
+
+
+def _escrow_payouts(job_id: JobId, operator_id: OperatorId, price: JobPrice) -> list[Operation]:
+    payouts: list[Operation] = []
+    for step, credit_account, amount, kind in (
+        (JobStep.CREDIT, operator_account_id(operator_id), price.operator_credit, TransferKind.JOB_OPERATOR_CREDIT),
+        (JobStep.FEE, TREASURY_FEES_ACCOUNT, price.network_fee, TransferKind.JOB_NETWORK_FEE),
+    ):
+        if amount > 0:
+            payouts.append(
+                TransferRequest(
+                    id=job_transfer_id(job_id, step),
+                    debit_account=CONSUMER_ESCROW_ACCOUNT,
+                    credit_account=credit_account,
+                    amount=amount,
+                    kind=kind,
+                    job_id=job_id,
+                    policy_version=price.policy_version,
+                )
+            )
+    return payouts
+
+
+def settle_job(
+    session: Session,
+    job_id: JobId,
+    consumer_id: ConsumerId,
+    operator_id: OperatorId,
+    price: JobPrice,
+    *,
+    now_us: int | None = None,
+) -> JobPayment:
+    """Charge the consumer the job's price from its reservation and pay operator and treasury.
+
+    All-or-nothing. A zero charge voids the reservation instead. A charge above the
+    reservation answers `exceeds_pending_amount` and writes nothing.
+    """
+    ensure_system_accounts(session)
+    if price.consumer_charge == 0:
+        return JobPayment((void_job(session, job_id, now_us=now_us),))
+    open_operator_account(session, operator_id)
+    post = PostPending(
+        id=job_transfer_id(job_id, JobStep.POST),
+        pending_id=job_transfer_id(job_id, JobStep.RESERVE),
+        amount=price.consumer_charge,
+        kind=TransferKind.JOB_CHARGE,
+        policy_version=price.policy_version,
+        debit_account=consumer_account_id(consumer_id),
+        credit_account=CONSUMER_ESCROW_ACCOUNT,
+    )
+    operations = [post, *_escrow_payouts(job_id, operator_id, price)]
+    return JobPayment(create_transfers(session, operations, now_us=now_us))
+
+
+def void_job(session: Session, job_id: JobId, *, now_us: int | None = None) -> TransferResult:
+    """Release the whole reservation (job failed or cancelled); `pending_already_resolved` if settled."""
+    void = VoidPending(
+        id=job_transfer_id(job_id, JobStep.VOID),
+        pending_id=job_transfer_id(job_id, JobStep.RESERVE),
+        kind=TransferKind.JOB_RELEASE,
+    )
+    return create_transfers(session, [void], now_us=now_us)[0]
+
+
+def expire_job(session: Session, job_id: JobId, *, now_us: int | None = None) -> TransferResult:
+    """Release a reservation whose timeout has passed (a coordinator lost track of the job)."""
+    expire = ExpirePending(
+        id=job_transfer_id(job_id, JobStep.EXPIRE),
+        pending_id=job_transfer_id(job_id, JobStep.RESERVE),
+        kind=TransferKind.JOB_RELEASE,
+    )
+    return create_transfers(session, [expire], now_us=now_us)[0]
+
+
+def credit_operator_for_job(
+    session: Session,
+    job_id: JobId,
+    operator_id: OperatorId,
+    price: JobPrice,
+    *,
+    now_us: int | None = None,
+) -> JobPayment:
+    """Pay the operator's share from the issuance account (no consumer charge, no fee).
+
+    Shares the operator-credit id with settle_job: after one, the other answers
+    `exists_with_different_fields` and pays nothing.
+    """
+    ensure_system_accounts(session)
+    if price.operator_credit == 0:
+        return JobPayment(())
+    open_operator_account(session, operator_id)
+    request = TransferRequest(
+        id=job_transfer_id(job_id, JobStep.CREDIT),
+        debit_account=ISSUANCE_REWARDS_ACCOUNT,
+        credit_account=operator_account_id(operator_id),
+        amount=price.operator_credit,
+        kind=TransferKind.JOB_OPERATOR_CREDIT,
+        job_id=job_id,
+        policy_version=price.policy_version,
+    )
+    return JobPayment((create_transfer(session, request, now_us=now_us),))

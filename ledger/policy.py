@@ -1,0 +1,157 @@
+"""The earning policy: what a job costs its consumer and how the charge is split.
+
+Policy version 2026-12.1. Every transfer that applies it records the version, so an
+operator can recompute each payout from the job's token counts and this module.
+
+Pricing, all in integer base units (see ledger.units):
+- A model's size class comes from its parameter count: <=3B, <=14B, <=70B, <=400B, larger.
+- Each class has a price per million prompt tokens and per million generated tokens.
+- consumer_charge = floor((prompt_tokens * prompt_price + completion_tokens *
+  completion_price) / 1_000_000). Rounding down means a consumer never pays for a
+  fraction of a base unit; the loss is below one base unit per job.
+- operator_credit = floor(consumer_charge * operator_share_bps / 10_000).
+- network_fee = consumer_charge - operator_credit, so the network takes the rounding
+  dust and consumer_charge == operator_credit + network_fee exactly.
+- A dedicated Ultra seat (an Ultra Mac lent full time) raises the operator's share by
+  dedicated_ultra_bonus_bps (a multiplier in basis points, capped at 100%). The bonus
+  comes out of the network fee, never from the consumer: the charge does not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ledger.units import AMOUNT_MAX, parse_mlx
+
+POLICY_VERSION = "2026-12.1"
+
+BPS_ONE = 10_000  # basis points in 100%
+TOKENS_PER_PRICE_UNIT = 1_000_000  # prices are quoted per million tokens
+TOKENS_PER_JOB_MAX = 10_000_000  # far above any context window; bounds the arithmetic
+PARAMETER_COUNT_MAX = 100 * 10**12  # 100 trillion parameters
+
+
+class SizeClass(StrEnum):
+    UP_TO_3B = "up_to_3b"
+    UP_TO_14B = "up_to_14b"
+    UP_TO_70B = "up_to_70b"
+    UP_TO_400B = "up_to_400b"
+    OVER_400B = "over_400b"
+
+
+@dataclass(frozen=True)
+class ClassPrice:
+    size_class: SizeClass
+    parameter_count_max: int | None  # None: no upper bound (the last class)
+    prompt_price_per_million_tokens: int  # base units
+    completion_price_per_million_tokens: int  # base units
+
+    def __post_init__(self) -> None:
+        for price in (self.prompt_price_per_million_tokens, self.completion_price_per_million_tokens):
+            assert type(price) is int and 0 <= price <= AMOUNT_MAX // (2 * TOKENS_PER_JOB_MAX)
+
+
+@dataclass(frozen=True)
+class JobPrice:
+    consumer_charge: int  # base units
+    operator_credit: int  # base units
+    network_fee: int  # base units
+    policy_version: str
+
+    def __post_init__(self) -> None:
+        for amount in (self.consumer_charge, self.operator_credit, self.network_fee):
+            assert type(amount) is int and 0 <= amount <= AMOUNT_MAX, "amounts are non-negative ints"
+        assert self.consumer_charge == self.operator_credit + self.network_fee, "charge must split exactly"
+        assert self.policy_version, "every price names the policy that made it"
+
+
+@dataclass(frozen=True)
+class EarningPolicy:
+    version: str
+    class_prices: tuple[ClassPrice, ...]  # ascending by parameter_count_max
+    operator_share_bps: int
+    dedicated_ultra_bonus_bps: int  # multiplier on the share: 1_000 means share * 1.10
+
+    def __post_init__(self) -> None:
+        assert self.version and self.class_prices
+        assert 0 <= self.operator_share_bps <= BPS_ONE
+        assert 0 <= self.dedicated_ultra_bonus_bps <= BPS_ONE
+        bounds = [price.parameter_count_max for price in self.class_prices]
+        assert bounds[-1] is None and None not in bounds[:-1], "only the last class is unbounded"
+        assert bounds[:-1] == sorted(set(bounds[:-1])), "class bounds ascend strictly"
+
+    def operator_share_bps_for(self, dedicated_ultra_seat: bool) -> int:
+        if not dedicated_ultra_seat:
+            return self.operator_share_bps
+        boosted = self.operator_share_bps * (BPS_ONE + self.dedicated_ultra_bonus_bps) // BPS_ONE
+        return min(BPS_ONE, boosted)
+
+
+_BILLION = 10**9
+
+DEFAULT_POLICY = EarningPolicy(
+    version=POLICY_VERSION,
+    class_prices=(
+        ClassPrice(SizeClass.UP_TO_3B, 3 * _BILLION, parse_mlx("0.02"), parse_mlx("0.06")),
+        ClassPrice(SizeClass.UP_TO_14B, 14 * _BILLION, parse_mlx("0.08"), parse_mlx("0.24")),
+        ClassPrice(SizeClass.UP_TO_70B, 70 * _BILLION, parse_mlx("0.40"), parse_mlx("1.20")),
+        ClassPrice(SizeClass.UP_TO_400B, 400 * _BILLION, parse_mlx("1.50"), parse_mlx("4.50")),
+        ClassPrice(SizeClass.OVER_400B, None, parse_mlx("3.00"), parse_mlx("9.00")),
+    ),
+    operator_share_bps=8_500,  # operators keep 85%; the network fee is the rest
+    dedicated_ultra_bonus_bps=1_000,  # dedicated Ultra seats keep 85% * 1.10 = 93.5%
+)
+
+
+def class_price(parameter_count: int, policy: EarningPolicy = DEFAULT_POLICY) -> ClassPrice:
+    assert type(parameter_count) is int and 0 < parameter_count <= PARAMETER_COUNT_MAX
+    for price in policy.class_prices:
+        if price.parameter_count_max is None or parameter_count <= price.parameter_count_max:
+            return price
+    raise AssertionError("the last class is unbounded, so a class always matches")
+
+
+def size_class(parameter_count: int, policy: EarningPolicy = DEFAULT_POLICY) -> SizeClass:
+    return class_price(parameter_count, policy).size_class
+
+
+def price_job(
+    parameter_count: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    policy: EarningPolicy = DEFAULT_POLICY,
+    *,
+    dedicated_ultra_seat: bool = False,
+) -> JobPrice:
+    """Price one finished job; see the module docstring for the rounding rules."""
+    for tokens in (prompt_tokens, completion_tokens):
+        assert type(tokens) is int and 0 <= tokens <= TOKENS_PER_JOB_MAX, f"token count out of range: {tokens}"
+    price = class_price(parameter_count, policy)
+    scaled_charge = (
+        prompt_tokens * price.prompt_price_per_million_tokens
+        + completion_tokens * price.completion_price_per_million_tokens
+    )
+    consumer_charge = scaled_charge // TOKENS_PER_PRICE_UNIT
+    share_bps = policy.operator_share_bps_for(dedicated_ultra_seat)
+    operator_credit = consumer_charge * share_bps // BPS_ONE
+    return JobPrice(
+        consumer_charge=consumer_charge,
+        operator_credit=operator_credit,
+        network_fee=consumer_charge - operator_credit,
+        policy_version=policy.version,
+    )
+
+
+def max_job_charge(
+    parameter_count: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    policy: EarningPolicy = DEFAULT_POLICY,
+) -> int:
+    """The most a job can cost, for its reservation: the charge if all max_tokens are generated.
+
+    The charge grows with completion tokens and ignores the seat bonus, so no
+    finished job with completion_tokens <= max_tokens costs more than this.
+    """
+    return price_job(parameter_count, prompt_tokens, max_tokens, policy).consumer_charge

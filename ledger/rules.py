@@ -1,0 +1,328 @@
+"""The posting rules, pure: a batch of operations over a snapshot becomes results and new rows.
+
+Nothing here touches the database. The shell (ledger.book) loads a snapshot under the
+chain-head lock, calls evaluate, and writes only if every operation succeeded, so a
+batch is all-or-nothing without savepoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ledger.chain import linked
+from ledger.model import (
+    BATCH_SIZE_MAX,
+    ID_LENGTH_MAX,
+    OK_CODES,
+    POLICY_VERSION_LENGTH_MAX,
+    TIMEOUT_S_MAX,
+    Account,
+    Balance,
+    BalanceChange,
+    ChainHead,
+    ExpirePending,
+    Operation,
+    PostPending,
+    Resolution,
+    ResultCode,
+    Transfer,
+    TransferKind,
+    TransferRequest,
+    TransferResult,
+    TransferState,
+    VoidPending,
+)
+from ledger.units import AMOUNT_MAX
+
+Outcome = tuple[ResultCode, Transfer | None]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The rows a batch can touch, read under the chain-head lock."""
+
+    head: ChainHead
+    transfers: Mapping[str, Transfer]  # by id: the batch's ids and the pending ids it names
+    resolutions: Mapping[str, Transfer]  # by the pending id each one resolves
+    accounts: Mapping[str, Account]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    results: tuple[TransferResult, ...]
+    new_transfers: tuple[Transfer, ...]  # in chain order
+    balance_changes: Mapping[str, BalanceChange]  # by account id
+
+    @property
+    def ok(self) -> bool:
+        return all(result.ok for result in self.results)
+
+
+def valid_id(value: object) -> bool:
+    """Ids are short printable text without spaces, so they read well in logs and URLs."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= ID_LENGTH_MAX
+        and value.isprintable()
+        and not any(character.isspace() for character in value)
+    )
+
+
+def valid_amount(value: object) -> bool:
+    return type(value) is int and 0 < value <= AMOUNT_MAX
+
+
+def balance_changes(transfer: Transfer, pending: Transfer | None) -> tuple[BalanceChange, BalanceChange]:
+    """What a transfer does to its (debit account, credit account) balances."""
+    amount = transfer.amount
+    if transfer.state is TransferState.PENDING:
+        return BalanceChange(debits_pending=amount), BalanceChange(credits_pending=amount)
+    if pending is None:
+        assert transfer.state is TransferState.POSTED and transfer.pending_id is None
+        return BalanceChange(debits_posted=amount), BalanceChange(credits_posted=amount)
+    assert transfer.pending_id == pending.id and amount <= pending.amount
+    posted = amount if transfer.state is TransferState.POSTED else 0
+    return (
+        BalanceChange(debits_pending=-pending.amount, debits_posted=posted),
+        BalanceChange(credits_pending=-pending.amount, credits_posted=posted),
+    )
+
+
+class _Working:
+    """The snapshot plus what earlier operations of the batch have done to it."""
+
+    def __init__(self, snapshot: Snapshot, now_us: int) -> None:
+        self.now_us = now_us
+        self.transfers = dict(snapshot.transfers)
+        self.resolutions = dict(snapshot.resolutions)
+        self.accounts = snapshot.accounts
+        self.balances = {account_id: account.balance for account_id, account in snapshot.accounts.items()}
+        self.last_sequence = snapshot.head.last_sequence
+        self.last_hash = snapshot.head.last_hash
+        self.new_transfers: list[Transfer] = []
+
+    def append(self, draft: Transfer, pending: Transfer | None) -> Transfer:
+        transfer = linked(draft, self.last_sequence + 1, self.last_hash)
+        self.last_sequence, self.last_hash = transfer.sequence, transfer.hash
+        self.transfers[transfer.id] = transfer
+        if pending is not None:
+            self.resolutions[pending.id] = transfer
+        debit_change, credit_change = balance_changes(transfer, pending)
+        self.balances[transfer.debit_account] = self.balances[transfer.debit_account].plus(debit_change)
+        self.balances[transfer.credit_account] = self.balances[transfer.credit_account].plus(credit_change)
+        self.new_transfers.append(transfer)
+        return transfer
+
+
+def evaluate(operations: Sequence[Operation], snapshot: Snapshot, now_us: int) -> Evaluation:
+    """Apply the batch in order; on the first failure, nothing is written and the rest are marked."""
+    assert 1 <= len(operations) <= BATCH_SIZE_MAX, f"a batch holds 1..{BATCH_SIZE_MAX} operations"
+    assert type(now_us) is int and now_us > 0
+    working = _Working(snapshot, now_us)
+    results: list[TransferResult] = []
+    for index, operation in enumerate(operations):
+        if isinstance(operation, TransferRequest):
+            code, transfer = _create(operation, working)
+        else:
+            code, transfer = _resolve(operation, working)
+        results.append(TransferResult(operation.id, code, transfer))
+        if code not in OK_CODES:
+            return _failed(operations, index, results[-1])
+    changes = {
+        account_id: balance.minus(snapshot.accounts[account_id].balance)
+        for account_id, balance in working.balances.items()
+        if balance != snapshot.accounts[account_id].balance
+    }
+    return Evaluation(tuple(results), tuple(working.new_transfers), changes)
+
+
+def _failed(operations: Sequence[Operation], failed_index: int, failure: TransferResult) -> Evaluation:
+    results = tuple(
+        failure if index == failed_index else TransferResult(operation.id, ResultCode.LINKED_EVENT_FAILED)
+        for index, operation in enumerate(operations)
+    )
+    return Evaluation(results, (), {})
+
+
+def _validate_request(request: TransferRequest) -> ResultCode | None:
+    assert isinstance(request.kind, TransferKind) and type(request.pending) is bool
+    if not (valid_id(request.id) and valid_id(request.debit_account) and valid_id(request.credit_account)):
+        return ResultCode.INVALID_ID
+    if not valid_amount(request.amount):
+        return ResultCode.INVALID_AMOUNT
+    if request.debit_account == request.credit_account:
+        return ResultCode.ACCOUNTS_MUST_DIFFER
+    timeout_s = request.timeout_s
+    if type(timeout_s) is not int or not 0 <= timeout_s <= TIMEOUT_S_MAX or (timeout_s and not request.pending):
+        return ResultCode.INVALID_TIMEOUT
+    if not _valid_labels(request.job_id, request.policy_version):
+        return ResultCode.INVALID_FIELD
+    return None
+
+
+def _valid_labels(job_id: str | None, policy_version: str | None) -> bool:
+    job_ok = job_id is None or valid_id(job_id)
+    policy_ok = policy_version is None or (valid_id(policy_version) and len(policy_version) <= POLICY_VERSION_LENGTH_MAX)
+    return job_ok and policy_ok
+
+
+def _same_request(existing: Transfer, request: TransferRequest) -> bool:
+    expected_state = TransferState.PENDING if request.pending else TransferState.POSTED
+    return (
+        existing.state is expected_state
+        and existing.pending_id is None
+        and existing.debit_account == request.debit_account
+        and existing.credit_account == request.credit_account
+        and existing.amount == request.amount
+        and existing.timeout_s == request.timeout_s
+        and existing.kind is request.kind
+        and existing.job_id == request.job_id
+        and existing.policy_version == request.policy_version
+    )
+
+
+def _create(request: TransferRequest, working: _Working) -> Outcome:
+    invalid = _validate_request(request)
+    if invalid is not None:
+        return invalid, None
+    existing = working.transfers.get(request.id)
+    if existing is not None:
+        same = _same_request(existing, request)
+        return (ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS), existing
+    debit = working.accounts.get(request.debit_account)
+    if debit is None:
+        return ResultCode.DEBIT_ACCOUNT_NOT_FOUND, None
+    if request.credit_account not in working.accounts:
+        return ResultCode.CREDIT_ACCOUNT_NOT_FOUND, None
+    debit_balance = working.balances[request.debit_account]
+    credit_balance = working.balances[request.credit_account]
+    debits_after = debit_balance.debits_pending + debit_balance.debits_posted + request.amount
+    if debits_after > AMOUNT_MAX:
+        return ResultCode.OVERFLOWS_DEBITS, None
+    if credit_balance.credits_pending + credit_balance.credits_posted + request.amount > AMOUNT_MAX:
+        return ResultCode.OVERFLOWS_CREDITS, None
+    if debit.debits_must_not_exceed_credits and debits_after > debit_balance.credits_posted:
+        return ResultCode.EXCEEDS_CREDITS, None
+    draft = Transfer(
+        sequence=0,
+        id=request.id,
+        debit_account=request.debit_account,
+        credit_account=request.credit_account,
+        amount=request.amount,
+        state=TransferState.PENDING if request.pending else TransferState.POSTED,
+        pending_id=None,
+        timeout_s=request.timeout_s,
+        job_id=request.job_id,
+        kind=request.kind,
+        policy_version=request.policy_version,
+        created_at_us=working.now_us,
+        prev_hash="",
+        hash="",
+    )
+    return ResultCode.CREATED, working.append(draft, pending=None)
+
+
+_RESOLVED_STATE = {
+    PostPending: TransferState.POSTED,
+    VoidPending: TransferState.VOIDED,
+    ExpirePending: TransferState.EXPIRED,
+}
+
+
+def _resolved_fields(resolution: Resolution, pending: Transfer) -> tuple[int, TransferKind, str | None]:
+    """(amount, kind, policy_version) of the transfer that resolves `pending` this way."""
+    amount = pending.amount
+    policy_version = pending.policy_version
+    if isinstance(resolution, PostPending):
+        amount = pending.amount if resolution.amount is None else resolution.amount
+        policy_version = resolution.policy_version or pending.policy_version
+    return amount, resolution.kind or pending.kind, policy_version
+
+
+def _same_resolution(existing: Transfer, resolution: Resolution, pending: Transfer | None) -> bool:
+    if pending is None or existing.pending_id != resolution.pending_id:
+        return False
+    if existing.state is not _RESOLVED_STATE[type(resolution)]:
+        return False
+    if _account_mismatch(resolution, pending) is not None:
+        return False
+    amount, kind, policy_version = _resolved_fields(resolution, pending)
+    return (existing.amount, existing.kind, existing.policy_version) == (amount, kind, policy_version)
+
+
+def _validate_resolution(resolution: Resolution) -> ResultCode | None:
+    assert resolution.kind is None or isinstance(resolution.kind, TransferKind)
+    if not (valid_id(resolution.id) and valid_id(resolution.pending_id)):
+        return ResultCode.INVALID_ID
+    if resolution.id == resolution.pending_id:
+        return ResultCode.PENDING_ID_MUST_DIFFER
+    if isinstance(resolution, PostPending):
+        if resolution.amount is not None and not valid_amount(resolution.amount):
+            return ResultCode.INVALID_AMOUNT
+        if not _valid_labels(None, resolution.policy_version):
+            return ResultCode.INVALID_FIELD
+    return None
+
+
+def _account_mismatch(resolution: Resolution, pending: Transfer) -> ResultCode | None:
+    debit_account = getattr(resolution, "debit_account", None)
+    credit_account = getattr(resolution, "credit_account", None)
+    if debit_account is not None and debit_account != pending.debit_account:
+        return ResultCode.PENDING_TRANSFER_HAS_DIFFERENT_DEBIT_ACCOUNT
+    if credit_account is not None and credit_account != pending.credit_account:
+        return ResultCode.PENDING_TRANSFER_HAS_DIFFERENT_CREDIT_ACCOUNT
+    return None
+
+
+def _timing_problem(resolution: Resolution, pending: Transfer, now_us: int) -> ResultCode | None:
+    """Post and void must come before the deadline; expiry only after it."""
+    expires_at_us = pending.expires_at_us
+    if isinstance(resolution, ExpirePending):
+        if expires_at_us is None:
+            return ResultCode.PENDING_TRANSFER_HAS_NO_TIMEOUT
+        return ResultCode.PENDING_TRANSFER_NOT_EXPIRED if now_us < expires_at_us else None
+    if expires_at_us is not None and now_us >= expires_at_us:
+        return ResultCode.PENDING_TRANSFER_EXPIRED
+    return None
+
+
+def _resolve(resolution: Resolution, working: _Working) -> Outcome:
+    invalid = _validate_resolution(resolution)
+    if invalid is not None:
+        return invalid, None
+    pending = working.transfers.get(resolution.pending_id)
+    existing = working.transfers.get(resolution.id)
+    if existing is not None:
+        same = _same_resolution(existing, resolution, pending)
+        return (ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS), existing
+    if pending is None:
+        return ResultCode.PENDING_TRANSFER_NOT_FOUND, None
+    if pending.state is not TransferState.PENDING:
+        return ResultCode.PENDING_TRANSFER_NOT_PENDING, None
+    problem = _account_mismatch(resolution, pending)
+    if problem is None and pending.id in working.resolutions:
+        problem = ResultCode.PENDING_ALREADY_RESOLVED
+    problem = problem or _timing_problem(resolution, pending, working.now_us)
+    amount, kind, policy_version = _resolved_fields(resolution, pending)
+    if problem is None and amount > pending.amount:
+        problem = ResultCode.EXCEEDS_PENDING_AMOUNT
+    if problem is not None:
+        return problem, None
+    draft = Transfer(
+        sequence=0,
+        id=resolution.id,
+        debit_account=pending.debit_account,
+        credit_account=pending.credit_account,
+        amount=amount,
+        state=_RESOLVED_STATE[type(resolution)],
+        pending_id=pending.id,
+        timeout_s=0,
+        job_id=pending.job_id,
+        kind=kind,
+        policy_version=policy_version,
+        created_at_us=working.now_us,
+        prev_hash="",
+        hash="",
+    )
+    return ResultCode.CREATED, working.append(draft, pending=pending)

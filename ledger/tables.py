@@ -1,0 +1,112 @@
+"""The ledger's tables, in its own MetaData so the coordinator's schema never mixes in.
+
+Amounts and balances are BigInteger (signed int64): exact on SQLite and PostgreSQL,
+up to ledger.units.AMOUNT_MAX base units (about 9.22 billion MLX). Times are integer
+microseconds since the Unix epoch, so the hash chain never depends on a driver's
+datetime handling. Transfers are insert-only; only account balances and the one-row
+chain head are ever updated. migrations/versions/0002_ledger.py creates the same.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    DDL,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    event,
+)
+
+from ledger.chain import GENESIS_HASH
+from ledger.model import ID_LENGTH_MAX, POLICY_VERSION_LENGTH_MAX
+
+metadata = MetaData()
+
+KIND_LENGTH_MAX = 32
+STATE_LENGTH_MAX = 16
+HASH_LENGTH = 64  # sha256, hex
+CHAIN_HEAD_ROW_ID = 1
+
+accounts = Table(
+    "ledger_accounts",
+    metadata,
+    Column("id", String(ID_LENGTH_MAX), primary_key=True),
+    Column("kind", String(KIND_LENGTH_MAX), nullable=False),
+    Column("debits_must_not_exceed_credits", Boolean, nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+    Column("debits_pending", BigInteger, nullable=False),
+    Column("debits_posted", BigInteger, nullable=False),
+    Column("credits_pending", BigInteger, nullable=False),
+    Column("credits_posted", BigInteger, nullable=False),
+    CheckConstraint(
+        "debits_pending >= 0 AND debits_posted >= 0 AND credits_pending >= 0 AND credits_posted >= 0",
+        name="ck_ledger_accounts_balances_non_negative",
+    ),
+    # The no-overdraft rule again in the database, in case a bug ever slips past the rules.
+    CheckConstraint(
+        "NOT debits_must_not_exceed_credits OR debits_pending + debits_posted <= credits_posted",
+        name="ck_ledger_accounts_no_overdraft",
+    ),
+)
+
+transfers = Table(
+    "ledger_transfers",
+    metadata,
+    Column("id", String(ID_LENGTH_MAX), primary_key=True),
+    Column("sequence", BigInteger, nullable=False, unique=True),
+    Column("debit_account", String(ID_LENGTH_MAX), ForeignKey("ledger_accounts.id"), nullable=False),
+    Column("credit_account", String(ID_LENGTH_MAX), ForeignKey("ledger_accounts.id"), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("state", String(STATE_LENGTH_MAX), nullable=False),
+    # Unique: a pending transfer is resolved by at most one post, void or expiry.
+    Column("pending_id", String(ID_LENGTH_MAX), ForeignKey("ledger_transfers.id"), nullable=True, unique=True),
+    Column("timeout_s", BigInteger, nullable=False),
+    Column("job_id", String(ID_LENGTH_MAX), nullable=True),
+    Column("kind", String(KIND_LENGTH_MAX), nullable=False),
+    Column("policy_version", String(POLICY_VERSION_LENGTH_MAX), nullable=True),
+    Column("created_at_us", BigInteger, nullable=False),
+    Column("prev_hash", String(HASH_LENGTH), nullable=False),
+    Column("hash", String(HASH_LENGTH), nullable=False),
+    CheckConstraint("amount > 0", name="ck_ledger_transfers_amount_positive"),
+    CheckConstraint("debit_account <> credit_account", name="ck_ledger_transfers_accounts_differ"),
+    CheckConstraint(
+        "state IN ('pending', 'posted', 'voided', 'expired')", name="ck_ledger_transfers_state"
+    ),
+    CheckConstraint(
+        "(state = 'pending' AND pending_id IS NULL)"
+        " OR (state = 'posted')"
+        " OR (state IN ('voided', 'expired') AND pending_id IS NOT NULL)",
+        name="ck_ledger_transfers_pending_id",
+    ),
+    CheckConstraint(
+        "timeout_s >= 0 AND (state = 'pending' OR timeout_s = 0)", name="ck_ledger_transfers_timeout"
+    ),
+    Index("ix_ledger_transfers_job_id", "job_id"),
+)
+
+chain_head = Table(
+    "ledger_chain_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("last_sequence", BigInteger, nullable=False),
+    Column("last_transfer_id", String(ID_LENGTH_MAX), nullable=True),
+    Column("last_hash", String(HASH_LENGTH), nullable=False),
+    CheckConstraint(f"id = {CHAIN_HEAD_ROW_ID}", name="ck_ledger_chain_head_single_row"),
+)
+
+# The chain head is one row that always exists; every writer locks it first.
+event.listen(
+    chain_head,
+    "after_create",
+    DDL(
+        f"INSERT INTO ledger_chain_head (id, last_sequence, last_transfer_id, last_hash)"
+        f" VALUES ({CHAIN_HEAD_ROW_ID}, 0, NULL, '{GENESIS_HASH}')"
+    ),
+)
