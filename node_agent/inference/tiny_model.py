@@ -1,8 +1,8 @@
-"""The project's own tiny language model, constructed in closed form in seconds.
+"""The project's own tiny language model, built from corpus statistics in seconds.
 
-No weights can be downloaded here, and gradient training on the CPU build of MLX
-is far too slow for test setup, so the model is built from corpus statistics
-rather than trained:
+No weights can be downloaded here, and gradient training of a transformer on the
+CPU build of MLX is far too slow for test setup, so the model is constructed
+rather than trained end to end:
 
 1. A byte-level BPE tokenizer (1024 tokens) is trained with `tokenizers` on the
    shipped corpus, Genesis 1-22 from the King James Version (public domain; see
@@ -11,7 +11,9 @@ rather than trained:
    and skip-bigrams (next token given the one before the current one), smooth both
    by backing off to the unigram distribution, and combine them naive-Bayes style:
    `logit(n) = log P(n | cur) + SKIP_WEIGHT * (log P(n | prev) - log P(n))`.
-3. Each table is centred and factorised by truncated SVD. The left factors become
+3. Each table is factorised at low rank: truncated SVD of the centred
+   log-probabilities, then `FIT_STEPS` Adam steps (plain numpy, about a second)
+   on the cross-entropy against the smoothed table. The left factors become
    embedding features, the right factors become rows of `lm_head`.
 4. Layer 0 has two hand-set attention heads. Head 0 uses RoPE phases so that every
    query attends to the position just before it, copying that token's skip-bigram
@@ -24,17 +26,20 @@ rather than trained:
    residual stream. Filler features hold the residual norm constant, so each
    RMSNorm acts as a fixed scale and the designed logits survive it.
 
-The result is a ~3.2M-parameter llama (or qwen2) model whose greedy output is
-KJV-flavoured word salad: corpus words in plausible local order, with no meaning.
-It never learned to emit EOS, so generation runs to `max_tokens`.
+The result is a 3.1M-parameter llama (or qwen2) model whose greedy output is
+KJV-flavoured word salad, corpus words in plausible local order with no meaning:
+"The" -> "fountain of the LORD, and the earth. And he said unto him, and begat sons
+and daughters." It never learned to emit EOS, so generation runs to `max_tokens`.
 
-Determinism: the same seed and architecture give byte-identical files. Weights are
-rounded to float16 precision (stored as float32) and SVD signs are fixed, so tiny
-floating-point differences in the SVD do not reach the files.
+Determinism: the same seed and architecture give byte-identical files. SVD signs
+are fixed and weights are rounded to float16 precision (stored as float32, which
+is faster on the CPU), so the last-bit differences that BLAS thread counts cause
+do not reach the files. A different BLAS library could still, rarely, flip one.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import pathlib
@@ -73,6 +78,9 @@ CHAT_TEMPLATE = (
 # Additive smoothing mass (in tokens) spread by the unigram distribution.
 BIGRAM_SMOOTHING = 1.0
 SKIP_SMOOTHING = 2.0
+# Adam steps that refine the SVD start of each table towards maximum likelihood.
+FIT_STEPS = 40
+FIT_LEARNING_RATE = 0.03
 # Below 1, naive Bayes double-counts less of the evidence the two tables share.
 SKIP_WEIGHT = 0.6
 REPEAT_PENALTY = 10.0
@@ -81,6 +89,12 @@ WINDOW_TOKENS = 30.0
 # bigram features get what is left.
 SKIP_RANK = 32
 CODE_DIMS = 40
+BIGRAM_RANK = HIDDEN_SIZE - 2 * (SKIP_RANK + 1) - 2 * CODE_DIMS - 2
+# Shares of the embedding's squared norm (HIDDEN_SIZE, i.e. unit RMS) per block;
+# a filler dimension takes the rest, so every embedding row has the same norm.
+BIGRAM_SHARE = 0.55
+SKIP_SHARE = 0.2
+CODE_SHARE = 0.1
 # Standard deviation, per residual dimension, that each random block adds.
 RANDOM_OUTPUT_SCALE = 0.01
 # Sharpness (logit gap to the neighbours) of the previous-token head, per RoPE pair.
@@ -104,9 +118,8 @@ class _Layout:
 
 
 def _layout() -> _Layout:
-    bigram_rank = HIDDEN_SIZE - 2 * (SKIP_RANK + 1) - 2 * CODE_DIMS - 2
-    assert bigram_rank >= 64, "residual stream too narrow for the bigram features"
-    edges = np.cumsum([0, bigram_rank, SKIP_RANK + 1, CODE_DIMS, 1, 1, SKIP_RANK + 1, CODE_DIMS])
+    assert BIGRAM_RANK >= 64, "residual stream too narrow for the bigram features"
+    edges = np.cumsum([0, BIGRAM_RANK, SKIP_RANK + 1, CODE_DIMS, 1, 1, SKIP_RANK + 1, CODE_DIMS])
     parts = [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
     assert parts[-1].stop == HIDDEN_SIZE
     return _Layout(
@@ -117,13 +130,13 @@ def _layout() -> _Layout:
 
 @dataclass(frozen=True)
 class _Factors:
-    """Low-rank pieces of the two log-probability tables."""
+    """Low-rank pieces of the combined bigram and skip-bigram logits."""
 
     bigram_in: np.ndarray  # (vocab, rank): features of the current token
     bigram_out: np.ndarray  # (vocab, rank): read out by lm_head
     skip_in: np.ndarray
     skip_out: np.ndarray
-    bias: np.ndarray  # (vocab,): column means of both tables, combined
+    bias: np.ndarray  # (vocab,): the part of every logit that ignores context
 
 
 def build_tiny_model(
@@ -134,20 +147,31 @@ def build_tiny_model(
         raise ValueError(f"architecture must be one of {ARCHITECTURES}, not {architecture!r}")
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(CORPUS_PATH.read_text(encoding="utf-8"))
-    streams = _encode_chapters(tokenizer, CORPUS_PATH.read_text(encoding="utf-8"))
+    tokenizer_json, factors = _fit_corpus()
+    tokenizer = Tokenizer.from_str(tokenizer_json)
     layout = _layout()
-    factors = _factorize_tables(streams, bos_id=tokenizer.token_to_id(BOS_TOKEN), layout=layout)
-    rng = np.random.default_rng(seed)
-    weights = _model_weights(factors, layout, rng, architecture)
+    weights = _model_weights(factors, layout, np.random.default_rng(seed), architecture)
     _write_weights(out_dir, weights)
     _write_config(out_dir, architecture, tokenizer)
     _write_tokenizer(out_dir, tokenizer)
     logger.info(
-        "built tiny %s model in %s: %d parameters, %d corpus tokens",
-        architecture, out_dir, sum(w.size for w in weights.values()), sum(len(s) for s in streams),
+        "built tiny %s model (seed %d) in %s: %d parameters",
+        architecture, seed, out_dir, sum(w.size for w in weights.values()),
     )
     return out_dir
+
+
+@functools.lru_cache(maxsize=1)
+def _fit_corpus() -> tuple[str, _Factors]:
+    """Tokenizer and factors depend on the corpus alone, so later builds reuse them."""
+    text = CORPUS_PATH.read_text(encoding="utf-8")
+    tokenizer = _train_tokenizer(text)
+    streams = _encode_chapters(tokenizer, text)
+    factors = _factorize_tables(streams, bos_id=tokenizer.token_to_id(BOS_TOKEN))
+    for array in vars(factors).values():
+        array.setflags(write=False)  # shared by every later build in this process
+    logger.debug("fitted tiny model to %d corpus tokens", sum(len(s) for s in streams))
+    return tokenizer.to_str(), factors
 
 
 def _train_tokenizer(text: str) -> Tokenizer:
@@ -179,7 +203,7 @@ def _encode_chapters(tokenizer: Tokenizer, text: str) -> list[np.ndarray]:
     return [np.array(e.ids, dtype=np.int64) for e in tokenizer.encode_batch(_chapters(text))]
 
 
-def _factorize_tables(streams: list[np.ndarray], *, bos_id: int, layout: _Layout) -> _Factors:
+def _factorize_tables(streams: list[np.ndarray], *, bos_id: int) -> _Factors:
     bigram_counts = np.zeros((VOCAB_SIZE, VOCAB_SIZE))
     skip_counts = np.zeros((VOCAB_SIZE, VOCAB_SIZE))
     for stream in streams:
@@ -187,46 +211,75 @@ def _factorize_tables(streams: list[np.ndarray], *, bos_id: int, layout: _Layout
         np.add.at(skip_counts, (stream[:-2], stream[2:]), 1.0)
     unigram = np.bincount(np.concatenate(streams), minlength=VOCAB_SIZE) + 0.5
     unigram /= unigram.sum()
-    bigram_log = np.log(_backoff(bigram_counts, unigram, BIGRAM_SMOOTHING))
-    skip_log = np.log(_backoff(skip_counts, unigram, SKIP_SMOOTHING)) - np.log(unigram)
     # Head 0 sees BOS as "previous" at position 0, where it carries no evidence.
-    skip_log[bos_id] = 0.0
-    bigram_in, bigram_out, bigram_bias = _low_rank(bigram_log, layout.bigram.stop - layout.bigram.start)
-    skip_in, skip_out, skip_bias = _low_rank(skip_log, SKIP_RANK)
+    skip_counts[bos_id] = 0.0
+    bigram_in, bigram_out, bigram_bias = _fit_low_rank(
+        bigram_counts, unigram, BIGRAM_SMOOTHING, BIGRAM_RANK
+    )
+    skip_in, skip_out, skip_bias = _fit_low_rank(skip_counts, unigram, SKIP_SMOOTHING, SKIP_RANK)
     return _Factors(
         bigram_in=bigram_in, bigram_out=bigram_out,
         skip_in=skip_in, skip_out=SKIP_WEIGHT * skip_out,
-        bias=bigram_bias + SKIP_WEIGHT * skip_bias,
+        bias=bigram_bias + SKIP_WEIGHT * (skip_bias - np.log(unigram)),
     )
 
 
-def _backoff(counts: np.ndarray, unigram: np.ndarray, mass: float) -> np.ndarray:
-    """P(next | context); unseen contexts fall back to the unigram distribution."""
-    return (counts + mass * unigram) / (counts.sum(axis=1, keepdims=True) + mass)
+def _fit_low_rank(
+    counts: np.ndarray, unigram: np.ndarray, smoothing: float, rank: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Logits `left @ right.T + bias` whose softmax rows approximate the smoothed
+    P(next | context), weighted by how often each context occurs.
+
+    Truncated SVD of the log-probabilities starts it; a few Adam steps on the
+    cross-entropy then fix what SVD gets wrong (it minimises squared error in
+    log space, which wastes rank on rare contexts and loses their argmax).
+    """
+    target = (counts + smoothing * unigram) / (counts.sum(axis=1, keepdims=True) + smoothing)
+    row_weights = counts.sum(axis=1) + smoothing
+    row_weights /= row_weights.sum()
+    left, right, bias = _svd_start(np.log(target), rank)
+    parameters = [left, right, bias]
+    moments = [(np.zeros_like(p), np.zeros_like(p)) for p in parameters]
+    for step in range(1, FIT_STEPS + 1):
+        logits = left @ right.T + bias
+        probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        logit_gradient = (probabilities - target) * row_weights[:, None]
+        gradients = [logit_gradient @ right, logit_gradient.T @ left, logit_gradient.sum(axis=0)]
+        for parameter, gradient, (first, second) in zip(parameters, gradients, moments):
+            _adam_update(parameter, gradient, first, second, step)
+    return left, right, bias
 
 
-def _low_rank(table: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Split `table` into row constants (dropped: softmax ignores them), column bias
-    and a rank-`rank` product `left @ right.T`."""
-    centred = table - table.mean(axis=1, keepdims=True)
+def _adam_update(
+    parameter: np.ndarray, gradient: np.ndarray, first: np.ndarray, second: np.ndarray, step: int
+) -> None:
+    first *= 0.9
+    first += 0.1 * gradient
+    second *= 0.999
+    second += 0.001 * gradient**2
+    step_size = FIT_LEARNING_RATE * np.sqrt(1 - 0.999**step) / (1 - 0.9**step)
+    # Gradients are tiny (rows are weighted by frequency), hence the tiny epsilon.
+    parameter -= step_size * first / (np.sqrt(second) + 1e-12)
+
+
+def _svd_start(log_table: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row constants (dropped: softmax ignores them), column bias, and the best
+    rank-`rank` product for the rest."""
+    centred = log_table - log_table.mean(axis=1, keepdims=True)
     bias = centred.mean(axis=0)
     left, singular, right_t = np.linalg.svd(centred - bias)
     left, right = left[:, :rank], right_t[:rank].T
-    # Fix each singular pair's sign so that different LAPACKs agree.
+    # Fix each singular pair's sign so that different LAPACKs start from the same point.
     signs = np.sign(left[np.abs(left).argmax(axis=0), np.arange(rank)])
     root = np.sqrt(singular[:rank])
     return left * (signs * root), right * (signs * root), bias
 
 
-# Shares of the embedding's squared norm (HIDDEN_SIZE, i.e. unit RMS) per block;
-# the filler dimension takes the rest, so every embedding row has the same norm.
-BIGRAM_SHARE = 0.55
-SKIP_SHARE = 0.2
-CODE_SHARE = 0.1
-
-
 @dataclass(frozen=True)
 class _Scales:
+    """Factors that put each feature block at its share of the embedding norm."""
+
     bigram: float
     skip: float
     code: float
@@ -256,19 +309,20 @@ def _embedding(factors: _Factors, layout: _Layout, codes: np.ndarray) -> tuple[n
     embedding = np.zeros((VOCAB_SIZE, HIDDEN_SIZE))
     scales = _Scales(
         bigram=np.sqrt(BIGRAM_SHARE * HIDDEN_SIZE) / _max_row_norm(factors.bigram_in),
-        skip=np.sqrt(SKIP_SHARE * HIDDEN_SIZE) / _max_row_norm(factors.skip_in),
+        # Leave the filler at least a tenth: sqrt near zero would amplify float noise.
+        skip=np.sqrt(0.9 * SKIP_SHARE * HIDDEN_SIZE) / _max_row_norm(factors.skip_in),
         code=np.sqrt(CODE_SHARE * HIDDEN_SIZE),
     )
     embedding[:, layout.bigram] = factors.bigram_in * scales.bigram
     skip = factors.skip_in * scales.skip
     # A filler keeps the skip block's norm fixed: head 0 copies it whole, and the
     # copy must not change the residual norm that the RMSNorms divide by.
-    skip_filler = np.sqrt(np.maximum(SKIP_SHARE * HIDDEN_SIZE - (skip**2).sum(axis=1), 0.0))
+    skip_filler = np.sqrt(SKIP_SHARE * HIDDEN_SIZE - (skip**2).sum(axis=1))
     embedding[:, layout.skip] = np.column_stack([skip, skip_filler])
     embedding[:, layout.code] = codes * scales.code
     embedding[:, layout.const] = 1.0
     rest = HIDDEN_SIZE - (embedding**2).sum(axis=1)
-    assert rest.min() > 0.0
+    assert rest.min() > 0.1 * HIDDEN_SIZE
     embedding[:, layout.filler] = np.sqrt(rest)
     return embedding, scales
 
@@ -287,29 +341,32 @@ def _lm_head(factors: _Factors, layout: _Layout, codes: np.ndarray, scales: _Sca
 
 
 def _random_layer(rng: np.random.Generator, architecture: str) -> dict[str, np.ndarray]:
-    """A block with unit-scale projections in and small projections out."""
+    """A block whose projections into attention and the MLP have unit scale, and
+    whose projections back into the residual stream are small."""
     attention_width = NUM_HEADS * HEAD_DIM
     kv_width = NUM_KV_HEADS * HEAD_DIM
-    out_scale = RANDOM_OUTPUT_SCALE
+    small = RANDOM_OUTPUT_SCALE
     layer = {
-        "self_attn.q_proj.weight": rng.standard_normal((attention_width, HIDDEN_SIZE)) / np.sqrt(HIDDEN_SIZE),
-        "self_attn.k_proj.weight": rng.standard_normal((kv_width, HIDDEN_SIZE)) / np.sqrt(HIDDEN_SIZE),
-        "self_attn.v_proj.weight": rng.standard_normal((kv_width, HIDDEN_SIZE)) / np.sqrt(HIDDEN_SIZE),
-        "self_attn.o_proj.weight": rng.standard_normal((HIDDEN_SIZE, attention_width)) * out_scale,
-        "mlp.gate_proj.weight": rng.standard_normal((INTERMEDIATE_SIZE, HIDDEN_SIZE)) / np.sqrt(HIDDEN_SIZE),
-        "mlp.up_proj.weight": rng.standard_normal((INTERMEDIATE_SIZE, HIDDEN_SIZE)) / np.sqrt(HIDDEN_SIZE),
-        "mlp.down_proj.weight": rng.standard_normal((HIDDEN_SIZE, INTERMEDIATE_SIZE)) * out_scale,
+        "self_attn.q_proj.weight": _gaussian(rng, attention_width, HIDDEN_SIZE, 1.0),
+        "self_attn.k_proj.weight": _gaussian(rng, kv_width, HIDDEN_SIZE, 1.0),
+        "self_attn.v_proj.weight": _gaussian(rng, kv_width, HIDDEN_SIZE, 1.0),
+        "self_attn.o_proj.weight": _gaussian(rng, HIDDEN_SIZE, attention_width, small),
+        "mlp.gate_proj.weight": _gaussian(rng, INTERMEDIATE_SIZE, HIDDEN_SIZE, 1.0),
+        "mlp.up_proj.weight": _gaussian(rng, INTERMEDIATE_SIZE, HIDDEN_SIZE, 1.0),
+        "mlp.down_proj.weight": _gaussian(rng, HIDDEN_SIZE, INTERMEDIATE_SIZE, small),
         "input_layernorm.weight": np.ones(HIDDEN_SIZE),
         "post_attention_layernorm.weight": np.ones(HIDDEN_SIZE),
     }
-    # o_proj and down_proj sum ~unit inputs; divide so each output dim has std out_scale.
-    layer["self_attn.o_proj.weight"] /= np.sqrt(attention_width)
-    layer["mlp.down_proj.weight"] /= np.sqrt(INTERMEDIATE_SIZE)
     if architecture == "qwen2":
         layer["self_attn.q_proj.bias"] = np.zeros(attention_width)
         layer["self_attn.k_proj.bias"] = np.zeros(kv_width)
         layer["self_attn.v_proj.bias"] = np.zeros(kv_width)
     return layer
+
+
+def _gaussian(rng: np.random.Generator, rows: int, columns: int, output_scale: float) -> np.ndarray:
+    """A linear layer's weight whose outputs have std `output_scale` for unit inputs."""
+    return rng.standard_normal((rows, columns)) * (output_scale / np.sqrt(columns))
 
 
 def _design_heads(layer: dict[str, np.ndarray], layout: _Layout) -> None:
@@ -365,7 +422,10 @@ def _window_rope_vector() -> np.ndarray:
     return vector
 
 
-def _copy_block(value: np.ndarray, output: np.ndarray, *, head: int, source: slice, target: slice) -> None:
+def _copy_block(
+    value: np.ndarray, output: np.ndarray, *, head: int, source: slice, target: slice
+) -> None:
+    """Route residual dimensions `source` through one head's values into `target`."""
     width = source.stop - source.start
     assert width == target.stop - target.start and width <= HEAD_DIM
     channels = np.arange(width) + head * HEAD_DIM
