@@ -1,0 +1,117 @@
+"""The hash chain catches edits and deletions made behind the ledger's back (raw SQL)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from ledger import book
+from ledger.chain import GENESIS_HASH, canonical_encoding, linked, transfer_hash
+from ledger.model import TransferKind, TransferRequest
+from tests.ledger.helpers import ALICE, BOB, NOW_US, fund, open_accounts, reserve
+
+TRANSFER_IDS = ["deposit-1", "t1", "t2", "r1", "p1", "t3"]
+
+
+def build_ledger(session: Session) -> None:
+    open_accounts(session)
+    fund(session, ALICE, 1_000)
+    for transfer_id in ("t1", "t2"):
+        request = TransferRequest(id=transfer_id, debit_account=ALICE, credit_account=BOB, amount=10,
+                                  kind=TransferKind.CORRECTION)
+        assert book.create_transfer(session, request, now_us=NOW_US).ok
+    reserve(session, "r1", 100)
+    assert book.post_pending(session, "p1", "r1", 60, now_us=NOW_US).ok
+    request = TransferRequest(id="t3", debit_account=ALICE, credit_account=BOB, amount=5, kind=TransferKind.CORRECTION)
+    assert book.create_transfer(session, request, now_us=NOW_US).ok
+
+
+def test_an_untouched_chain_verifies(session: Session) -> None:
+    assert book.verify_chain(session).ok  # empty
+    build_ledger(session)
+    check = book.verify_chain(session)
+    assert check.ok and check.transfers_checked == len(TRANSFER_IDS)
+    assert book.verify_chain(session, batch_size=2).ok  # paging changes nothing
+    assert book.verify_balances(session).ok
+
+
+@pytest.mark.parametrize(
+    ("statement", "first_bad"),
+    [
+        ("UPDATE ledger_transfers SET amount = amount + 1 WHERE id = 't2'", "t2"),
+        ("UPDATE ledger_transfers SET credit_account = 'external:deposits' WHERE id = 't1'", "t1"),
+        ("UPDATE ledger_transfers SET job_id = 'job-x' WHERE id = 'r1'", "r1"),
+        ("UPDATE ledger_transfers SET created_at_us = created_at_us + 1 WHERE id = 'p1'", "p1"),
+        ("UPDATE ledger_transfers SET prev_hash = hash WHERE id = 't3'", "t3"),
+        ("UPDATE ledger_transfers SET hash = prev_hash WHERE id = 't1'", "t1"),
+    ],
+)
+def test_an_edited_row_is_found(session: Session, statement: str, first_bad: str) -> None:
+    build_ledger(session)
+    session.execute(text(statement))
+    check = book.verify_chain(session)
+    assert not check.ok and check.first_bad_transfer_id == first_bad, check.reason
+
+
+def test_a_deleted_row_is_found_at_its_successor(session: Session) -> None:
+    build_ledger(session)
+    session.execute(text("DELETE FROM ledger_transfers WHERE id = 't1'"))
+    check = book.verify_chain(session)
+    assert not check.ok and check.first_bad_transfer_id == "t2"
+    assert "missing" in check.reason
+
+
+def test_a_deleted_tail_is_found_through_the_head(session: Session) -> None:
+    build_ledger(session)
+    session.execute(text("DELETE FROM ledger_transfers WHERE id = 't3'"))
+    check = book.verify_chain(session)
+    assert not check.ok and check.first_bad_transfer_id == "t3"
+
+
+def test_a_rehashed_edit_breaks_the_next_link(session: Session) -> None:
+    """Recomputing the edited row's own hash is not enough: its successor still names the old one."""
+    build_ledger(session)
+    forged = replace(book.get_transfer(session, "t1"), amount=11)  # type: ignore[arg-type]
+    session.execute(
+        text("UPDATE ledger_transfers SET amount = 11, hash = :hash WHERE id = 't1'"),
+        {"hash": transfer_hash(forged)},
+    )
+    check = book.verify_chain(session)
+    assert not check.ok and check.first_bad_transfer_id == "t2"
+    assert not book.verify_balances(session).ok  # and the stored balances no longer match the replay
+
+
+def test_a_forged_append_without_the_head_is_found(session: Session) -> None:
+    build_ledger(session)
+    last = book.get_transfer(session, "t3")
+    assert last is not None
+    forged = linked(replace(last, id="t4"), last.sequence + 1, last.hash)
+    session.execute(
+        text(
+            "INSERT INTO ledger_transfers (id, sequence, debit_account, credit_account, amount, state, pending_id,"
+            " timeout_s, job_id, kind, policy_version, created_at_us, prev_hash, hash) VALUES (:id, :sequence,"
+            " :debit, :credit, 5, 'posted', NULL, 0, NULL, 'correction', NULL, :created, :prev, :hash)"
+        ),
+        {"id": "t4", "sequence": forged.sequence, "debit": ALICE, "credit": BOB, "created": forged.created_at_us,
+         "prev": forged.prev_hash, "hash": forged.hash},
+    )
+    check = book.verify_chain(session)
+    assert not check.ok and check.first_bad_transfer_id == "t4"
+
+
+def test_balances_edited_behind_the_ledger_are_found(session: Session) -> None:
+    build_ledger(session)
+    session.execute(text("UPDATE ledger_accounts SET credits_posted = credits_posted + 1 WHERE id = :id"), {"id": BOB})
+    assert book.verify_balances(session).mismatched_account_ids == (BOB,)
+    assert book.verify_chain(session).ok  # the chain covers transfers; balances have their own audit
+
+
+def test_the_encoding_is_canonical_and_starts_from_genesis(session: Session) -> None:
+    build_ledger(session)
+    first = book.get_transfer(session, "deposit-1")
+    assert first is not None and first.prev_hash == GENESIS_HASH and first.sequence == 1
+    assert canonical_encoding(first).startswith(b'["mlxnet-ledger-transfer-v1",1,"deposit-1",')
+    assert transfer_hash(first) == first.hash
