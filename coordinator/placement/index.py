@@ -1,0 +1,387 @@
+"""FleetIndex: the fleet arranged so that one decision touches a few dozen candidates, not 100,000.
+
+For each model, available Macs are grouped by speed profile (one bandwidth grid step)
+and by whether the model is warm. Each group is a list of integer keys sorted by
+free memory, then by static score (reputation and price) descending, then position:
+
+    key = free_bytes << FREE_SHIFT | (SCALE - static_quantum) << STATIC_SHIFT | position
+
+so "fits" is a bisect, and the best fits come first. Pods are grouped the same way by
+topology and slowest member, keyed by summed free memory. Counters per model hold how
+many Macs are offline, owner-active or busy, so an explanation's counts are exact.
+
+The index is the one mutable structure of the planner; it is owned by one thread.
+Decisions never change it: commit and release do, and they re-check capacity first.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass, replace
+
+from contracts.ids import NodeId
+from coordinator.placement.candidates import FleetSnapshot, MacCandidate, PodCandidate
+from coordinator.placement.config import PlacementConfig
+from coordinator.placement.decision import Placement
+from coordinator.placement.filters import FILTER_ORDER, FilterReason, state_reason
+from coordinator.placement.memory import mac_ceiling_bytes
+from coordinator.placement.pods import PodTopology, pod_topology
+from coordinator.placement.scoring import STATIC_SCORE_BITS, STATIC_SCORE_SCALE, static_score_quantum
+from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, step_bandwidth_bytes_per_s
+
+POSITION_BITS = 20
+POSITION_MASK = (1 << POSITION_BITS) - 1
+STATIC_SHIFT = POSITION_BITS
+STATIC_MASK = (1 << STATIC_SCORE_BITS) - 1
+FREE_SHIFT = POSITION_BITS + STATIC_SCORE_BITS
+MAX_POSITIONS = 1 << POSITION_BITS
+
+
+def group_key(free_bytes: int, static_quantum: int, position: int) -> int:
+    assert 0 <= position < MAX_POSITIONS and 0 <= static_quantum <= STATIC_SCORE_SCALE
+    return (max(free_bytes, 0) << FREE_SHIFT) | ((STATIC_SCORE_SCALE - static_quantum) << STATIC_SHIFT) | position
+
+
+class Group:
+    """Available candidates of one model, profile and warmth, sorted by key."""
+
+    __slots__ = ("keys", "static_max")
+
+    def __init__(self) -> None:
+        self.keys: list[int] = []
+        self.static_max = 0  # never lowered: an upper bound is all pruning needs
+
+    def add(self, key: int, static_quantum: int) -> None:
+        insort(self.keys, key)
+        if static_quantum > self.static_max:
+            self.static_max = static_quantum
+
+    def remove(self, key: int) -> None:
+        i = bisect_left(self.keys, key)
+        assert i < len(self.keys) and self.keys[i] == key, "index out of step with its slots"
+        del self.keys[i]
+
+
+class MacClass:
+    """Macs serving one model with one speed profile."""
+
+    __slots__ = ("profile", "bandwidth_bytes_per_s", "cold", "warm", "ceilings")
+
+    def __init__(self, profile: SpeedProfile, bandwidth_bytes_per_s: float) -> None:
+        self.profile = profile
+        self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
+        self.cold = Group()
+        self.warm = Group()
+        self.ceilings: list[int] = []  # every serving Mac in any state: could it ever fit?
+
+
+class PodClass:
+    """Pods serving one model with one topology and slowest-member step."""
+
+    __slots__ = ("topology", "slowest_step", "group", "by_ceiling")
+
+    def __init__(self, topology: PodTopology, slowest_step: int) -> None:
+        self.topology = topology
+        self.slowest_step = slowest_step
+        self.group = Group()
+        self.by_ceiling: list[tuple[int, int]] = []  # (-summed ceilings, position), any state
+
+
+class ModelEntry:
+    __slots__ = ("served", "unavailable", "classes")
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.unavailable: dict[FilterReason, int] = {}
+        self.classes: dict = {}  # MacClass by step, or PodClass by (topology, step)
+
+
+class MacSlot:
+    __slots__ = ("position", "candidate", "ceiling", "committed", "running", "reason", "step",
+                 "static_quantum", "pods")
+
+    @property
+    def free(self) -> int:
+        return self.ceiling - self.committed
+
+
+class PodSlot:
+    __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_quantum",
+                 "served", "warm", "ceiling_sum", "reason")
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    macs: int
+    pods: int
+    models: int
+    mac_groups: int
+    pod_classes: int
+
+
+class FleetIndex:
+    def __init__(self, config: PlacementConfig) -> None:
+        self.config = config
+        self.mac_slots: list[MacSlot | None] = []
+        self.pod_slots: list[PodSlot | None] = []
+        self.mac_models: dict[str, ModelEntry] = {}
+        self.pod_models: dict[str, ModelEntry] = {}
+        self._mac_by_node: dict[NodeId, MacSlot] = {}
+        self._pod_by_id: dict[str, PodSlot] = {}
+        self.mac_count = 0
+        self.pod_count = 0
+
+    @classmethod
+    def build(cls, snapshot: FleetSnapshot, config: PlacementConfig = PlacementConfig()) -> FleetIndex:
+        index = cls(config)
+        for mac in snapshot.macs:
+            index.add_mac(mac)
+        for pod in snapshot.pods:
+            index.add_pod(pod)
+        return index
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def mac(self, node_id: NodeId) -> MacCandidate:
+        """The Mac as the index sees it now, commitments included."""
+        return self._current(self._mac_by_node[node_id])
+
+    def free_bytes(self, node_id: NodeId) -> int:
+        return self._mac_by_node[node_id].free
+
+    def snapshot(self) -> FleetSnapshot:
+        macs = tuple(self._current(slot) for slot in self.mac_slots if slot is not None)
+        pods = tuple(slot.candidate for slot in self.pod_slots if slot is not None)
+        return FleetSnapshot(macs, pods)
+
+    def stats(self) -> IndexStats:
+        mac_groups = sum(len(e.classes) * 2 for e in self.mac_models.values())
+        pod_classes = sum(len(e.classes) for e in self.pod_models.values())
+        return IndexStats(self.mac_count, self.pod_count, len(self.mac_models), mac_groups, pod_classes)
+
+    @staticmethod
+    def _current(slot: MacSlot) -> MacCandidate:
+        mac = slot.candidate
+        if mac.committed_memory_bytes == slot.committed and mac.running_jobs == slot.running:
+            return mac
+        return replace(mac, committed_memory_bytes=slot.committed, running_jobs=slot.running)
+
+    # -- changing Macs ------------------------------------------------------------------
+
+    def add_mac(self, mac: MacCandidate) -> None:
+        assert mac.node_id not in self._mac_by_node, f"{mac.node_id} is already indexed"
+        assert len(self.mac_slots) < MAX_POSITIONS, "index full"
+        slot = MacSlot()
+        slot.position = len(self.mac_slots)
+        slot.pods = []
+        self._fill_mac_slot(slot, mac)
+        self.mac_slots.append(slot)
+        self._mac_by_node[mac.node_id] = slot
+        self.mac_count += 1
+        self._register_mac(slot)
+
+    def replace_mac(self, mac: MacCandidate) -> None:
+        """A heartbeat or a settings change: the Mac's new state, by node id."""
+        slot = self._mac_by_node.get(mac.node_id)
+        if slot is None:
+            self.add_mac(mac)
+            return
+        old = slot.candidate
+        dynamic_only = replace(old, online=mac.online, owner_active=mac.owner_active,
+                               committed_memory_bytes=mac.committed_memory_bytes,
+                               running_jobs=mac.running_jobs) == mac
+        if dynamic_only:
+            slot.candidate = mac
+            self._set_load(slot, mac.committed_memory_bytes, mac.running_jobs)
+            return
+        pods = [self.pod_slots[p] for p in slot.pods]
+        for pod in pods:
+            self._unregister_pod(pod)
+        self._unregister_mac(slot)
+        self._fill_mac_slot(slot, mac)
+        self._register_mac(slot)
+        for pod in pods:
+            self._fill_pod_statics(pod)
+            self._register_pod(pod)
+
+    def remove_mac(self, node_id: NodeId) -> None:
+        slot = self._mac_by_node.pop(node_id)
+        assert not slot.pods, "remove the Mac's pods first"
+        self._unregister_mac(slot)
+        self.mac_slots[slot.position] = None
+        self.mac_count -= 1
+
+    def try_commit(self, placement: Placement) -> bool:
+        """Reserve a decision's memory, re-checking capacity; False when it is no longer there."""
+        slots = [self._mac_by_node.get(node_id) for node_id in placement.node_ids]
+        for slot, share in zip(slots, placement.reserved_memory_bytes):
+            if slot is None or slot.reason is not None or slot.free < share:
+                return False
+        for slot, share in zip(slots, placement.reserved_memory_bytes):
+            self._set_load(slot, slot.committed + share, slot.running + 1)
+        return True
+
+    def release(self, placement: Placement) -> None:
+        """A committed job finished: give its memory back."""
+        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
+            slot = self._mac_by_node[node_id]
+            assert slot.committed >= share and slot.running >= 1, "released more than was committed"
+            self._set_load(slot, slot.committed - share, slot.running - 1)
+
+    def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
+        pods = [self.pod_slots[p] for p in slot.pods]
+        for pod in pods:
+            self._detach_pod_state(pod)
+        self._detach_mac_state(slot)
+        slot.committed, slot.running = committed, running
+        mac = slot.candidate
+        slot.reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
+        self._attach_mac_state(slot)
+        for pod in pods:
+            pod.reason = self._pod_reason(pod)
+            self._attach_pod_state(pod)
+
+    def _fill_mac_slot(self, slot: MacSlot, mac: MacCandidate) -> None:
+        config = self.config
+        slot.candidate = mac
+        slot.ceiling = mac_ceiling_bytes(mac, config.memory)
+        slot.committed, slot.running = mac.committed_memory_bytes, mac.running_jobs
+        slot.reason = state_reason(mac.online, mac.owner_active, mac.running_jobs, mac.max_concurrent_jobs)
+        slot.step = effective_bandwidth_step(mac, config.speed)
+        slot.static_quantum = static_score_quantum(mac.reputation, mac.price_per_million_tokens, config)
+
+    def _register_mac(self, slot: MacSlot) -> None:
+        for model_id in slot.candidate.served_models:
+            entry = self.mac_models.get(model_id)
+            if entry is None:
+                entry = self.mac_models[model_id] = ModelEntry()
+            entry.served += 1
+            mac_class = entry.classes.get(slot.step)
+            if mac_class is None:
+                bandwidth = step_bandwidth_bytes_per_s(slot.step, self.config.speed)
+                mac_class = entry.classes[slot.step] = MacClass(SpeedProfile(slot.step), bandwidth)
+            insort(mac_class.ceilings, slot.ceiling)
+        self._attach_mac_state(slot)
+
+    def _unregister_mac(self, slot: MacSlot) -> None:
+        self._detach_mac_state(slot)
+        for model_id in slot.candidate.served_models:
+            entry = self.mac_models[model_id]
+            entry.served -= 1
+            ceilings = entry.classes[slot.step].ceilings
+            del ceilings[bisect_left(ceilings, slot.ceiling)]
+
+    def _attach_mac_state(self, slot: MacSlot) -> None:
+        mac = slot.candidate
+        if slot.reason is not None:
+            for model_id in mac.served_models:
+                unavailable = self.mac_models[model_id].unavailable
+                unavailable[slot.reason] = unavailable.get(slot.reason, 0) + 1
+            return
+        key = group_key(slot.free, slot.static_quantum, slot.position)
+        for model_id in mac.served_models:
+            mac_class = self.mac_models[model_id].classes[slot.step]
+            group = mac_class.warm if model_id in mac.warm_models else mac_class.cold
+            group.add(key, slot.static_quantum)
+
+    def _detach_mac_state(self, slot: MacSlot) -> None:
+        mac = slot.candidate
+        if slot.reason is not None:
+            for model_id in mac.served_models:
+                self.mac_models[model_id].unavailable[slot.reason] -= 1
+            return
+        key = group_key(slot.free, slot.static_quantum, slot.position)
+        for model_id in mac.served_models:
+            mac_class = self.mac_models[model_id].classes[slot.step]
+            (mac_class.warm if model_id in mac.warm_models else mac_class.cold).remove(key)
+
+    # -- changing pods ------------------------------------------------------------------
+
+    def add_pod(self, pod: PodCandidate) -> None:
+        assert pod.pod_id not in self._pod_by_id, f"{pod.pod_id} is already indexed"
+        assert len(self.pod_slots) < MAX_POSITIONS, "index full"
+        slot = PodSlot()
+        slot.position = len(self.pod_slots)
+        slot.candidate = pod
+        slot.members = tuple(self._mac_by_node[node_id] for node_id in pod.members)
+        slot.topology = pod_topology(pod, self.config.speed)
+        self._fill_pod_statics(slot)
+        self.pod_slots.append(slot)
+        self._pod_by_id[pod.pod_id] = slot
+        self.pod_count += 1
+        for member in slot.members:
+            member.pods.append(slot.position)
+        self._register_pod(slot)
+
+    def remove_pod(self, pod_id: str) -> None:
+        slot = self._pod_by_id.pop(pod_id)
+        self._unregister_pod(slot)
+        for member in slot.members:
+            member.pods.remove(slot.position)
+        self.pod_slots[slot.position] = None
+        self.pod_count -= 1
+
+    def pod_free_bytes(self, slot: PodSlot) -> tuple[int, ...]:
+        return tuple(member.free for member in slot.members)
+
+    @staticmethod
+    def pod_free_sum(slot: PodSlot) -> int:
+        """A pod's memory is the sum of its members' free memory (a member over its ceiling adds 0)."""
+        return sum(max(member.free, 0) for member in slot.members)
+
+    def _fill_pod_statics(self, slot: PodSlot) -> None:
+        members = [member.candidate for member in slot.members]
+        slot.served = frozenset.intersection(*(mac.served_models for mac in members))
+        slot.warm = frozenset.intersection(*(mac.warm_models for mac in members))
+        slot.slowest_step = min(member.step for member in slot.members)
+        slot.ceiling_sum = sum(member.ceiling for member in slot.members)
+        # A pod is as trustworthy as its least reputable member and costs all its members' time.
+        reputation = min(mac.reputation for mac in members)
+        price = sum(mac.price_per_million_tokens for mac in members)
+        slot.static_quantum = static_score_quantum(reputation, price, self.config)
+        slot.reason = self._pod_reason(slot)
+
+    @staticmethod
+    def _pod_reason(slot: PodSlot) -> FilterReason | None:
+        reasons = [member.reason for member in slot.members if member.reason is not None]
+        return min(reasons, key=FILTER_ORDER.index) if reasons else None
+
+    def _register_pod(self, slot: PodSlot) -> None:
+        class_key = (slot.topology, slot.slowest_step)
+        for model_id in slot.served:
+            entry = self.pod_models.get(model_id)
+            if entry is None:
+                entry = self.pod_models[model_id] = ModelEntry()
+            entry.served += 1
+            pod_class = entry.classes.get(class_key)
+            if pod_class is None:
+                pod_class = entry.classes[class_key] = PodClass(slot.topology, slot.slowest_step)
+            insort(pod_class.by_ceiling, (-slot.ceiling_sum, slot.position))
+        self._attach_pod_state(slot)
+
+    def _unregister_pod(self, slot: PodSlot) -> None:
+        self._detach_pod_state(slot)
+        class_key = (slot.topology, slot.slowest_step)
+        for model_id in slot.served:
+            entry = self.pod_models[model_id]
+            entry.served -= 1
+            by_ceiling = entry.classes[class_key].by_ceiling
+            by_ceiling.remove((-slot.ceiling_sum, slot.position))
+
+    def _attach_pod_state(self, slot: PodSlot) -> None:
+        self._change_pod_state(slot, +1)
+
+    def _detach_pod_state(self, slot: PodSlot) -> None:
+        self._change_pod_state(slot, -1)
+
+    def _change_pod_state(self, slot: PodSlot, sign: int) -> None:
+        if slot.reason is not None:
+            for model_id in slot.served:
+                unavailable = self.pod_models[model_id].unavailable
+                unavailable[slot.reason] = unavailable.get(slot.reason, 0) + sign
+            return
+        key = group_key(self.pod_free_sum(slot), slot.static_quantum, slot.position)
+        class_key = (slot.topology, slot.slowest_step)
+        for model_id in slot.served:
+            group = self.pod_models[model_id].classes[class_key].group
+            group.add(key, slot.static_quantum) if sign > 0 else group.remove(key)

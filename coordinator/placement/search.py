@@ -1,0 +1,199 @@
+"""Searching the index: filter by group, then score only the best few by bound.
+
+Within a group every candidate shares speed and warmth, and keys are sorted by free
+memory, so the best fit comes first and each later candidate's best-fit score only
+falls. A candidate's score is at most  w_fit x fit + base + the group's highest static
+score; once that bound drops below the best found, the rest of the group cannot win.
+Groups are visited best bound first, and runs of identical candidates (same free
+memory and static score) are scored once and tie-broken by the job's seed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, replace
+from math import log2
+from operator import itemgetter
+
+from coordinator.placement.config import PlacementConfig
+from coordinator.placement.filters import FilterReason
+from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group
+from coordinator.placement.scoring import STATIC_SCORE_SCALE, base_score, speed_score
+from coordinator.placement.speed import decode_tokens_per_s
+from coordinator.placement.terms import JobTerms
+from coordinator.placement.vocabulary import Strategy
+
+
+@dataclass(frozen=True)
+class Scored:
+    total: float
+    position: int  # in the index's Mac or pod slots
+    free_bytes: int  # a Mac's free memory, or a pod's summed free memory
+    fit: float
+    speed: float
+    warm: bool
+    decode_tokens_per_s: float
+    strategy: Strategy = Strategy.SINGLE
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    filtered: dict[FilterReason, int]
+    feasible: int
+    scored: int
+    top: tuple[Scored, ...]  # best first; top[0] is the choice, tie already broken
+
+
+class Best:
+    """Running best score with its ties, and the top few for the explanation.
+
+    `floor` is the lowest score still worth finding: the last of a full top list.
+    Pruning against it (not the best) keeps the explanation's runners-up exact too.
+    """
+
+    __slots__ = ("score", "ties", "top", "top_max", "floor")
+
+    def __init__(self, top_max: int) -> None:
+        self.score = -1.0
+        self.ties: list[tuple[object, Scored]] = []  # (where to find the tie, what was scored)
+        self.top: list[Scored] = []
+        self.top_max = top_max
+        self.floor = -1.0
+
+    def offer(self, tie: object, scored: Scored) -> None:
+        if scored.total > self.score:
+            self.score, self.ties = scored.total, [(tie, scored)]
+        elif scored.total == self.score:
+            self.ties.append((tie, scored))
+        top = self.top
+        if len(top) < self.top_max or scored.total > top[-1].total:
+            top.append(scored)
+            top.sort(key=lambda item: -item.total)  # stable: earlier finds first among equals
+            del top[self.top_max:]
+            if len(top) == self.top_max:
+                self.floor = top[-1].total
+
+    def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
+               chosen: Scored | None) -> SearchResult:
+        if chosen is None:
+            return SearchResult(filtered, feasible, scored, ())
+        others = tuple(s for s in self.top if s.position != chosen.position)
+        return SearchResult(filtered, feasible, scored, (chosen, *others[: self.top_max - 1]))
+
+
+def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
+    config = index.config
+    entry = index.mac_models.get(terms.job.model.model_id)
+    filtered = {FilterReason.MODEL_NOT_SERVED: index.mac_count - (entry.served if entry else 0)}
+    best = Best(config.top_candidates_explained)
+    if entry is None:
+        return best.result(filtered, 0, 0, None)
+    filtered.update(entry.unavailable)
+    pending, below, does_not_fit, feasible = _mac_groups(entry.classes.values(), terms, config)
+    filtered[FilterReason.BELOW_MIN_SPEED] = below
+    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
+    scored = _scan_mac_groups(pending, terms, config, best)
+    chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
+    return best.result(filtered, feasible, scored, chosen)
+
+
+def _mac_groups(classes, terms: JobTerms, config: PlacementConfig):
+    """Count filtered Macs per group and list the groups that still have candidates."""
+    w_fit, w_speed, w_warm, _, _ = config.weights.normalised()
+    span = config.best_fit_span_octaves
+    need = terms.memory.total_bytes
+    need_key = need << FREE_SHIFT
+    minimum = terms.job.min_decode_tokens_per_s
+    pending = []
+    below = does_not_fit = feasible = 0
+    for mac_class in classes:
+        cold, warm = mac_class.cold.keys, mac_class.warm.keys
+        if not cold and not warm:
+            continue
+        decode = decode_tokens_per_s(mac_class.profile, terms.bytes_per_token, config.speed)
+        if decode < minimum:
+            below += len(cold) + len(warm)
+            continue
+        speed = speed_score(decode, terms.speed_target)
+        for group, warm_value in ((mac_class.cold, 0.0), (mac_class.warm, 1.0)):
+            keys = group.keys
+            position = bisect_left(keys, need_key)
+            does_not_fit += position
+            if position == len(keys):
+                continue
+            feasible += len(keys) - position
+            base = base_score(w_speed, w_warm, speed, warm_value)
+            fit = max(0.0, 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span)
+            bound = w_fit * fit + base + group.static_max / STATIC_SCORE_SCALE
+            pending.append((bound, group, position, base, speed, warm_value == 1.0, decode))
+    pending.sort(key=itemgetter(0), reverse=True)
+    return pending, below, does_not_fit, feasible
+
+
+def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, best: Best) -> int:
+    w_fit = config.weights.normalised()[0]
+    span = config.best_fit_span_octaves
+    need = terms.memory.total_bytes
+    budget = config.scored_per_decision_max
+    per_group = config.scan_per_group_max
+    scored = 0
+    for bound, group, start, base, speed, warm, decode in pending:
+        if bound < best.floor or scored >= budget:
+            break
+        keys = group.keys
+        static_bound = group.static_max / STATIC_SCORE_SCALE
+        end = min(len(keys), start + per_group, start + budget - scored)
+        i = start
+        while i < end:
+            key = keys[i]
+            free = key >> FREE_SHIFT
+            fit = 1.0 - log2(free / need) / span
+            if fit < 0.0:
+                fit = 0.0
+            partial = w_fit * fit + base  # total_score's expression, split for the bound
+            if partial + static_bound < best.floor:
+                break
+            score = partial + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
+            scored += 1
+            if score >= best.floor:
+                best.offer((group, i), Scored(score, key & POSITION_MASK, free, fit, speed, warm, decode))
+            i = _next_run(keys, i, key)
+    return scored
+
+
+def _next_run(keys: list[int], i: int, key: int) -> int:
+    """Skip the rest of a run of equal free memory and static score: their scores are identical."""
+    prefix = key >> STATIC_SHIFT
+    if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == prefix:
+        return bisect_left(keys, (prefix + 1) << STATIC_SHIFT, i + 1)
+    return i + 1
+
+
+def _break_mac_tie(ties: list[tuple[tuple[Group, int], Scored]], seed: int) -> Scored:
+    """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does)."""
+    runs = []
+    for (group, start), scored in ties:
+        keys = group.keys
+        end = bisect_left(keys, ((keys[start] >> STATIC_SHIFT) + 1) << STATIC_SHIFT, start)
+        runs.append((keys, start, end, scored))
+    total = sum(end - start for _, start, end, _ in runs)
+    if len(runs) == 1:
+        keys, start, _, scored = runs[0]
+        return replace(scored, position=keys[start + seed % total] & POSITION_MASK)
+    tied = sorted((key & POSITION_MASK, scored) for keys, start, end, scored in runs for key in keys[start:end])
+    position, scored = tied[seed % total]
+    return replace(scored, position=position)
+
+
+def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
+    """Some Mac serving the model, idle and online, would fit the job at the needed speed."""
+    entry = index.mac_models.get(terms.job.model.model_id)
+    if entry is None:
+        return False
+    need = terms.memory.total_bytes
+    for mac_class in entry.classes.values():
+        if mac_class.ceilings and mac_class.ceilings[-1] >= need:
+            decode = decode_tokens_per_s(mac_class.profile, terms.bytes_per_token, index.config.speed)
+            if decode >= terms.job.min_decode_tokens_per_s:
+                return True
+    return False

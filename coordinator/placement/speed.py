@@ -1,0 +1,82 @@
+"""Predicted speed of a job on a Mac or a pod.
+
+Decode is bound by memory bandwidth: tokens/s = η x bandwidth / (active weight bytes
++ KV bytes read per token). We read the KV cache at the full context length, which
+is conservative: decode reads only the tokens so far. Prefill is compute-bound and
+only reported, never filtered on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from contracts.hardware import LinkKind
+from coordinator.placement.candidates import JobRequest, MacCandidate
+from coordinator.placement.config import SpeedConfig
+from coordinator.placement.memory import kv_cache_bytes_per_token
+
+
+@dataclass(frozen=True)
+class SpeedProfile:
+    """Everything decode speed depends on besides the job; Macs with equal profiles are interchangeable."""
+
+    bandwidth_step: int  # effective bandwidth (η x bandwidth) = 2 ** (step / grid), bytes/s
+    parallel_speedup: float = 1.0  # tensor parallel's published speedup; 1 for a Mac or a pipeline
+    hops: int = 0  # pipeline hops a token crosses
+    hop_latency_s: float = 0.0
+
+
+def effective_bandwidth_step(mac: MacCandidate, config: SpeedConfig) -> int:
+    """η x bandwidth in bytes/s, snapped down to the config's grid (an integer step)."""
+    bandwidth_gb_s = mac.measured_bandwidth_gb_s or mac.hardware.memory_bandwidth_gb_s or config.fallback_bandwidth_gb_s
+    efficiency = mac.measured_decode_efficiency or config.decode_efficiency
+    return math.floor(math.log2(efficiency * bandwidth_gb_s * 1e9) * config.bandwidth_grid_per_octave)
+
+
+def step_bandwidth_bytes_per_s(step: int, config: SpeedConfig) -> float:
+    return 2.0 ** (step / config.bandwidth_grid_per_octave)
+
+
+def bytes_read_per_token(job: JobRequest) -> int:
+    return job.weights_read_per_token_bytes + kv_cache_bytes_per_token(job.model) * job.context_tokens
+
+
+def decode_tokens_per_s(profile: SpeedProfile, bytes_per_token: int, config: SpeedConfig) -> float:
+    bandwidth = step_bandwidth_bytes_per_s(profile.bandwidth_step, config) * profile.parallel_speedup
+    return 1.0 / (bytes_per_token / bandwidth + profile.hops * profile.hop_latency_s)
+
+
+def tensor_speedup(members: int, config: SpeedConfig) -> float:
+    """Piecewise-linear through the published points, extended along the last segment."""
+    points = config.tensor_speedup
+    for (n0, s0), (n1, s1) in zip(points, points[1:]):
+        if members <= n1:
+            return s0 + (s1 - s0) * (members - n0) / (n1 - n0)
+    if len(points) == 1:
+        return points[0][1]
+    (n0, s0), (n1, s1) = points[-2], points[-1]
+    return s1 + (s1 - s0) * (members - n1) / (n1 - n0)
+
+
+def link_latency_s(kind: LinkKind, config: SpeedConfig) -> float:
+    return dict(config.link_latency_s)[kind]
+
+
+def prefill_tokens_per_s(job: JobRequest, gpu_cores: int, decode: float, speedup: float,
+                         config: SpeedConfig) -> float:
+    """Compute-bound: efficiency x cores x FLOP/s per core / (2 FLOPs x active parameters)."""
+    if gpu_cores <= 0:
+        return decode * config.prefill_to_decode_ratio
+    active_fraction = job.weights_read_per_token_bytes / job.model.weights_bytes
+    active_parameters = max(job.model.parameter_count * active_fraction, 1.0)
+    flops = config.prefill_efficiency * gpu_cores * config.gpu_flops_per_core * speedup
+    return flops / (2.0 * active_parameters)
+
+
+def time_to_first_token_s(job: JobRequest, prefill: float, decode: float, warm: bool,
+                          config: SpeedConfig) -> float:
+    """Load the weights if cold, process the prompt, then one decode step."""
+    prompt = job.prompt_tokens if job.prompt_tokens is not None else job.context_tokens
+    load = 0.0 if warm else job.model.weights_bytes / config.cold_load_bytes_per_s
+    return load + prompt / prefill + 1.0 / decode

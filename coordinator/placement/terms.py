@@ -1,0 +1,55 @@
+"""The job as every stage sees it: computed once per decision."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from coordinator.placement.candidates import JobRequest
+from coordinator.placement.config import PlacementConfig
+from coordinator.placement.memory import MemoryEstimate, estimate_job_memory
+from coordinator.placement.pods import PodTopology, can_split, pod_speed_profile, pod_strategy
+from coordinator.placement.scoring import speed_score, speed_target
+from coordinator.placement.speed import SpeedProfile, bytes_read_per_token, decode_tokens_per_s
+from coordinator.placement.vocabulary import Strategy
+
+
+@dataclass(frozen=True)
+class JobTerms:
+    job: JobRequest
+    memory: MemoryEstimate
+    bytes_per_token: int  # weights read per token plus the KV cache at full context
+    speed_target: float
+    seed: int  # breaks ties; derived from the job id so a retry lands the same way
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """How this job would run on pods of one topology and slowest member."""
+
+    strategy: Strategy
+    profile: SpeedProfile
+    decode_tokens_per_s: float
+    speed: float  # the speed score
+    need_bytes: int  # in all, counting every member's fixed overhead
+
+
+def job_seed(job_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "big")
+
+
+def job_terms(job: JobRequest, config: PlacementConfig) -> JobTerms:
+    memory = estimate_job_memory(job.model, job.context_tokens, config.memory)
+    target = speed_target(job.min_decode_tokens_per_s, config)
+    return JobTerms(job, memory, bytes_read_per_token(job), target, job_seed(job.job_id))
+
+
+def plan_pod(topology: PodTopology, slowest_step: int, terms: JobTerms, config: PlacementConfig) -> PodPlan | None:
+    """None when the model cannot be split over this many members (fewer layers than members)."""
+    strategy = pod_strategy(topology, terms.job.model)
+    if not can_split(strategy, terms.job.model, topology.members):
+        return None
+    profile = pod_speed_profile(topology, strategy, slowest_step, config.speed)
+    decode = decode_tokens_per_s(profile, terms.bytes_per_token, config.speed)
+    return PodPlan(strategy, profile, decode, speed_score(decode, terms.speed_target),
+                   terms.memory.pod_total_bytes(topology.members))
