@@ -80,7 +80,10 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
     assert verdict.receipt is not None
     price = price_job(spec.parameter_count, verdict.receipt.prompt_tokens,
                       verdict.receipt.completion_tokens)
-    ledger_jobs.credit_operator_for_job(session, job.job_id, node.operator_id, price)
+    payment = ledger_jobs.credit_operator_for_job(session, job.job_id, node.operator_id, price)
+    # The job moved out of its active state in this same transaction, so a
+    # second credit for it cannot be attempted; anything but ok is a ledger fault.
+    assert payment.ok, f"ledger refused the credit for {job_id}: {payment.failure}"
     moved = records.transition_job(
         session, job_id, ACTIVE_STATUSES, status=JobStatus.COMPLETED,
         prompt_tokens=verdict.receipt.prompt_tokens,

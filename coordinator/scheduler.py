@@ -18,9 +18,9 @@ from contracts.ids import JobId, NodeId
 from coordinator import records
 from coordinator.catalog import model_catalog
 from coordinator.config import CoordinatorConfig
-from coordinator.placement import (
-    FleetSnapshot, JobRequest, MacCandidate, Placement, Unplaceable, place,
-)
+from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate
+from coordinator.placement.decision import Placement, Unplaceable
+from coordinator.placement.planner import place
 from coordinator.records import JobRecord, JobStatus, NodeRecord
 
 log = logging.getLogger(__name__)

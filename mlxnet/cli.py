@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     return args.handler(args)
 
 

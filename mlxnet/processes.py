@@ -97,9 +97,10 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
     return child
 
 
-def start_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
+def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
                profile: str | None = None, operator: str | None = None,
                env: dict[str, str] | None = None) -> Child:
+    """Start a node agent without waiting; pass it to wait_until_registered."""
     argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
             "--name", name]
     for model in models:
@@ -108,7 +109,10 @@ def start_node(work_dir: Path, name: str, coordinator: str, models: list[str], *
         argv += ["--profile", profile]
     if operator:
         argv += ["--operator", operator]
-    child = _spawn(name, argv, work_dir / "logs" / f"{name}.log", env)
+    return _spawn(name, argv, work_dir / "logs" / f"{name}.log", env)
+
+
+def wait_until_registered(child: Child) -> Child:
     try:
         child.ready_line = _wait_for_line(child, "node ", READY_TIMEOUT_S)
     except ProcessStartError:
@@ -116,3 +120,16 @@ def start_node(work_dir: Path, name: str, coordinator: str, models: list[str], *
         raise
     child.extra["node_id"] = child.ready_line.split()[1]
     return child
+
+
+def start_nodes(work_dir: Path, coordinator: str,
+                nodes: list[tuple[str, list[str], str | None, str | None]]) -> list[Child]:
+    """Start (name, models, profile, operator) agents together; return once all registered."""
+    children = [spawn_node(work_dir, name, coordinator, models, profile=profile, operator=operator)
+                for name, models, profile, operator in nodes]
+    try:
+        return [wait_until_registered(child) for child in children]
+    except ProcessStartError:
+        for child in children:
+            child.stop()
+        raise

@@ -1,0 +1,139 @@
+"""`mlxnet demo`: the whole network on one machine, end to end.
+
+It builds the tiny model, starts a coordinator on SQLite and three node
+agents as separate processes declaring different simulated Macs, submits a
+handful of jobs at once, and shows where each ran and why, its text, its
+verified receipt, and what each operator was credited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlxnet.consumer import JobClient, StreamedTokens
+from mlxnet.explain_view import render_explanation
+from mlxnet.processes import Child, start_coordinator, start_nodes
+from mlxnet.receipt_view import check_receipt_locally
+from protos.mlxnet.v1 import job_pb2
+
+MODEL_ID = "mlxnet/tiny-llama"
+NODES = (  # name, simulated Mac, operator
+    ("mac-mini", "m4-pro-64", "alice"),
+    ("studio-max", "m4-max-128", "bob"),
+    ("studio-ultra", "m3-ultra-512", "carol"),
+)
+PROMPTS = (
+    "In the beginning God created",
+    "And the earth was",
+    "And God said, Let there be",
+    "And Abraham",
+    "And the LORD said unto",
+)
+MAX_TOKENS = 48
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    prompt: str
+    job: job_pb2.Job
+    token_ids: tuple[int, ...]
+    seconds: float
+
+
+def _run_job(address: str, prompt: str) -> DemoResult:
+    started = time.perf_counter()
+    with JobClient(address, consumer="demo") as client:
+        job = client.submit(MODEL_ID, prompt, max_tokens=MAX_TOKENS)
+        token_ids: list[int] = []
+        final = job
+        for item in client.stream(job.job_id):
+            if isinstance(item, StreamedTokens):
+                token_ids.extend(item.token_ids)
+            else:
+                final = item
+    return DemoResult(prompt, final, tuple(token_ids), time.perf_counter() - started)
+
+
+def _show(result: DemoResult, names: dict[str, str], out) -> bool:  # type: ignore[no-untyped-def]
+    job = result.job
+    where = ", ".join(f"{names.get(n, n)} ({chip})" for n, chip in zip(job.node_ids, job.chips))
+    out.write(f"\n── {job.job_id}  →  {where or 'nowhere'}\n")
+    out.write(render_explanation(job.placement_explanation_json, names) + "\n")
+    out.write(f"  prompt: {result.prompt!r}\n  output: {job.text!r}\n")
+    if job.error:
+        out.write(f"  FAILED: {job.error}\n")
+        return False
+    check = check_receipt_locally(job.receipt.body, job.receipt.signature, job.signer_public_key,
+                                  result.prompt, result.token_ids)
+    verdict = "verified" if check.ok else "REJECTED " + "; ".join(check.problems)
+    out.write(f"  receipt {verdict}; {job.prompt_tokens}+{job.completion_tokens} tokens in "
+              f"{result.seconds:.2f}s; operator credited {job.credited_base_units} base units\n")
+    return check.ok
+
+
+def _show_balances(database_url: str, operators: list[str], out) -> None:  # type: ignore[no-untyped-def]
+    from coordinator.database import Database
+    from contracts.ids import OperatorId
+    from ledger.book import balance
+    from ledger.jobs import operator_account_id
+    from ledger.units import format_mlx
+
+    db = Database(database_url)
+    out.write("\noperator balances (MLX ledger):\n")
+    with db.transaction() as session:
+        for operator in operators:
+            found = balance(session, operator_account_id(OperatorId(operator)))
+            out.write(f"  {operator:<8} {format_mlx(found.net_posted if found else 0)}\n")
+    db.dispose()
+
+
+def _start_fleet(work_dir: Path, model_dir: Path) -> list[Child]:
+    coordinator = start_coordinator(work_dir)
+    try:
+        nodes = start_nodes(work_dir, coordinator.extra["address"], [
+            (name, [f"{MODEL_ID}={model_dir}"], profile, operator)
+            for name, profile, operator in NODES])
+    except BaseException:
+        coordinator.stop()
+        raise
+    return [coordinator, *nodes]
+
+
+def run(args: argparse.Namespace) -> int:
+    from node_agent.inference.tiny_model import build_tiny_model
+
+    out = sys.stdout
+    with tempfile.TemporaryDirectory(prefix="mlxnet-demo-") as tmp:
+        work_dir = args.work_dir or Path(tmp)
+        started = time.perf_counter()
+        model_dir = work_dir / "models" / "tiny-llama"
+        if not (model_dir / "config.json").exists():
+            build_tiny_model(model_dir)
+        out.write(f"built {MODEL_ID} in {model_dir} ({time.perf_counter() - started:.1f}s)\n")
+        children = _start_fleet(work_dir, model_dir)
+        try:
+            address = children[0].extra["address"]
+            names = {c.extra["node_id"]: c.name for c in children[1:]}
+            out.write(f"coordinator on {address}; nodes: " + ", ".join(
+                f"{name} ({profile}, operator {op})" for name, profile, op in NODES) + "\n")
+            with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+                results = list(pool.map(lambda p: _run_job(address, p), PROMPTS))
+            all_ok = all([_show(r, names, out) for r in results])
+            tokens = sum(len(r.token_ids) for r in results)
+            seconds = max(r.seconds for r in results)
+            out.write(f"\n{len(results)} jobs, {tokens} tokens in {seconds:.2f}s wall "
+                      f"({tokens / seconds:.1f} tokens/s across the fleet)\n")
+            _show_balances(f"sqlite:///{work_dir / 'coordinator' / 'coordinator.db'}",
+                           [op for _, _, op in NODES], out)
+        finally:
+            for child in reversed(children):
+                child.stop()
+        out.write(f"\ndemo finished in {time.perf_counter() - started:.1f}s; logs in "
+                  f"{work_dir / 'logs'}\n")
+    return 0 if all_ok else 1

@@ -1,0 +1,140 @@
+"""One job end to end on real parts: gRPC processes, MLX inference, receipts, the ledger."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import grpc
+import pytest
+from mlx_lm import load, stream_generate
+
+from contracts.ids import OperatorId
+from coordinator.database import Database
+from ledger.book import balance
+from ledger.jobs import operator_account_id
+from ledger.policy import price_job
+from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
+from mlxnet.receipt_view import check_receipt_locally
+from node_agent.model_files import describe_model
+from protos.mlxnet.v1 import job_pb2
+from tests.e2e.conftest import MODEL_ID, Network
+
+pytestmark = pytest.mark.e2e
+PROMPTS = ("In the beginning", "And Noah", "And the LORD said unto Abram")
+
+
+def _direct_greedy_text(model_dir, prompt: str, max_tokens: int) -> str:  # type: ignore[no-untyped-def]
+    model, tokenizer = load(str(model_dir))
+    return "".join(r.text for r in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens))
+
+
+def _run(address: str, prompt: str, max_tokens: int = 24, **kwargs: object):  # type: ignore[no-untyped-def]
+    with JobClient(address) as client:
+        job = client.submit(MODEL_ID, prompt, max_tokens=max_tokens, **kwargs)
+        chunks, final = [], None
+        for item in client.stream(job.job_id):
+            if isinstance(item, StreamedTokens):
+                chunks.append(item)
+            else:
+                final = item
+    assert final is not None
+    return final, chunks
+
+
+def _operator_balance(database_url: str, operator: str) -> int:
+    db = Database(database_url)
+    try:
+        with db.transaction() as session:
+            found = balance(session, operator_account_id(OperatorId(operator)))
+            return found.net_posted if found else 0
+    finally:
+        db.dispose()
+
+
+def test_jobs_stream_real_mlx_text_with_verified_receipts_and_credits(network: Network) -> None:
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
+        results = list(pool.map(lambda p: _run(network.address, p), PROMPTS))
+    spec = describe_model(MODEL_ID, network.model_dir)
+    credited_by_operator: dict[str, int] = {}
+    node_operator = {network.nodes[0].extra["node_id"]: "alice",
+                     network.nodes[1].extra["node_id"]: "bob"}
+    for prompt, (job, chunks) in zip(PROMPTS, results):
+        assert job.status == job_pb2.JOB_STATUS_COMPLETED, job.error
+        streamed_text = "".join(c.text for c in chunks)
+        assert streamed_text == job.text == _direct_greedy_text(network.model_dir, prompt, 24)
+        token_ids = tuple(t for c in chunks for t in c.token_ids)
+        assert [c.first_index for c in chunks] == sorted(c.first_index for c in chunks)
+        check = check_receipt_locally(job.receipt.body, job.receipt.signature,
+                                      job.signer_public_key, prompt, token_ids)
+        assert check.ok, check.problems
+        assert job.receipt_verified
+        price = price_job(spec.parameter_count, job.prompt_tokens, job.completion_tokens)
+        assert job.credited_base_units == price.operator_credit > 0
+        operator = node_operator[job.node_ids[0]]
+        credited_by_operator[operator] = credited_by_operator.get(operator, 0) + price.operator_credit
+    for operator in ("alice", "bob"):
+        assert _operator_balance(network.database_url, operator) == credited_by_operator.get(operator, 0)
+
+
+def test_coordinator_crash_loses_no_job_and_no_credit(network: Network) -> None:
+    done, _ = _run(network.address, "And Abraham")
+    with JobClient(network.address) as client:
+        # Nodes are busy with nothing, so this one may be queued, assigned or running at the crash.
+        in_flight = client.submit(MODEL_ID, "And God blessed", max_tokens=200)
+    balances = {op: _operator_balance(network.database_url, op) for op in ("alice", "bob")}
+    network.restart_coordinator(crash=True)
+    with JobClient(network.address) as client:
+        again = client.get(done.job_id)
+        assert again.status == job_pb2.JOB_STATUS_COMPLETED
+        assert again.text == done.text and again.receipt.body == done.receipt.body
+        assert again.credited_base_units == done.credited_base_units
+        final = [i for i in client.stream(in_flight.job_id) if not isinstance(i, StreamedTokens)][0]
+    # A job cut off mid-stream by the crash fails cleanly; one not yet streaming completes.
+    assert final.status in (job_pb2.JOB_STATUS_COMPLETED, job_pb2.JOB_STATUS_FAILED)
+    after = {op: _operator_balance(network.database_url, op) for op in ("alice", "bob")}
+    assert sum(after.values()) - sum(balances.values()) == (
+        final.credited_base_units if final.status == job_pb2.JOB_STATUS_COMPLETED else 0)
+    later, _ = _run(network.address, "And Sarah")  # nodes came back to the new coordinator
+    assert later.status == job_pb2.JOB_STATUS_COMPLETED
+
+
+@pytest.mark.parametrize(("kwargs", "code", "needle"), [
+    (dict(model="no/such-model", prompt="hi"), "NOT_FOUND", "not served by any node"),
+    (dict(prompt=""), "INVALID_ARGUMENT", "prompt is empty"),
+    (dict(prompt="x" * 40_000), "INVALID_ARGUMENT", "the limit is"),
+    (dict(prompt="hi", max_tokens=-1), "INVALID_ARGUMENT", "max_tokens"),
+    (dict(prompt="hi", temperature=9.0), "INVALID_ARGUMENT", "temperature"),
+])
+def test_bad_submissions_get_clear_errors_and_write_nothing(network: Network, kwargs: dict,
+                                                            code: str, needle: str) -> None:
+    arguments = {"model": MODEL_ID, **kwargs}
+    with JobClient(network.address) as client:
+        with pytest.raises(JobRequestError) as raised:
+            client.submit(arguments.pop("model"), arguments.pop("prompt"), **arguments,
+                          request_id="bad-request")
+        assert raised.value.code == code and needle in raised.value.message
+        # The same request id is still free: nothing was half-written under it.
+        job = client.submit(MODEL_ID, "hello", max_tokens=4, request_id="bad-request")
+        assert job.status in (job_pb2.JOB_STATUS_QUEUED, job_pb2.JOB_STATUS_ASSIGNED,
+                              job_pb2.JOB_STATUS_RUNNING)
+
+
+def test_retried_submit_returns_the_same_job(network: Network) -> None:
+    with JobClient(network.address) as client:
+        first = client.submit(MODEL_ID, "And Lot", max_tokens=8, request_id="retry-1")
+        second = client.submit(MODEL_ID, "And Lot", max_tokens=8, request_id="retry-1")
+    assert first.job_id == second.job_id
+
+
+def test_grpc_health_and_reflection_answer(network: Network) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(network.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="mlxnet.v1.JobService"), timeout=5)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        responses = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+        names = {s.name for r in responses for s in r.list_services_response.service}
+    assert {"mlxnet.v1.JobService", "mlxnet.v1.NodeService"} <= names
