@@ -163,7 +163,9 @@ def _validate_request(request: TransferRequest) -> ResultCode | None:
 
 def _valid_labels(job_id: str | None, policy_version: str | None) -> bool:
     job_ok = job_id is None or valid_id(job_id)
-    policy_ok = policy_version is None or (valid_id(policy_version) and len(policy_version) <= POLICY_VERSION_LENGTH_MAX)
+    policy_ok = policy_version is None or (
+        valid_id(policy_version) and len(policy_version) <= POLICY_VERSION_LENGTH_MAX
+    )
     return job_ok and policy_ok
 
 

@@ -96,7 +96,9 @@ def test_balances_never_overflow_int64(session: Session) -> None:
     open_accounts(session)
     book.ensure_account(session, "issuance:test", AccountKind.ISSUANCE)
     fund(session, BOB, AMOUNT_MAX)  # the source's debits are now at the maximum too
-    more_debits = TransferRequest(id="t2", debit_account=SOURCE, credit_account=ALICE, amount=1, kind=TransferKind.DEPOSIT)
+    more_debits = TransferRequest(
+        id="t2", debit_account=SOURCE, credit_account=ALICE, amount=1, kind=TransferKind.DEPOSIT
+    )
     more_credits = TransferRequest(id="t3", debit_account="issuance:test", credit_account=BOB, amount=1,
                                    kind=TransferKind.DEPOSIT)
     assert book.create_transfer(session, more_debits).code is ResultCode.OVERFLOWS_DEBITS
@@ -170,8 +172,10 @@ def test_resolution_can_insist_on_the_accounts(session: Session) -> None:
     reserve(session, "r1", 300)
     wrong_debit = PostPending(id="p1", pending_id="r1", debit_account=BOB)
     wrong_credit = VoidPending(id="v1", pending_id="r1", credit_account=BOB)
-    assert book.create_transfers(session, [wrong_debit])[0].code is ResultCode.PENDING_TRANSFER_HAS_DIFFERENT_DEBIT_ACCOUNT
-    assert book.create_transfers(session, [wrong_credit])[0].code is ResultCode.PENDING_TRANSFER_HAS_DIFFERENT_CREDIT_ACCOUNT
+    debit_code = book.create_transfers(session, [wrong_debit])[0].code
+    credit_code = book.create_transfers(session, [wrong_credit])[0].code
+    assert debit_code is ResultCode.PENDING_TRANSFER_HAS_DIFFERENT_DEBIT_ACCOUNT
+    assert credit_code is ResultCode.PENDING_TRANSFER_HAS_DIFFERENT_CREDIT_ACCOUNT
 
 
 def test_timeouts_decide_between_post_and_expire(session: Session) -> None:

@@ -135,7 +135,8 @@ def test_credit_operator_from_issuance_when_no_consumer_account(session: Session
     assert payment.ok and payment.results[0].code is ResultCode.CREATED
     assert jobs.credit_operator_for_job(session, JOB, OPERATOR, PRICE).results[0].code is ResultCode.EXISTS
     assert book.balance(session, OPERATOR_ACCOUNT) == Balance(credits_posted=PRICE.operator_credit)
-    assert book.balance(session, jobs.ISSUANCE_REWARDS_ACCOUNT).net_posted == -PRICE.operator_credit  # type: ignore[union-attr]
+    issuance = book.balance(session, jobs.ISSUANCE_REWARDS_ACCOUNT)
+    assert issuance is not None and issuance.net_posted == -PRICE.operator_credit
     assert jobs.credit_operator_for_job(session, JOB, OPERATOR, JobPrice(0, 0, 0, POLICY_VERSION)).results == ()
 
 

@@ -54,7 +54,10 @@ def test_price_of_a_small_model_job() -> None:
 def test_charge_rounds_down_and_the_fee_takes_the_dust() -> None:
     cheap = replace(
         DEFAULT_POLICY,
-        class_prices=tuple(replace(p, prompt_price_per_million_tokens=1, completion_price_per_million_tokens=3) for p in DEFAULT_POLICY.class_prices),
+        class_prices=tuple(
+            replace(price, prompt_price_per_million_tokens=1, completion_price_per_million_tokens=3)
+            for price in DEFAULT_POLICY.class_prices
+        ),
     )
     assert price_job(BILLION, 999_999, 0, cheap).consumer_charge == 0  # 0.999999 base units
     price = price_job(BILLION, 1_000_000, 1_000_000, cheap)  # exactly 4 base units
