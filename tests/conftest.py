@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -36,9 +37,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
-@pytest.fixture
-def fresh_postgres_url() -> Iterator[str]:
-    """A new, empty PostgreSQL database for one test, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_postgres_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards; skips when none is reachable."""
     import psycopg
 
     admin_url = postgres_admin_url()
@@ -48,15 +49,18 @@ def fresh_postgres_url() -> Iterator[str]:
     plain = admin_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(plain, autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
-    base = admin_url.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with psycopg.connect(plain, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(plain, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Each database test runs on the embedded SQLite and on PostgreSQL."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'coordinator.db'}"
-    return request.getfixturevalue("fresh_postgres_url")
+        yield f"sqlite:///{tmp_path / 'coordinator.db'}"
+        return
+    with fresh_postgres_database() as url:
+        yield url

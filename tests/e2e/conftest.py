@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import fresh_postgres_database
 from mlxnet.processes import Child, start_coordinator, start_nodes
 
 MODEL_ID = "test/tiny-llama"
@@ -40,8 +42,20 @@ class Network:
             child.stop()
 
 
-@pytest.fixture
-def network(tmp_path: Path, tiny_model_dir: Path, database_url: str) -> Iterator[Network]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def network(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            tiny_model_dir: Path) -> Iterator[Network]:
+    """One network per test module and database; tests must leave it running."""
+    tmp_path = tmp_path_factory.mktemp(f"network-{request.param}")
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            database_url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+        else:
+            database_url = stack.enter_context(fresh_postgres_database())
+        yield from _run_network(tmp_path, tiny_model_dir, database_url)
+
+
+def _run_network(tmp_path: Path, tiny_model_dir: Path, database_url: str) -> Iterator[Network]:
     coordinator = start_coordinator(tmp_path, database_url=database_url, heartbeat_interval_ms=500)
     net = Network(tmp_path, database_url, tiny_model_dir, coordinator, [])
     try:
