@@ -35,9 +35,9 @@ class SpeedConfig:
     decode_efficiency: float = 0.5
     # Used when a Mac reports no bandwidth (0.0, e.g. a Linux CPU host) and has no measurement.
     fallback_bandwidth_gb_s: float = 50.0
-    # Bandwidth is snapped down to this grid (1/32 octave, <2.2%), far inside η's uncertainty;
+    # Bandwidth is snapped down to this grid (1/16 octave, under 4.4%), well inside η's uncertainty;
     # Macs on one grid step are interchangeable for the speed filter, which the index relies on.
-    bandwidth_grid_per_octave: int = 32
+    bandwidth_grid_per_octave: int = 16
     # Published tensor-parallel speedups (exo: 1.8x on 2, 3.2x on 4); others interpolate.
     tensor_speedup: tuple[tuple[int, float], ...] = ((1, 1.0), (2, 1.8), (4, 3.2))
     # Per-hop latency a pipeline pays once per token (RDMA under 50 us, TCP about 300 us).

@@ -15,11 +15,12 @@ from coordinator.placement.memory import mac_ceiling_bytes
 from coordinator.placement.planner import decide
 from coordinator.placement.pods import fit_pod, pod_topology
 from coordinator.placement.scoring import (
-    base_score, best_fit_score, speed_score, static_score, static_score_quantum, total_score,
+    best_fit_score, speed_part, speed_score, static_score, static_score_quantum, total_score,
 )
-from coordinator.placement.search import Best, Scored, SearchResult
+from coordinator.placement.search import Best, SearchResult
 from coordinator.placement.speed import SpeedProfile, decode_tokens_per_s, effective_bandwidth_step
 from coordinator.placement.terms import JobTerms, plan_pod
+from coordinator.placement.vocabulary import Strategy
 
 
 class ExhaustiveView:
@@ -31,7 +32,6 @@ class ExhaustiveView:
         self.mac_count = len(snapshot.macs)
         self.pod_count = len(snapshot.pods)
         self._rows = [(mac, mac_ceiling_bytes(mac, config.memory), effective_bandwidth_step(mac, config.speed),
-                       static_score_quantum(mac.reputation, mac.price_per_million_tokens, config),
                        mac_state_reason(mac)) for mac in snapshot.macs]
         self._by_node = {row[0].node_id: row for row in self._rows}
 
@@ -44,13 +44,13 @@ class ExhaustiveView:
 
     def search_macs(self, terms: JobTerms) -> SearchResult:
         config = self.config
-        w_fit, w_speed, w_warm, _, _ = config.weights.normalised()
+        w_fit, w_speed, _, _, _ = config.weights.normalised()
         model_id, need = terms.job.model.model_id, terms.memory.total_bytes
         filtered = {reason: 0 for reason in FilterReason}
         best = Best(config.top_candidates_explained)
         decode_by_step: dict[int, float] = {}
         feasible = 0
-        for position, (mac, ceiling, step, quantum, reason) in enumerate(self._rows):
+        for position, (mac, ceiling, step, reason) in enumerate(self._rows):
             if model_id not in mac.served_models:
                 filtered[FilterReason.MODEL_NOT_SERVED] += 1
                 continue
@@ -71,14 +71,14 @@ class ExhaustiveView:
             fit = best_fit_score(free, need, config.best_fit_span_octaves)
             speed = speed_score(decode, terms.speed_target)
             warm = model_id in mac.warm_models
-            score = total_score(w_fit, fit, base_score(w_speed, w_warm, speed, 1.0 if warm else 0.0),
-                                static_score(quantum))
-            best.offer(position, Scored(score, position, free, fit, speed, warm, decode))
+            quantum = static_score_quantum(mac.reputation, mac.price_per_million_tokens, warm, config)
+            score = total_score(w_fit, fit, speed_part(w_speed, speed), static_score(quantum))
+            best.offer(position, (score, position, free, fit, speed, warm, decode, Strategy.SINGLE))
         return best.result(filtered, feasible, feasible, _tie(best, terms.seed))
 
     def single_could_ever_take(self, terms: JobTerms) -> bool:
         model_id = terms.job.model.model_id
-        for mac, ceiling, step, _, _ in self._rows:
+        for mac, ceiling, step, _ in self._rows:
             if model_id in mac.served_models and ceiling >= terms.memory.total_bytes:
                 decode = decode_tokens_per_s(SpeedProfile(step), terms.bytes_per_token, self.config.speed)
                 if decode >= terms.job.min_decode_tokens_per_s:
@@ -87,7 +87,7 @@ class ExhaustiveView:
 
     def search_pods(self, terms: JobTerms) -> SearchResult:
         config = self.config
-        w_fit, w_speed, w_warm, _, _ = config.weights.normalised()
+        w_fit, w_speed, _, _, _ = config.weights.normalised()
         filtered = {reason: 0 for reason in FilterReason}
         best = Best(config.top_candidates_explained)
         feasible = 0
@@ -99,10 +99,9 @@ class ExhaustiveView:
             plan, free_sum, quantum, warm = outcome
             feasible += 1
             fit = best_fit_score(free_sum, plan.need_bytes, config.best_fit_span_octaves)
-            score = total_score(w_fit, fit, base_score(w_speed, w_warm, plan.speed, 1.0 if warm else 0.0),
-                                static_score(quantum))
-            best.offer(position, Scored(score, position, free_sum, fit, plan.speed, warm,
-                                        plan.decode_tokens_per_s, plan.strategy))
+            score = total_score(w_fit, fit, speed_part(w_speed, plan.speed), static_score(quantum))
+            best.offer(position, (score, position, free_sum, fit, plan.speed, warm, plan.decode_tokens_per_s,
+                                  plan.strategy))
         return best.result(filtered, feasible, feasible, _tie(best, terms.seed))
 
     def pod_could_ever_take(self, terms: JobTerms) -> bool:
@@ -116,7 +115,7 @@ class ExhaustiveView:
         model_id = terms.job.model.model_id
         if not all(model_id in mac.served_models for mac in macs):
             return FilterReason.MODEL_NOT_SERVED
-        reasons = [row[4] for row in rows if row[4] is not None]
+        reasons = [row[3] for row in rows if row[3] is not None]
         if reasons and not use_ceilings:
             return min(reasons, key=list(FilterReason).index)
         plan = plan_pod(pod_topology(pod, self.config.speed), min(row[2] for row in rows), terms, self.config)
@@ -129,12 +128,13 @@ class ExhaustiveView:
             return FilterReason.DOES_NOT_FIT
         if fit_pod(terms.memory, plan.strategy, terms.job.model.num_layers, free) is None:
             return FilterReason.DOES_NOT_FIT
+        warm = all(model_id in mac.warm_models for mac in macs)
         quantum = static_score_quantum(min(mac.reputation for mac in macs),
-                                       sum(mac.price_per_million_tokens for mac in macs), self.config)
-        return plan, sum(max(f, 0) for f in free), quantum, all(model_id in mac.warm_models for mac in macs)
+                                       sum(mac.price_per_million_tokens for mac in macs), warm, self.config)
+        return plan, sum(max(f, 0) for f in free), quantum, warm
 
 
-def _tie(best: Best, seed: int) -> Scored | None:
+def _tie(best: Best, seed: int) -> tuple | None:
     if not best.ties:
         return None
     tied = sorted(best.ties, key=lambda tie: tie[0])

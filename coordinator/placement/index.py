@@ -1,8 +1,8 @@
 """FleetIndex: the fleet arranged so that one decision touches a few dozen candidates, not 100,000.
 
-For each model, available Macs are grouped by speed profile (one bandwidth grid step)
-and by whether the model is warm. Each group is a list of integer keys sorted by
-free memory, then by static score (reputation and price) descending, then position:
+For each model, available Macs are grouped by speed profile (one bandwidth grid step).
+Each group is a list of integer keys sorted by free memory, then by static score
+(warm model, reputation and price: fixed for a Mac and model) descending, then position:
 
     key = free_bytes << FREE_SHIFT | (SCALE - static_quantum) << STATIC_SHIFT | position
 
@@ -65,40 +65,52 @@ class Group:
 class MacClass:
     """Macs serving one model with one speed profile."""
 
-    __slots__ = ("profile", "bandwidth_bytes_per_s", "cold", "warm", "ceilings")
+    __slots__ = ("profile", "bandwidth_bytes_per_s", "group", "ceilings")
 
     def __init__(self, profile: SpeedProfile, bandwidth_bytes_per_s: float) -> None:
         self.profile = profile
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
-        self.cold = Group()
-        self.warm = Group()
+        self.group = Group()  # available Macs; warmth is part of each key's static score
         self.ceilings: list[int] = []  # every serving Mac in any state: could it ever fit?
 
 
 class PodClass:
     """Pods serving one model with one topology and slowest-member step."""
 
-    __slots__ = ("topology", "slowest_step", "group", "by_ceiling")
+    __slots__ = ("topology", "slowest_step", "bandwidth_bytes_per_s", "group", "by_ceiling")
 
-    def __init__(self, topology: PodTopology, slowest_step: int) -> None:
+    def __init__(self, topology: PodTopology, slowest_step: int, bandwidth_bytes_per_s: float) -> None:
         self.topology = topology
         self.slowest_step = slowest_step
+        self.bandwidth_bytes_per_s = bandwidth_bytes_per_s  # of the slowest member
         self.group = Group()
         self.by_ceiling: list[tuple[int, int]] = []  # (-summed ceilings, position), any state
 
 
 class ModelEntry:
-    __slots__ = ("served", "unavailable", "classes")
+    __slots__ = ("served", "unavailable", "classes", "fastest_first")
 
     def __init__(self) -> None:
         self.served = 0
         self.unavailable: dict[FilterReason, int] = {}
         self.classes: dict = {}  # MacClass by step, or PodClass by (topology, step)
+        self.fastest_first: list = []  # the classes, by step descending
+
+    def add_class(self, key, new_class) -> None:
+        self.classes[key] = new_class
+        self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
+
+
+def _class_step(item: MacClass | PodClass) -> int:
+    return item.profile.bandwidth_step if isinstance(item, MacClass) else item.slowest_step
 
 
 class MacSlot:
     __slots__ = ("position", "candidate", "ceiling", "committed", "running", "reason", "step",
-                 "static_quantum", "pods")
+                 "static_cold", "static_warm", "pods")
+
+    def static_quantum(self, model_id: str) -> int:
+        return self.static_warm if model_id in self.candidate.warm_models else self.static_cold
 
     @property
     def free(self) -> int:
@@ -106,8 +118,11 @@ class MacSlot:
 
 
 class PodSlot:
-    __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_quantum",
-                 "served", "warm", "ceiling_sum", "reason")
+    __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_cold",
+                 "static_warm", "served", "warm", "ceiling_sum", "reason")
+
+    def static_quantum(self, model_id: str) -> int:
+        return self.static_warm if model_id in self.warm else self.static_cold
 
 
 @dataclass(frozen=True)
@@ -128,6 +143,7 @@ class FleetIndex:
         self.pod_models: dict[str, ModelEntry] = {}
         self._mac_by_node: dict[NodeId, MacSlot] = {}
         self._pod_by_id: dict[str, PodSlot] = {}
+        self._topologies: dict[PodTopology, PodTopology] = {}
         self.mac_count = 0
         self.pod_count = 0
 
@@ -155,7 +171,7 @@ class FleetIndex:
         return FleetSnapshot(macs, pods)
 
     def stats(self) -> IndexStats:
-        mac_groups = sum(len(e.classes) * 2 for e in self.mac_models.values())
+        mac_groups = sum(len(e.classes) for e in self.mac_models.values())
         pod_classes = sum(len(e.classes) for e in self.pod_models.values())
         return IndexStats(self.mac_count, self.pod_count, len(self.mac_models), mac_groups, pod_classes)
 
@@ -248,7 +264,8 @@ class FleetIndex:
         slot.committed, slot.running = mac.committed_memory_bytes, mac.running_jobs
         slot.reason = state_reason(mac.online, mac.owner_active, mac.running_jobs, mac.max_concurrent_jobs)
         slot.step = effective_bandwidth_step(mac, config.speed)
-        slot.static_quantum = static_score_quantum(mac.reputation, mac.price_per_million_tokens, config)
+        slot.static_cold = static_score_quantum(mac.reputation, mac.price_per_million_tokens, False, config)
+        slot.static_warm = static_score_quantum(mac.reputation, mac.price_per_million_tokens, True, config)
 
     def _register_mac(self, slot: MacSlot) -> None:
         for model_id in slot.candidate.served_models:
@@ -258,8 +275,9 @@ class FleetIndex:
             entry.served += 1
             mac_class = entry.classes.get(slot.step)
             if mac_class is None:
-                bandwidth = step_bandwidth_bytes_per_s(slot.step, self.config.speed)
-                mac_class = entry.classes[slot.step] = MacClass(SpeedProfile(slot.step), bandwidth)
+                bandwidth = step_bandwidth_bytes_per_s(slot.step, self.config.speed) * 1.0
+                mac_class = MacClass(SpeedProfile(slot.step), bandwidth)
+                entry.add_class(slot.step, mac_class)
             insort(mac_class.ceilings, slot.ceiling)
         self._attach_mac_state(slot)
 
@@ -278,11 +296,10 @@ class FleetIndex:
                 unavailable = self.mac_models[model_id].unavailable
                 unavailable[slot.reason] = unavailable.get(slot.reason, 0) + 1
             return
-        key = group_key(slot.free, slot.static_quantum, slot.position)
+        free, position = slot.free, slot.position
         for model_id in mac.served_models:
-            mac_class = self.mac_models[model_id].classes[slot.step]
-            group = mac_class.warm if model_id in mac.warm_models else mac_class.cold
-            group.add(key, slot.static_quantum)
+            quantum = slot.static_warm if model_id in mac.warm_models else slot.static_cold
+            self.mac_models[model_id].classes[slot.step].group.add(group_key(free, quantum, position), quantum)
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         mac = slot.candidate
@@ -290,10 +307,10 @@ class FleetIndex:
             for model_id in mac.served_models:
                 self.mac_models[model_id].unavailable[slot.reason] -= 1
             return
-        key = group_key(slot.free, slot.static_quantum, slot.position)
+        free, position = slot.free, slot.position
         for model_id in mac.served_models:
-            mac_class = self.mac_models[model_id].classes[slot.step]
-            (mac_class.warm if model_id in mac.warm_models else mac_class.cold).remove(key)
+            quantum = slot.static_warm if model_id in mac.warm_models else slot.static_cold
+            self.mac_models[model_id].classes[slot.step].group.remove(group_key(free, quantum, position))
 
     # -- changing pods ------------------------------------------------------------------
 
@@ -304,7 +321,8 @@ class FleetIndex:
         slot.position = len(self.pod_slots)
         slot.candidate = pod
         slot.members = tuple(self._mac_by_node[node_id] for node_id in pod.members)
-        slot.topology = pod_topology(pod, self.config.speed)
+        topology = pod_topology(pod, self.config.speed)
+        slot.topology = self._topologies.setdefault(topology, topology)  # one shared object per topology
         self._fill_pod_statics(slot)
         self.pod_slots.append(slot)
         self._pod_by_id[pod.pod_id] = slot
@@ -338,7 +356,8 @@ class FleetIndex:
         # A pod is as trustworthy as its least reputable member and costs all its members' time.
         reputation = min(mac.reputation for mac in members)
         price = sum(mac.price_per_million_tokens for mac in members)
-        slot.static_quantum = static_score_quantum(reputation, price, self.config)
+        slot.static_cold = static_score_quantum(reputation, price, False, self.config)
+        slot.static_warm = static_score_quantum(reputation, price, True, self.config)
         slot.reason = self._pod_reason(slot)
 
     @staticmethod
@@ -355,7 +374,9 @@ class FleetIndex:
             entry.served += 1
             pod_class = entry.classes.get(class_key)
             if pod_class is None:
-                pod_class = entry.classes[class_key] = PodClass(slot.topology, slot.slowest_step)
+                bandwidth = step_bandwidth_bytes_per_s(slot.slowest_step, self.config.speed)
+                pod_class = PodClass(slot.topology, slot.slowest_step, bandwidth)
+                entry.add_class(class_key, pod_class)
             insort(pod_class.by_ceiling, (-slot.ceiling_sum, slot.position))
         self._attach_pod_state(slot)
 
@@ -380,8 +401,10 @@ class FleetIndex:
                 unavailable = self.pod_models[model_id].unavailable
                 unavailable[slot.reason] = unavailable.get(slot.reason, 0) + sign
             return
-        key = group_key(self.pod_free_sum(slot), slot.static_quantum, slot.position)
+        free = self.pod_free_sum(slot)
         class_key = (slot.topology, slot.slowest_step)
         for model_id in slot.served:
             group = self.pod_models[model_id].classes[class_key].group
-            group.add(key, slot.static_quantum) if sign > 0 else group.remove(key)
+            quantum = slot.static_quantum(model_id)
+            key = group_key(free, quantum, slot.position)
+            group.add(key, quantum) if sign > 0 else group.remove(key)

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from coordinator.placement.config import PlacementConfig
 
-# Reputation and price are folded into one static score, quantised so equal Macs tie exactly.
+# Warmth, reputation and price are folded into one static score, quantised so equal Macs tie exactly.
 STATIC_SCORE_BITS = 25
 STATIC_SCORE_SCALE = 1 << (STATIC_SCORE_BITS - 1)  # static score = q / scale, q in 0..scale
 
@@ -44,10 +44,13 @@ def price_score(price_per_million_tokens: int, config: PlacementConfig) -> float
     return 1.0 / (1.0 + price_per_million_tokens / config.price_reference_per_million_tokens)
 
 
-def static_score_quantum(reputation: float, price_per_million_tokens: int, config: PlacementConfig) -> int:
-    """Weighted reputation plus price, as an integer in 0..STATIC_SCORE_SCALE."""
-    _, _, _, w_reputation, w_price = config.weights.normalised()
-    value = w_reputation * reputation + w_price * price_score(price_per_million_tokens, config)
+def static_score_quantum(reputation: float, price_per_million_tokens: int, warm: bool,
+                         config: PlacementConfig) -> int:
+    """Weighted warm-model, reputation and price scores: the part that is fixed for a (candidate,
+    model) pair, so the index can sort on it. An integer in 0..STATIC_SCORE_SCALE."""
+    _, _, w_warm, w_reputation, w_price = config.weights.normalised()
+    value = w_warm * (1.0 if warm else 0.0) + w_reputation * reputation \
+        + w_price * price_score(price_per_million_tokens, config)
     return min(STATIC_SCORE_SCALE, max(0, round(value * STATIC_SCORE_SCALE)))
 
 
@@ -55,13 +58,13 @@ def static_score(quantum: int) -> float:
     return quantum / STATIC_SCORE_SCALE
 
 
-def base_score(w_speed: float, w_warm: float, speed: float, warm: float) -> float:
-    return w_speed * speed + w_warm * warm
+def speed_part(w_speed: float, speed: float) -> float:
+    return w_speed * speed
 
 
-def total_score(w_fit: float, fit: float, base: float, static: float) -> float:
+def total_score(w_fit: float, fit: float, speed_weighted: float, static: float) -> float:
     """The index inlines this exact expression; keep the two identical so ties stay exact."""
-    return w_fit * fit + base + static
+    return w_fit * fit + speed_weighted + static
 
 
 def named_scores(fit: float, speed: float, warm: float, reputation: float,

@@ -1,9 +1,9 @@
 """Searching the index: filter by group, then score only the best few by bound.
 
-Within a group every candidate shares speed and warmth, and keys are sorted by free
-memory, so the best fit comes first and each later candidate's best-fit score only
-falls. A candidate's score is at most  w_fit x fit + base + the group's highest static
-score; once that bound drops below the best found, the rest of the group cannot win.
+Within a group every candidate shares a speed, and keys are sorted by free memory,
+so the best fit comes first and each later candidate's best-fit score only falls.
+A candidate's score is at most  w_fit x fit + w_speed x speed + the group's highest
+static score; once that bound drops below the best found, the rest cannot win.
 Groups are visited best bound first, and runs of identical candidates (same free
 memory and static score) are scored once and tie-broken by the job's seed.
 """
@@ -11,14 +11,16 @@ memory and static score) are scored once and tie-broken by the job's seed.
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import log2
 from operator import itemgetter
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
-from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group
-from coordinator.placement.scoring import STATIC_SCORE_SCALE, base_score, speed_score
+from coordinator.placement.index import (
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, MacClass,
+)
+from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.speed import decode_tokens_per_s
 from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import Strategy
@@ -47,38 +49,41 @@ class SearchResult:
 class Best:
     """Running best score with its ties, and the top few for the explanation.
 
-    `floor` is the lowest score still worth finding: the last of a full top list.
-    Pruning against it (not the best) keeps the explanation's runners-up exact too.
+    Candidates are offered as plain tuples in Scored's field order (cheap to make in the
+    scan loop); only the few that end up in the result become Scored. `floor` is the
+    lowest score still worth finding: the last of a full top list. Pruning against it
+    (not the best) keeps the explanation's runners-up exact too.
     """
 
     __slots__ = ("score", "ties", "top", "top_max", "floor")
 
     def __init__(self, top_max: int) -> None:
         self.score = -1.0
-        self.ties: list[tuple[object, Scored]] = []  # (where to find the tie, what was scored)
-        self.top: list[Scored] = []
+        self.ties: list[tuple[object, tuple]] = []  # (where to find the tie, what was scored)
+        self.top: list[tuple] = []
         self.top_max = top_max
         self.floor = -1.0
 
-    def offer(self, tie: object, scored: Scored) -> None:
-        if scored.total > self.score:
-            self.score, self.ties = scored.total, [(tie, scored)]
-        elif scored.total == self.score:
+    def offer(self, tie: object, scored: tuple) -> None:
+        total = scored[0]
+        if total > self.score:
+            self.score, self.ties = total, [(tie, scored)]
+        elif total == self.score:
             self.ties.append((tie, scored))
         top = self.top
-        if len(top) < self.top_max or scored.total > top[-1].total:
+        if len(top) < self.top_max or total > top[-1][0]:
             top.append(scored)
-            top.sort(key=lambda item: -item.total)  # stable: earlier finds first among equals
+            top.sort(key=itemgetter(0), reverse=True)  # stable: earlier finds first among equals
             del top[self.top_max:]
             if len(top) == self.top_max:
-                self.floor = top[-1].total
+                self.floor = top[-1][0]
 
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
-               chosen: Scored | None) -> SearchResult:
+               chosen: tuple | None) -> SearchResult:
         if chosen is None:
             return SearchResult(filtered, feasible, scored, ())
-        others = tuple(s for s in self.top if s.position != chosen.position)
-        return SearchResult(filtered, feasible, scored, (chosen, *others[: self.top_max - 1]))
+        others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
+        return SearchResult(filtered, feasible, scored, tuple(Scored(*s) for s in (chosen, *others)))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -89,55 +94,59 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    pending, below, does_not_fit, feasible = _mac_groups(entry.classes.values(), terms, config)
+    pending, below, does_not_fit, feasible = _mac_groups(entry.fastest_first, terms, config)
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
-    scored = _scan_mac_groups(pending, terms, config, best)
+    scored = _scan_mac_groups(pending, terms, config, best, index)
     chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
 
 
-def _mac_groups(classes, terms: JobTerms, config: PlacementConfig):
-    """Count filtered Macs per group and list the groups that still have candidates."""
-    w_fit, w_speed, w_warm, _, _ = config.weights.normalised()
+def _mac_groups(classes: list[MacClass], terms: JobTerms, config: PlacementConfig):
+    """Count filtered Macs per class and list the classes that still have candidates, best bound first."""
+    w_fit, w_speed, _, _, _ = config.weights.normalised()
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
     need_key = need << FREE_SHIFT
-    minimum = terms.job.min_decode_tokens_per_s
+    bytes_per_token = terms.bytes_per_token
+    minimum, target = terms.job.min_decode_tokens_per_s, terms.speed_target
     pending = []
     below = does_not_fit = feasible = 0
     for mac_class in classes:
-        cold, warm = mac_class.cold.keys, mac_class.warm.keys
-        if not cold and not warm:
+        group = mac_class.group
+        keys = group.keys
+        if not keys:
             continue
-        decode = decode_tokens_per_s(mac_class.profile, terms.bytes_per_token, config.speed)
+        decode = mac_class.bandwidth_bytes_per_s / bytes_per_token  # as decode_from_bandwidth for one Mac
         if decode < minimum:
-            below += len(cold) + len(warm)
+            below += len(keys)
             continue
-        speed = speed_score(decode, terms.speed_target)
-        for group, warm_value in ((mac_class.cold, 0.0), (mac_class.warm, 1.0)):
-            keys = group.keys
-            position = bisect_left(keys, need_key)
-            does_not_fit += position
-            if position == len(keys):
-                continue
-            feasible += len(keys) - position
-            base = base_score(w_speed, w_warm, speed, warm_value)
-            fit = max(0.0, 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span)
-            bound = w_fit * fit + base + group.static_max / STATIC_SCORE_SCALE
-            pending.append((bound, group, position, base, speed, warm_value == 1.0, decode))
+        position = bisect_left(keys, need_key)
+        does_not_fit += position
+        if position == len(keys):
+            continue
+        feasible += len(keys) - position
+        speed = decode / target  # as speed_score
+        if speed > 1.0:
+            speed = 1.0
+        weighted_speed = w_speed * speed  # as speed_part
+        fit = 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span
+        bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_max / STATIC_SCORE_SCALE
+        pending.append((bound, group, position, weighted_speed, speed, decode))
     pending.sort(key=itemgetter(0), reverse=True)
     return pending, below, does_not_fit, feasible
 
 
-def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, best: Best) -> int:
+def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, best: Best,
+                     index: FleetIndex) -> int:
     w_fit = config.weights.normalised()[0]
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
+    model_id = terms.job.model.model_id
     budget = config.scored_per_decision_max
     per_group = config.scan_per_group_max
     scored = 0
-    for bound, group, start, base, speed, warm, decode in pending:
+    for bound, group, start, weighted_speed, speed, decode in pending:
         if bound < best.floor or scored >= budget:
             break
         keys = group.keys
@@ -150,15 +159,33 @@ def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, be
             fit = 1.0 - log2(free / need) / span
             if fit < 0.0:
                 fit = 0.0
-            partial = w_fit * fit + base  # total_score's expression, split for the bound
+            partial = w_fit * fit + weighted_speed  # total_score's expression, split for the bound
             if partial + static_bound < best.floor:
                 break
             score = partial + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
+            if score < best.floor:  # and so is every later Mac with this free memory (as skip_free_value)
+                i += 1
+                if i < end and keys[i] >> FREE_SHIFT == free:
+                    i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
+                continue
             scored += 1
-            if score >= best.floor:
-                best.offer((group, i), Scored(score, key & POSITION_MASK, free, fit, speed, warm, decode))
+            position = key & POSITION_MASK
+            warm = model_id in index.mac_slots[position].candidate.warm_models
+            best.offer((group, i), (score, position, free, fit, speed, warm, decode, Strategy.SINGLE))
             i = _next_run(keys, i, key)
     return scored
+
+
+def static_of_key(key: int) -> float:
+    """The static score a key carries; equals static_score(quantum) exactly."""
+    return (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
+
+
+def skip_free_value(keys: list[int], i: int, free: int) -> int:
+    """The first key after i with more free memory: same free memory sorts by static score, best first."""
+    if i + 1 < len(keys) and keys[i + 1] >> FREE_SHIFT == free:
+        return bisect_left(keys, (free + 1) << FREE_SHIFT, i + 1)
+    return i + 1
 
 
 def _next_run(keys: list[int], i: int, key: int) -> int:
@@ -169,7 +196,7 @@ def _next_run(keys: list[int], i: int, key: int) -> int:
     return i + 1
 
 
-def _break_mac_tie(ties: list[tuple[tuple[Group, int], Scored]], seed: int) -> Scored:
+def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tuple:
     """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does)."""
     runs = []
     for (group, start), scored in ties:
@@ -179,10 +206,11 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], Scored]], seed: int) -> S
     total = sum(end - start for _, start, end, _ in runs)
     if len(runs) == 1:
         keys, start, _, scored = runs[0]
-        return replace(scored, position=keys[start + seed % total] & POSITION_MASK)
-    tied = sorted((key & POSITION_MASK, scored) for keys, start, end, scored in runs for key in keys[start:end])
-    position, scored = tied[seed % total]
-    return replace(scored, position=position)
+        position = keys[start + seed % total] & POSITION_MASK
+    else:
+        tied = sorted((key & POSITION_MASK, scored) for keys, start, end, scored in runs for key in keys[start:end])
+        position, scored = tied[seed % total]
+    return (scored[0], position, *scored[2:])
 
 
 def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

@@ -43,8 +43,17 @@ def bytes_read_per_token(job: JobRequest) -> int:
 
 
 def decode_tokens_per_s(profile: SpeedProfile, bytes_per_token: int, config: SpeedConfig) -> float:
-    bandwidth = step_bandwidth_bytes_per_s(profile.bandwidth_step, config) * profile.parallel_speedup
-    return 1.0 / (bytes_per_token / bandwidth + profile.hops * profile.hop_latency_s)
+    return decode_from_bandwidth(step_bandwidth_bytes_per_s(profile.bandwidth_step, config), profile.parallel_speedup,
+                                 profile.hops, profile.hop_latency_s, bytes_per_token)
+
+
+def decode_from_bandwidth(bandwidth_bytes_per_s: float, speedup: float, hops: int, hop_latency_s: float,
+                          bytes_per_token: int) -> float:
+    """Every speed in the planner comes from here, so the index and the exhaustive search agree exactly."""
+    bandwidth = bandwidth_bytes_per_s * speedup
+    if hops == 0:
+        return bandwidth / bytes_per_token  # the index inlines this for single Macs (speedup 1.0)
+    return 1.0 / (bytes_per_token / bandwidth + hops * hop_latency_s)
 
 
 def tensor_speedup(members: int, config: SpeedConfig) -> float:

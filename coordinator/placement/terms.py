@@ -44,12 +44,31 @@ def job_terms(job: JobRequest, config: PlacementConfig) -> JobTerms:
     return JobTerms(job, memory, bytes_read_per_token(job), target, job_seed(job.job_id))
 
 
-def plan_pod(topology: PodTopology, slowest_step: int, terms: JobTerms, config: PlacementConfig) -> PodPlan | None:
+@dataclass(frozen=True)
+class TopologyPlan:
+    """The part of a pod plan that depends only on the topology, shared by its classes."""
+
+    strategy: Strategy
+    speedup: float
+    hops: int
+    hop_latency_s: float
+    need_bytes: int
+
+
+def plan_topology(topology: PodTopology, terms: JobTerms, config: PlacementConfig) -> TopologyPlan | None:
     """None when the model cannot be split over this many members (fewer layers than members)."""
     strategy = pod_strategy(topology, terms.job.model)
     if not can_split(strategy, terms.job.model, topology.members):
         return None
-    profile = pod_speed_profile(topology, strategy, slowest_step, config.speed)
+    profile = pod_speed_profile(topology, strategy, 0, config.speed)
+    return TopologyPlan(strategy, profile.parallel_speedup, profile.hops, profile.hop_latency_s,
+                        terms.memory.pod_total_bytes(topology.members))
+
+
+def plan_pod(topology: PodTopology, slowest_step: int, terms: JobTerms, config: PlacementConfig) -> PodPlan | None:
+    shared = plan_topology(topology, terms, config)
+    if shared is None:
+        return None
+    profile = SpeedProfile(slowest_step, shared.speedup, shared.hops, shared.hop_latency_s)
     decode = decode_tokens_per_s(profile, terms.bytes_per_token, config.speed)
-    return PodPlan(strategy, profile, decode, speed_score(decode, terms.speed_target),
-                   terms.memory.pod_total_bytes(topology.members))
+    return PodPlan(shared.strategy, profile, decode, speed_score(decode, terms.speed_target), shared.need_bytes)

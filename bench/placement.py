@@ -1,0 +1,141 @@
+"""Placement benchmark: decisions per second, latency percentiles, and quality against exhaustive search.
+
+    .venv/bin/python -m bench.placement [--macs 100000 --pods 5000 --jobs 20000 --quality-jobs 200]
+
+Phases: build the simulated fleet and its index; place jobs read-only; place jobs
+committing each decision and releasing old jobs (a loaded, changing fleet); and
+compare the index's choices with an exhaustive search that scores every candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections import Counter, deque
+
+from bench.fleet_sim import simulate_fleet, simulate_jobs
+from coordinator.placement import FleetIndex, Placement, PlacementConfig, Unplaceable, place
+from coordinator.placement.exhaustive import ExhaustiveView
+from coordinator.placement.planner import decide
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+def _outcome(decision: Placement | Unplaceable) -> str:
+    if isinstance(decision, Placement):
+        return str(decision.strategy)
+    return "refused (permanent)" if decision.permanent else "waits (busy now)"
+
+
+def _report(title: str, latencies_ns: list[int], outcomes: Counter, wall_s: float) -> None:
+    values = sorted(v / 1e3 for v in latencies_ns)
+    print(f"{title}: {len(values)} decisions in {wall_s:.2f} s = {len(values) / wall_s:,.0f} placements/s")
+    print(f"  latency us: mean {statistics.fmean(values):.1f}  p50 {_percentile(values, 0.5):.1f}  "
+          f"p99 {_percentile(values, 0.99):.1f}  p99.9 {_percentile(values, 0.999):.1f}  max {values[-1]:.1f}")
+    print("  outcomes: " + ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items())))
+
+
+def read_only(index: FleetIndex, jobs: list) -> None:
+    latencies, outcomes = [], Counter()
+    clock = time.perf_counter_ns
+    start = time.perf_counter()
+    for job in jobs:
+        t0 = clock()
+        decision = place(job, index)
+        latencies.append(clock() - t0)
+        outcomes[_outcome(decision)] += 1
+    _report("read-only (index unchanged)", latencies, outcomes, time.perf_counter() - start)
+
+
+def with_commits(index: FleetIndex, jobs: list, running_max: int) -> None:
+    """Commit every placement; once running_max jobs run, release the oldest for each new one."""
+    latencies, commit_latencies, outcomes = [], [], Counter()
+    running: deque[Placement] = deque()
+    clock = time.perf_counter_ns
+    stale = 0
+    start = time.perf_counter()
+    for job in jobs:
+        t0 = clock()
+        decision = place(job, index)
+        t1 = clock()
+        if isinstance(decision, Placement):
+            if index.try_commit(decision):
+                running.append(decision)
+            else:
+                stale += 1
+            if len(running) > running_max:
+                index.release(running.popleft())
+        commit_latencies.append(clock() - t1)
+        latencies.append(t1 - t0)
+        outcomes[_outcome(decision)] += 1
+    wall = time.perf_counter() - start
+    _report(f"with commits (steady state of {running_max} running jobs)", latencies, outcomes, wall)
+    commits = sorted(v / 1e3 for v in commit_latencies)
+    print(f"  commit+release us: mean {statistics.fmean(commits):.1f}  p99 {_percentile(commits, 0.99):.1f}; "
+          f"stale commits {stale}; decide+commit {len(jobs) / wall:,.0f} jobs/s")
+    return running
+
+
+def quality(index: FleetIndex, jobs: list, config: PlacementConfig) -> None:
+    """Compare with exhaustive search on the index's current state (as a plain snapshot)."""
+    t0 = time.perf_counter()
+    view = ExhaustiveView(index.snapshot(), config)
+    same = close = worse = kind_mismatch = 0
+    gaps = []
+    for job in jobs:
+        fast, slow = place(job, index), decide(job, view, config)
+        if isinstance(fast, Placement) != isinstance(slow, Placement):
+            kind_mismatch += 1
+            continue
+        if not isinstance(fast, Placement):
+            same += fast.permanent == slow.permanent
+            kind_mismatch += fast.permanent != slow.permanent
+            continue
+        if fast.node_ids == slow.node_ids:
+            same += 1
+            continue
+        gap = (slow.score - fast.score) / slow.score
+        gaps.append(gap)
+        if gap <= 0.01:
+            close += 1
+        else:
+            worse += 1
+    n = len(jobs)
+    print(f"quality vs exhaustive on {n} jobs ({time.perf_counter() - t0:.0f} s): same choice {same}, "
+          f"within 1% {close}, worse {worse}, placed/refused mismatch {kind_mismatch}; "
+          f"ok {(same + close) / n:.2%}" + (f"; largest gap {max(gaps):.3%}" if gaps else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--macs", type=int, default=100_000)
+    parser.add_argument("--pods", type=int, default=5_000)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--running", type=int, default=40_000, help="jobs kept running in the commit phase")
+    parser.add_argument("--quality-jobs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    config = PlacementConfig()
+
+    t0 = time.perf_counter()
+    snapshot = simulate_fleet(args.macs, args.pods, args.seed, config)
+    t1 = time.perf_counter()
+    index = FleetIndex.build(snapshot, config)
+    t2 = time.perf_counter()
+    print(f"fleet: {len(snapshot.macs)} Macs, {len(snapshot.pods)} pods (simulated in {t1 - t0:.1f} s); "
+          f"index built in {t2 - t1:.2f} s: {index.stats()}")
+    gc.collect()
+    gc.freeze()  # the fleet lives for the whole run; keep it out of the collector's way
+    jobs = simulate_jobs(args.jobs, args.seed + 1)
+    read_only(index, jobs)
+    quality(index, simulate_jobs(args.quality_jobs, args.seed + 2)[: args.quality_jobs // 2], config)
+    with_commits(index, simulate_jobs(args.jobs, args.seed + 3), args.running)
+    quality(index, simulate_jobs(args.quality_jobs, args.seed + 4)[: args.quality_jobs - args.quality_jobs // 2], config)
+
+
+if __name__ == "__main__":
+    main()
