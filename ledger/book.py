@@ -73,6 +73,10 @@ class JobStep(StrEnum):
     EXPIRE = "expire"
     CREDIT = "credit"
     FEE = "fee"
+    RELEASE = "release"  # posts the operator's pending credit
+    REJECT = "reject"  # voids the operator's pending credit
+    REFUND = "refund"  # escrow -> consumer after a failed check
+    FEE_REFUND = "fee_refund"  # treasury -> consumer after a failed check
 
 
 def job_transfer_id(job_id: str, step: JobStep) -> str:

@@ -10,6 +10,11 @@ The flow:
    paid from the issuance account instead. It uses the same transfer id as settle's
    operator credit, so one job can never pay its operator twice.
 
+The slashable flow (proofs): complete_job charges the consumer for the tokens made and
+holds the operator's credit PENDING for the check window; release_job_credit posts it
+(check passed or window closed); reject_job_credit voids it and refunds the whole charge.
+All three steps share the `credit` transfer id with settle_job and credit_operator_for_job.
+
 Calling any step again answers `exists` for each transfer and moves nothing.
 """
 
@@ -20,9 +25,10 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger.book import JobStep, create_transfer, create_transfers, ensure_account, job_transfer_id
+from ledger.book import JobStep, create_transfer, create_transfers, ensure_account, get_transfer, job_transfer_id
 from ledger.model import (
     OK_CODES,
+    TIMEOUT_S_MAX,
     AccountKind,
     ExpirePending,
     Operation,
@@ -31,6 +37,7 @@ from ledger.model import (
     TransferKind,
     TransferRequest,
     TransferResult,
+    TransferState,
     VoidPending,
 )
 from ledger.policy import JobPrice
@@ -39,6 +46,11 @@ CONSUMER_ESCROW_ACCOUNT = "escrow:consumers"
 TREASURY_FEES_ACCOUNT = "treasury:fees"
 ISSUANCE_REWARDS_ACCOUNT = "issuance:rewards"
 EXTERNAL_DEPOSITS_ACCOUNT = "external:deposits"  # where consumers' prepaid tokens come from
+
+# A held credit expires only this long after its check window, so a coordinator that was
+# down when the window closed can still release it rather than find it expired.
+CREDIT_HOLD_GRACE_S = 7 * 24 * 3600
+CREDIT_HOLD_S_MAX = TIMEOUT_S_MAX - CREDIT_HOLD_GRACE_S
 
 SYSTEM_ACCOUNTS = (
     (CONSUMER_ESCROW_ACCOUNT, AccountKind.ESCROW),
@@ -134,25 +146,43 @@ def reserve_job(
     return create_transfer(session, request, now_us=now_us)
 
 
+def _escrow_payout(
+    job_id: JobId, step: JobStep, credit_account: str, amount: int, kind: TransferKind, price: JobPrice
+) -> TransferRequest:
+    return TransferRequest(
+        id=job_transfer_id(job_id, step),
+        debit_account=CONSUMER_ESCROW_ACCOUNT,
+        credit_account=credit_account,
+        amount=amount,
+        kind=kind,
+        job_id=job_id,
+        policy_version=price.policy_version,
+    )
+
+
+def _fee_payouts(job_id: JobId, price: JobPrice) -> list[Operation]:
+    if price.network_fee == 0:
+        return []
+    fee = _escrow_payout(
+        job_id, JobStep.FEE, TREASURY_FEES_ACCOUNT, price.network_fee, TransferKind.JOB_NETWORK_FEE, price
+    )
+    return [fee]
+
+
 def _escrow_payouts(job_id: JobId, operator_id: OperatorId, price: JobPrice) -> list[Operation]:
     payouts: list[Operation] = []
-    for step, credit_account, amount, kind in (
-        (JobStep.CREDIT, operator_account_id(operator_id), price.operator_credit, TransferKind.JOB_OPERATOR_CREDIT),
-        (JobStep.FEE, TREASURY_FEES_ACCOUNT, price.network_fee, TransferKind.JOB_NETWORK_FEE),
-    ):
-        if amount > 0:
-            payouts.append(
-                TransferRequest(
-                    id=job_transfer_id(job_id, step),
-                    debit_account=CONSUMER_ESCROW_ACCOUNT,
-                    credit_account=credit_account,
-                    amount=amount,
-                    kind=kind,
-                    job_id=job_id,
-                    policy_version=price.policy_version,
-                )
+    if price.operator_credit > 0:
+        payouts.append(
+            _escrow_payout(
+                job_id,
+                JobStep.CREDIT,
+                operator_account_id(operator_id),
+                price.operator_credit,
+                TransferKind.JOB_OPERATOR_CREDIT,
+                price,
             )
-    return payouts
+        )
+    return payouts + _fee_payouts(job_id, price)
 
 
 def settle_job(
@@ -233,3 +263,129 @@ def credit_operator_for_job(
         policy_version=price.policy_version,
     )
     return JobPayment((create_transfer(session, request, now_us=now_us),))
+
+
+def _held_credit(
+    job_id: JobId, debit_account: str, operator_id: OperatorId, price: JobPrice, hold_s: int
+) -> TransferRequest:
+    return TransferRequest(
+        id=job_transfer_id(job_id, JobStep.CREDIT),
+        debit_account=debit_account,
+        credit_account=operator_account_id(operator_id),
+        amount=price.operator_credit,
+        kind=TransferKind.JOB_OPERATOR_CREDIT,
+        job_id=job_id,
+        policy_version=price.policy_version,
+        pending=True,
+        timeout_s=hold_s + CREDIT_HOLD_GRACE_S,
+    )
+
+
+def complete_job(
+    session: Session,
+    job_id: JobId,
+    consumer_id: ConsumerId | None,
+    operator_id: OperatorId,
+    price: JobPrice,
+    *,
+    hold_s: int,
+    now_us: int | None = None,
+) -> JobPayment:
+    """A job finished with a verified receipt: charge for the tokens made, hold the operator's credit.
+
+    With a consumer (who has a reservation): post price.consumer_charge of the reservation
+    into escrow (the rest returns to the consumer), hold escrow -> operator PENDING and pay
+    the fee escrow -> treasury, all or nothing. Without one (anonymous): hold issuance ->
+    operator PENDING. The held credit expires hold_s + CREDIT_HOLD_GRACE_S after now, so
+    release it at the window's close. A zero charge voids the reservation instead.
+    """
+    assert type(hold_s) is int and 0 <= hold_s <= CREDIT_HOLD_S_MAX, f"hold_s out of range: {hold_s}"
+    ensure_system_accounts(session)
+    if consumer_id is None:
+        if price.operator_credit == 0:
+            return JobPayment(())
+        open_operator_account(session, operator_id)
+        held = _held_credit(job_id, ISSUANCE_REWARDS_ACCOUNT, operator_id, price, hold_s)
+        return JobPayment((create_transfer(session, held, now_us=now_us),))
+    if price.consumer_charge == 0:
+        return JobPayment((void_job(session, job_id, now_us=now_us),))
+    open_operator_account(session, operator_id)
+    operations: list[Operation] = [
+        PostPending(
+            id=job_transfer_id(job_id, JobStep.POST),
+            pending_id=job_transfer_id(job_id, JobStep.RESERVE),
+            amount=price.consumer_charge,
+            kind=TransferKind.JOB_CHARGE,
+            policy_version=price.policy_version,
+            debit_account=consumer_account_id(consumer_id),
+            credit_account=CONSUMER_ESCROW_ACCOUNT,
+        )
+    ]
+    if price.operator_credit > 0:
+        operations.append(_held_credit(job_id, CONSUMER_ESCROW_ACCOUNT, operator_id, price, hold_s))
+    operations.extend(_fee_payouts(job_id, price))
+    return JobPayment(create_transfers(session, operations, now_us=now_us))
+
+
+def release_job_credit(session: Session, job_id: JobId, *, now_us: int | None = None) -> JobPayment:
+    """Post the operator's held credit (check passed or window closed).
+
+    No results when the job holds no credit (nothing earned); `exists` on a retry;
+    `pending_already_resolved` after reject_job_credit; `pending_transfer_not_pending`
+    when the credit was paid at once by credit_operator_for_job or settle_job.
+    """
+    credit_id = job_transfer_id(job_id, JobStep.CREDIT)
+    if get_transfer(session, credit_id) is None:
+        return JobPayment(())
+    release = PostPending(
+        id=job_transfer_id(job_id, JobStep.RELEASE), pending_id=credit_id, kind=TransferKind.JOB_OPERATOR_CREDIT
+    )
+    return JobPayment(create_transfers(session, [release], now_us=now_us))
+
+
+def reject_job_credit(session: Session, job_id: JobId, *, now_us: int | None = None) -> JobPayment:
+    """Void the operator's held credit and give the consumer back the whole charge (check failed).
+
+    The charge returns as escrow -> consumer (what the credit held) plus treasury ->
+    consumer (the fee), all or nothing, so the consumer pays nothing for the job.
+    `pending_already_resolved` (nothing written) after release_job_credit.
+    """
+    credit = get_transfer(session, job_transfer_id(job_id, JobStep.CREDIT))
+    charge = get_transfer(session, job_transfer_id(job_id, JobStep.POST))
+    operations: list[Operation] = []
+    if credit is not None:
+        operations.append(
+            VoidPending(
+                id=job_transfer_id(job_id, JobStep.REJECT),
+                pending_id=credit.id,
+                kind=TransferKind.JOB_OPERATOR_CREDIT,
+            )
+        )
+    if charge is not None and charge.state is TransferState.POSTED:
+        operations.extend(_refunds(session, job_id, charge.debit_account, charge.amount))
+    if not operations:
+        return JobPayment(())
+    return JobPayment(create_transfers(session, operations, now_us=now_us))
+
+
+def _refunds(session: Session, job_id: JobId, consumer_account: str, charge: int) -> list[Operation]:
+    fee = get_transfer(session, job_transfer_id(job_id, JobStep.FEE))
+    fee_amount = 0 if fee is None else fee.amount
+    assert 0 <= fee_amount <= charge, f"job {job_id}: fee {fee_amount} above its charge {charge}"
+    refunds: list[Operation] = []
+    for step, debit_account, amount in (
+        (JobStep.REFUND, CONSUMER_ESCROW_ACCOUNT, charge - fee_amount),
+        (JobStep.FEE_REFUND, TREASURY_FEES_ACCOUNT, fee_amount),
+    ):
+        if amount > 0:
+            refunds.append(
+                TransferRequest(
+                    id=job_transfer_id(job_id, step),
+                    debit_account=debit_account,
+                    credit_account=consumer_account,
+                    amount=amount,
+                    kind=TransferKind.JOB_REFUND,
+                    job_id=job_id,
+                )
+            )
+    return refunds

@@ -45,6 +45,7 @@ class TransferKind(StrEnum):
     JOB_RELEASE = "job_release"
     JOB_OPERATOR_CREDIT = "job_operator_credit"
     JOB_NETWORK_FEE = "job_network_fee"
+    JOB_REFUND = "job_refund"  # a failed check gives the consumer's charge back
 
 
 class ResultCode(StrEnum):
