@@ -51,7 +51,12 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
     if job.status is JobStatus.ASSIGNED:
         records.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
                                status=JobStatus.RUNNING, started_at_ms=now_ms)
-    return records.append_tokens(session, job_id, chunk)
+    stored = records.append_tokens(session, job_id, chunk) if chunk.first_index == expected_index \
+        else False
+    if not stored and not records.has_chunk_at(session, job_id, chunk.first_index):
+        raise InvalidRequest(f"token chunk at {chunk.first_index} overlaps stored tokens of job "
+                             f"{job_id}; re-send chunks with their original boundaries")
+    return stored
 
 
 @dataclass(frozen=True)

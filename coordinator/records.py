@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 
 from contracts.hardware import ChipTier, HardwareReport, ThunderboltLink
 from contracts.ids import JobId, NodeId, OperatorId
+from contracts.lending import Heartbeat, LendingMode, LendingState
 from contracts.models import ModelSpec
-from coordinator.tables import job_assignments, job_tokens, jobs, nodes
+from coordinator.tables import job_assignments, job_tokens, jobs, node_heartbeats, nodes
 
 
 class JobStatus(StrEnum):
@@ -44,6 +45,11 @@ class NodeRecord:
     max_concurrent_jobs: int
     registered_at_ms: int
     last_heartbeat_ms: int
+    lending: LendingState = LendingState()
+    warm_models: tuple[str, ...] = ()
+    measured_bandwidth_gb_s: float | None = None  # from the latest self-benchmark
+    benchmark_flag: str | None = None  # why that benchmark does not fit the claimed chip
+    left_at_ms: int | None = None  # the node left the network (Leave) and is not placed on
 
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.model_id == model_id), None)
@@ -115,8 +121,24 @@ def _node_from_row(row) -> NodeRecord:  # type: ignore[no-untyped-def]
         operator_id=OperatorId(row.operator_id), display_name=row.display_name,
         hardware=hardware_from_json(row.hardware_json), models=models_from_json(row.models_json),
         max_concurrent_jobs=row.max_concurrent_jobs, registered_at_ms=row.registered_at_ms,
-        last_heartbeat_ms=row.last_heartbeat_ms,
+        last_heartbeat_ms=row.last_heartbeat_ms, lending=_lending_from_row(row),
+        warm_models=tuple(json.loads(row.warm_models_json)),
+        measured_bandwidth_gb_s=row.measured_bandwidth_gb_s, benchmark_flag=row.benchmark_flag,
+        left_at_ms=row.left_at_ms,
     )
+
+
+def _lending_from_row(row) -> LendingState:  # type: ignore[no-untyped-def]
+    return LendingState(mode=LendingMode(row.lending_mode), owner_active=row.owner_active,
+                        accepting_jobs=row.accepting_jobs, reason=row.lending_reason,
+                        memory_cap_bytes=row.memory_cap_bytes)
+
+
+def _lending_values(lending: LendingState, warm_models: tuple[str, ...]) -> dict[str, object]:
+    return dict(lending_mode=lending.mode.value, owner_active=lending.owner_active,
+                accepting_jobs=lending.accepting_jobs, lending_reason=lending.reason,
+                memory_cap_bytes=lending.memory_cap_bytes,
+                warm_models_json=json.dumps(sorted(warm_models)))
 
 
 def save_node(session: Session, node: NodeRecord, session_token_sha256: str) -> None:
@@ -130,7 +152,8 @@ def save_node(session: Session, node: NodeRecord, session_token_sha256: str) -> 
         simulated=hardware.simulated, hardware_json=hardware_to_json(hardware),
         models_json=models_to_json(node.models), max_concurrent_jobs=node.max_concurrent_jobs,
         session_token_sha256=session_token_sha256, registered_at_ms=node.registered_at_ms,
-        last_heartbeat_ms=node.last_heartbeat_ms, running_jobs_reported=0,
+        last_heartbeat_ms=node.last_heartbeat_ms, running_jobs_reported=0, left_at_ms=None,
+        **_lending_values(node.lending, node.warm_models),
     )
     existing = session.execute(
         select(nodes.c.node_id).where(nodes.c.node_id == node.node_id).with_for_update()
@@ -162,9 +185,62 @@ def lock_nodes(session: Session, node_ids: tuple[str, ...]) -> None:
     session.execute(select(nodes.c.node_id).where(nodes.c.node_id.in_(node_ids)).with_for_update())
 
 
-def record_heartbeat(session: Session, node_id: str, now_ms: int, running_jobs: int) -> None:
-    session.execute(update(nodes).where(nodes.c.node_id == node_id)
-                    .values(last_heartbeat_ms=now_ms, running_jobs_reported=running_jobs))
+def record_heartbeat(session: Session, node_id: str, now_ms: int, running_jobs: int,
+                     lending: LendingState | None = None,
+                     warm_models: tuple[str, ...] | None = None) -> None:
+    """Liveness, plus the node's lending state when its heartbeat carried one."""
+    values: dict[str, object] = dict(last_heartbeat_ms=now_ms, running_jobs_reported=running_jobs)
+    if lending is not None:
+        values.update(_lending_values(lending, warm_models or ()))
+    session.execute(update(nodes).where(nodes.c.node_id == node_id).values(**values))
+
+
+def insert_signed_heartbeat(session: Session, heartbeat: Heartbeat, received_at_ms: int,
+                            signature: bytes) -> bool:
+    """Store a verified heartbeat; False when one with the same sent_at_ms exists (a replay)."""
+    lending = heartbeat.lending
+    try:
+        with session.begin_nested():
+            session.execute(insert(node_heartbeats).values(
+                node_id=heartbeat.node_id, sent_at_ms=heartbeat.sent_at_ms,
+                received_at_ms=received_at_ms, mode=lending.mode.value,
+                running_jobs=heartbeat.running_jobs, owner_active=lending.owner_active,
+                accepting_jobs=lending.accepting_jobs,
+                memory_cap_bytes=lending.memory_cap_bytes or 0, signature=signature))
+    except IntegrityError:
+        return False
+    return True
+
+
+def last_signed_heartbeat_ms(session: Session, node_id: str) -> int | None:
+    """sent_at_ms of the node's newest stored heartbeat; a new one must be later."""
+    return session.execute(select(func.max(node_heartbeats.c.sent_at_ms))
+                           .where(node_heartbeats.c.node_id == node_id)).scalar_one()
+
+
+def heartbeat_times(session: Session, node_id: str, since_ms: int, until_ms: int,
+                    modes: frozenset[LendingMode] | None = None) -> list[int]:
+    """When the coordinator received the node's signed heartbeats, in [since_ms, until_ms), ascending.
+
+    Only heartbeats whose signature verified are stored, so each time is proof
+    the node was online then. `modes` keeps only heartbeats sent in those
+    lending modes (e.g. {LendingMode.ULTRA_SEAT} for the Ultra-seat bonus).
+    """
+    query = (select(node_heartbeats.c.received_at_ms)
+             .where(node_heartbeats.c.node_id == node_id,
+                    node_heartbeats.c.received_at_ms >= since_ms,
+                    node_heartbeats.c.received_at_ms < until_ms)
+             .order_by(node_heartbeats.c.received_at_ms))
+    if modes is not None:
+        query = query.where(node_heartbeats.c.mode.in_([mode.value for mode in modes]))
+    return [int(t) for t in session.execute(query).scalars()]
+
+
+def prune_heartbeats(session: Session, before_ms: int) -> int:
+    """Drop heartbeats received before before_ms (older than any open epoch); returns how many."""
+    result = session.execute(node_heartbeats.delete().where(
+        node_heartbeats.c.received_at_ms < before_ms))
+    return result.rowcount
 
 
 # --- jobs ----------------------------------------------------------------
@@ -278,11 +354,14 @@ def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
 
 # --- tokens --------------------------------------------------------------
 
+def has_chunk_at(session: Session, job_id: str, first_index: int) -> bool:
+    return session.execute(select(job_tokens.c.first_index).where(
+        job_tokens.c.job_id == job_id, job_tokens.c.first_index == first_index)).first() is not None
+
+
 def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
     """Store a chunk once; a re-sent chunk (same first index) is ignored."""
-    exists = session.execute(select(job_tokens.c.first_index).where(
-        job_tokens.c.job_id == job_id, job_tokens.c.first_index == chunk.first_index)).first()
-    if exists is not None:
+    if has_chunk_at(session, job_id, chunk.first_index):
         return False
     session.execute(insert(job_tokens).values(
         job_id=job_id, first_index=chunk.first_index,
@@ -298,4 +377,8 @@ def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[Tok
 
 
 def token_count(session: Session, job_id: str) -> int:
-    return sum(len(c.token_ids) for c in token_chunks(session, job_id))
+    """Tokens stored so far: the end of the last chunk (chunks are contiguous from 0)."""
+    last = session.execute(select(job_tokens.c.first_index, job_tokens.c.token_ids_json)
+                           .where(job_tokens.c.job_id == job_id)
+                           .order_by(job_tokens.c.first_index.desc()).limit(1)).first()
+    return 0 if last is None else last.first_index + len(json.loads(last.token_ids_json))

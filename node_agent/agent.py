@@ -139,12 +139,12 @@ class NodeAgent:
             sender.close()
             self._retry(lambda: self._client.report_failure(assignment.job_id, str(error)))
             return
-        sender.close()
+        chunks = sender.close()
         if sender.rejected or result.stopped_early:
             log.info("job %s stopped: %s", assignment.job_id, sender.error)
             return
         if sender.error is not None:  # the stream broke: re-send every chunk, harmlessly
-            self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(sender.chunks)))
+            self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
         body = encode_receipt(self._receipt(assignment, result))
         signature = self.settings.identity.sign(body)
         credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body, signature))

@@ -1,8 +1,9 @@
 """Streams a job's tokens to the coordinator while generation runs.
 
 Generation (on the MLX thread) only queues chunks; a sender thread owns the
-client-streaming call. Every chunk is also kept, so after a dropped
-connection the whole job can be re-sent: chunk indexes make re-sends harmless.
+client-streaming call. Every chunk is also kept, with the same boundaries it
+was sent with, so after a dropped connection the whole job can be re-sent:
+the coordinator stores each first index once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from node_agent.coordinator_client import (
 
 Chunk = tuple[int, tuple[int, ...], str]  # (first_index, token_ids, text)
 _DONE = None
+CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
 
 
 class TokenSender:
@@ -24,13 +26,28 @@ class TokenSender:
         self._client = client
         self._job_id = job_id
         self._queue: queue.Queue[Chunk | None] = queue.Queue()
-        self.chunks: list[Chunk] = []
+        self.sent: list[Chunk] = []  # as yielded to the call, merged or not
         self.error: CoordinatorCallError | None = None
         self._thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
         self._thread.start()
 
     def _pending(self) -> Iterator[Chunk]:
-        while (chunk := self._queue.get()) is not _DONE:
+        """Chunks as queued; several waiting ones go out merged as one message."""
+        done = False
+        while not done:
+            chunk = self._queue.get()
+            if chunk is _DONE:
+                return
+            while len(chunk[1]) < CHUNK_TOKENS_MAX:
+                try:
+                    following = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if following is _DONE:
+                    done = True
+                    break
+                chunk = (chunk[0], chunk[1] + following[1], chunk[2] + following[2])
+            self.sent.append(chunk)
             yield chunk
 
     def _send(self) -> None:
@@ -46,12 +63,17 @@ class TokenSender:
 
     def offer(self, index: int, token_id: int, text: str) -> bool:
         """Queue one token; False tells generation to stop."""
-        chunk = (index, (token_id,), text)
-        self.chunks.append(chunk)
-        if self.error is None:
-            self._queue.put(chunk)
+        self._queue.put((index, (token_id,), text))
         return not self.rejected
 
-    def close(self) -> None:
+    def close(self) -> list[Chunk]:
+        """Finish the call; returns every chunk, with the boundaries already sent kept."""
         self._queue.put(_DONE)
         self._thread.join()
+        unsent = []
+        while True:
+            chunk = self._queue.get_nowait() if not self._queue.empty() else _DONE
+            if chunk is _DONE:
+                break
+            unsent.append(chunk)
+        return self.sent + unsent

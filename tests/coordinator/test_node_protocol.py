@@ -125,6 +125,9 @@ def test_tokens_out_of_order_or_for_others_jobs_are_refused(
     # A re-sent chunk is harmless: stored once.
     assert alice_client.stream_tokens(job.job_id, iter([(0, (1, 2), "ab")])) == 2
     assert alice_client.stream_tokens(job.job_id, iter([(0, (1, 2), "ab")])) == 0
+    with pytest.raises(CallRejected) as overlap:  # other boundaries over stored tokens
+        alice_client.stream_tokens(job.job_id, iter([(1, (2, 3), "bc")]))
+    assert overlap.value.code == "INVALID_ARGUMENT" and "overlaps" in str(overlap.value)
     with JobClient(address) as consumer:
         assert consumer.get(job.job_id).text == "ab"
     alice_client.close()

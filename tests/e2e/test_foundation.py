@@ -138,3 +138,16 @@ def test_grpc_health_and_reflection_answer(network: Network) -> None:
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
         names = {s.name for r in responses for s in r.list_services_response.service}
     assert {"mlxnet.v1.JobService", "mlxnet.v1.NodeService"} <= names
+
+
+def test_submit_command_streams_text_and_verifies_the_receipt(network: Network) -> None:
+    import subprocess
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "mlxnet.cli", "submit", "--coordinator", network.address,
+         "--model", MODEL_ID, "--prompt", "And Isaac", "--max-tokens", "12"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert "receipt (verified)" in completed.stdout
+    assert _direct_greedy_text(network.model_dir, "And Isaac", 12) in completed.stdout
