@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from contracts.hardware import ChipTier, HardwareReport, ThunderboltLink
 from contracts.models import ModelSpec
 from coordinator.errors import InvalidRequest
 from coordinator.node_registry import Registration
+from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.records import JobRecord, JobStatus, TokenChunk
 from coordinator.service import JobView
 from coordinator.submission import Submission
@@ -115,4 +118,22 @@ def job_to_pb(view: JobView) -> job_pb2.Job:
     if job.receipt_body is not None and job.receipt_signature is not None:
         message.receipt.CopyFrom(common_pb2.SignedReceipt(body=job.receipt_body,
                                                           signature=job.receipt_signature))
+    return message
+
+
+def placement_to_pb(decision: Placement | Unplaceable) -> job_pb2.ExplainPlacementResponse:
+    explanation = decision.explanation
+    message = job_pb2.ExplainPlacementResponse(
+        explanation_json=json.dumps(explanation.to_dict()), explanation_text=explanation.render())
+    if isinstance(decision, Unplaceable):
+        message.placeable = False
+        message.permanent = decision.permanent
+        message.reason = decision.reason
+        return message
+    message.placeable = True
+    message.node_ids.extend(decision.node_ids)
+    message.strategy = str(decision.strategy)
+    message.layer_split.extend(decision.layer_split)
+    message.predicted_decode_tokens_per_s = decision.predicted_decode_tokens_per_s
+    message.predicted_time_to_first_token_s = decision.predicted_time_to_first_token_s
     return message

@@ -40,5 +40,11 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                 yield job_pb2.StreamJobResponse(final_job=convert.job_to_pb(item))
 
     @translate_errors
+    def ExplainPlacement(self, request, context):  # noqa: N802
+        decision = self._service.explain_placement(request.model, request.context_tokens,
+                                                   request.min_decode_tokens_per_s)
+        return convert.placement_to_pb(decision)
+
+    @translate_errors
     def CancelJob(self, request, context):  # noqa: N802
         return job_pb2.CancelJobResponse(job=convert.job_to_pb(self._service.cancel_job(request.job_id)))

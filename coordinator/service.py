@@ -10,13 +10,18 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from contracts.ids import NodeId
+from contracts.ids import JobId, NodeId
 from coordinator import handback, job_results, node_registry, records, scheduler, submission
+from coordinator import node_records, node_reports
 from coordinator.catalog import model_catalog
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database
-from coordinator.errors import AlreadyDone, NotFound, Unplaceable
+from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, Unplaceable
+from coordinator.placement.candidates import JobRequest
+from coordinator.placement.decision import Placement
+from coordinator.placement.decision import Unplaceable as PlacementRefusal
+from coordinator.placement.planner import place
 from coordinator.notifier import Notifier, job_topic, node_topic
 from coordinator.records import JobRecord, JobStatus, NodeRecord, TokenChunk
 
@@ -102,6 +107,24 @@ class CoordinatorService:
                 return
             self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
 
+    def explain_placement(self, model_id: str, context_tokens: int,
+                          min_decode_tokens_per_s: float) -> Placement | PlacementRefusal:
+        """Where a job would go now and why; nothing is placed or written."""
+        if context_tokens <= 0 or min_decode_tokens_per_s < 0:
+            raise InvalidRequest("context_tokens must be positive and min_decode_tokens_per_s "
+                                 "zero or positive")
+        with self.db.transaction() as session:
+            fleet, nodes = scheduler.snapshot(session, self.clock.now_ms(), self.config)
+        spec = model_catalog(nodes).get(model_id)
+        if spec is None:
+            raise NotFound(f"model {model_id!r} is not served by any node")
+        if context_tokens > spec.max_context_tokens:
+            raise InvalidRequest(f"context_tokens {context_tokens} is over {model_id}'s context "
+                                 f"of {spec.max_context_tokens}")
+        request = JobRequest(job_id=JobId("dry-run"), model=spec, context_tokens=context_tokens,
+                             min_decode_tokens_per_s=min_decode_tokens_per_s)
+        return place(request, fleet)
+
     # --- nodes -------------------------------------------------------------
 
     def register_node(self, registration: node_registry.Registration) -> tuple[NodeId, str]:
@@ -116,12 +139,37 @@ class CoordinatorService:
         with self.db.transaction() as session:
             return node_registry.authenticate(session, token)
 
-    def heartbeat(self, node: NodeRecord, running_jobs: int) -> int:
+    def heartbeat(self, node: NodeRecord, running_jobs: int,
+                  report: node_reports.HeartbeatReport | None = None) -> int:
         now = self.clock.now_ms()
         with self.db.transaction() as session:
-            records.record_heartbeat(session, node.node_id, now, running_jobs)
+            node_reports.accept_heartbeat(
+                session, node, report or node_reports.HeartbeatReport(running_jobs), now)
         self.run_scheduler()
         return now
+
+    def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:
+        """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
+        with self.db.transaction() as session:
+            freed = node_reports.hand_back_job(session, node, job_id, reason, self.clock.now_ms())
+        self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
+        self.run_scheduler()
+
+    def leave(self, node: NodeRecord, reason: str) -> int:
+        """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
+        with self.db.transaction() as session:
+            touched = node_reports.leave(session, node, reason, self.clock.now_ms())
+        log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
+        self.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self.run_scheduler()
+        return len(touched)
+
+    def pod_assignment(self, job: JobRecord) -> tuple[node_records.PodDeclaration, tuple[int, ...]] | None:
+        """For a pod job: the pod and each member's layers, in the pod's rank order."""
+        if len(job.node_ids) < 2:
+            return None
+        with self.db.transaction() as session:
+            return node_records.pod_assignment(session, job)
 
     def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
         """Jobs assigned to the node and not yet started, each sent once per stream."""
@@ -177,6 +225,7 @@ class CoordinatorService:
         now = self.clock.now_ms()
         touched: list[str] = []
         with self.db.transaction() as session:
+            node_reports.prune_heartbeats_now_and_then(session, now)
             for node in records.all_nodes(session):
                 if now - node.last_heartbeat_ms > self.config.node_offline_after_ms:
                     touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now)

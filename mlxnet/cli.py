@@ -3,6 +3,8 @@
     mlxnet coordinator            run the coordinator (gRPC)
     mlxnet node --coordinator A   lend this Mac: run a node agent
     mlxnet submit ...             submit a job and stream its tokens
+    mlxnet jobs get|explain JOB   a job's status, or why it went where it did
+    mlxnet place --dry-run ...    where a job would go now, and why
     mlxnet db upgrade             apply database migrations
     mlxnet model build-tiny DIR   build the project's small test model
     mlxnet demo                   the whole network on this machine, end to end
@@ -127,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--architecture", choices=("llama", "qwen2"), default="llama")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(handler=_build_tiny)
+
+    from mlxnet import jobs_cli
+
+    jobs_cli.add_subcommands(commands)
 
     demo = commands.add_parser("demo", help="run a coordinator, three nodes and a few jobs")
     demo.add_argument("--work-dir", type=Path, help="keep the demo's files here")

@@ -65,6 +65,13 @@ class JobClient:
     def cancel(self, job_id: str) -> job_pb2.Job:
         return self._call(self._stub.CancelJob, job_pb2.CancelJobRequest(job_id=job_id)).job
 
+    def explain_placement(self, model: str, context_tokens: int,
+                          min_decode_tokens_per_s: float = 0.0) -> job_pb2.ExplainPlacementResponse:
+        request = job_pb2.ExplainPlacementRequest(
+            model=model, context_tokens=context_tokens,
+            min_decode_tokens_per_s=min_decode_tokens_per_s)
+        return self._call(self._stub.ExplainPlacement, request)
+
     def stream(self, job_id: str) -> Iterator[StreamedTokens | job_pb2.Job]:
         """Tokens as they are made, then the final job."""
         try:

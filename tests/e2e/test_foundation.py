@@ -151,3 +151,29 @@ def test_submit_command_streams_text_and_verifies_the_receipt(network: Network) 
     assert completed.returncode == 0, completed.stderr
     assert "receipt (verified)" in completed.stdout
     assert _direct_greedy_text(network.model_dir, "And Isaac", 12) in completed.stdout
+
+
+def _mlxnet(*argv: str):  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "mlxnet.cli", *argv], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_dry_run_and_explain_show_where_and_why(network: Network) -> None:
+    dry = _mlxnet("place", "--dry-run", "--model", MODEL_ID, "--context", "512",
+                  "--coordinator", network.address)
+    assert dry.returncode == 0, dry.stderr
+    assert "would place on node-" in dry.stdout and "chosen: node-" in dry.stdout
+    too_fast = _mlxnet("place", "--dry-run", "--model", MODEL_ID, "--context", "512",
+                       "--min-tokens-per-s", "1e12", "--coordinator", network.address)
+    assert too_fast.returncode == 0 and "never placeable" in too_fast.stdout
+    unknown = _mlxnet("place", "--dry-run", "--model", "nope", "--context", "8",
+                      "--coordinator", network.address)
+    assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr
+    job, _ = _run(network.address, "And Rebekah", max_tokens=4)
+    explained = _mlxnet("jobs", "explain", job.job_id, "--coordinator", network.address)
+    assert explained.returncode == 0 and "Macs:" in explained.stdout and "#1 " in explained.stdout
+    got = _mlxnet("jobs", "get", job.job_id, "--coordinator", network.address)
+    assert got.returncode == 0 and "completed" in got.stdout and "receipt   verified" in got.stdout

@@ -124,3 +124,37 @@ class Job(_message.Message):
     chips: _containers.RepeatedScalarFieldContainer[str]
     signer_public_key: bytes
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., model: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., placement_explanation_json: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., text: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., receipt_verified: _Optional[bool] = ..., credited_base_units: _Optional[int] = ..., error: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ..., chips: _Optional[_Iterable[str]] = ..., signer_public_key: _Optional[bytes] = ...) -> None: ...
+
+class ExplainPlacementRequest(_message.Message):
+    __slots__ = ("model", "context_tokens", "min_decode_tokens_per_s")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MIN_DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    context_tokens: int
+    min_decode_tokens_per_s: float
+    def __init__(self, model: _Optional[str] = ..., context_tokens: _Optional[int] = ..., min_decode_tokens_per_s: _Optional[float] = ...) -> None: ...
+
+class ExplainPlacementResponse(_message.Message):
+    __slots__ = ("placeable", "permanent", "reason", "node_ids", "strategy", "layer_split", "predicted_decode_tokens_per_s", "predicted_time_to_first_token_s", "explanation_json", "explanation_text")
+    PLACEABLE_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    LAYER_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_TIME_TO_FIRST_TOKEN_S_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_TEXT_FIELD_NUMBER: _ClassVar[int]
+    placeable: bool
+    permanent: bool
+    reason: str
+    node_ids: _containers.RepeatedScalarFieldContainer[str]
+    strategy: str
+    layer_split: _containers.RepeatedScalarFieldContainer[int]
+    predicted_decode_tokens_per_s: float
+    predicted_time_to_first_token_s: float
+    explanation_json: str
+    explanation_text: str
+    def __init__(self, placeable: _Optional[bool] = ..., permanent: _Optional[bool] = ..., reason: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., layer_split: _Optional[_Iterable[int]] = ..., predicted_decode_tokens_per_s: _Optional[float] = ..., predicted_time_to_first_token_s: _Optional[float] = ..., explanation_json: _Optional[str] = ..., explanation_text: _Optional[str] = ...) -> None: ...

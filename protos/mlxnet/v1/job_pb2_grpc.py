@@ -55,6 +55,11 @@ class JobServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.ExplainPlacement = channel.unary_unary(
+                '/mlxnet.v1.JobService/ExplainPlacement',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.ExplainPlacementRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.ExplainPlacementResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -86,6 +91,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainPlacement(self, request, context):
+        """Where a job for this model and context would go now, and why; places nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +120,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.CancelJobRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'ExplainPlacement': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainPlacement,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.ExplainPlacementRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_job__pb2.ExplainPlacementResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +236,33 @@ class JobService:
             '/mlxnet.v1.JobService/CancelJob',
             protos_dot_mlxnet_dot_v1_dot_job__pb2.CancelJobRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_job__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainPlacement(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.JobService/ExplainPlacement',
+            protos_dot_mlxnet_dot_v1_dot_job__pb2.ExplainPlacementRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_job__pb2.ExplainPlacementResponse.FromString,
             options,
             channel_credentials,
             insecure,
