@@ -39,7 +39,7 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
     decode = chosen.decode_tokens_per_s
     prefill = prefill_tokens_per_s(job, mac.hardware.gpu_cores, decode, 1.0, config.speed)
     load_bytes = 0 if chosen.warm else job.model.weights_bytes
-    assert mac_free_bytes(mac, config.memory) >= terms.memory.total_bytes, "chose a Mac that cannot fit"
+    assert chosen.free_bytes >= terms.memory.total_bytes, "chose a Mac that cannot fit"
     return Placement(
         node_ids=(mac.node_id,), pod_id=None, strategy=Strategy.SINGLE,
         layer_split=(job.model.num_layers,), reserved_memory_bytes=(terms.memory.total_bytes,),

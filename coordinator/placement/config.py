@@ -7,6 +7,7 @@ be calibrated against mx.get_peak_memory() on real nodes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from contracts.hardware import LinkKind
@@ -74,7 +75,9 @@ class ScoreWeights:
         values = (self.best_fit, self.speed, self.warm_model, self.reputation, self.price)
         assert all(v >= 0 for v in values) and sum(values) > 0, "weights are non-negative, not all zero"
 
+    @functools.cached_property
     def normalised(self) -> tuple[float, float, float, float, float]:
+        """The weights scaled to sum to 1, in field order; computed once (decisions read it often)."""
         values = (self.best_fit, self.speed, self.warm_model, self.reputation, self.price)
         total = sum(values)
         return tuple(v / total for v in values)  # type: ignore[return-value]
@@ -94,8 +97,8 @@ class PlacementConfig:
     # take (when free) waits for one instead of occupying a pod.
     reserve_pods_for_jobs_no_mac_can_take: bool = True
     # Search limits: the index scores at most this many candidates per group and per decision.
-    scan_per_group_max: int = 48
-    scored_per_decision_max: int = 384
+    scan_per_group_max: int = 256
+    scored_per_decision_max: int = 2048
     pods_checked_for_permanence_max: int = 16
     top_candidates_explained: int = 3
 

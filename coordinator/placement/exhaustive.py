@@ -44,7 +44,7 @@ class ExhaustiveView:
 
     def search_macs(self, terms: JobTerms) -> SearchResult:
         config = self.config
-        w_fit, w_speed, _, _, _ = config.weights.normalised()
+        w_fit, w_speed, _, _, _ = config.weights.normalised
         model_id, need = terms.job.model.model_id, terms.memory.total_bytes
         filtered = {reason: 0 for reason in FilterReason}
         best = Best(config.top_candidates_explained)
@@ -87,7 +87,7 @@ class ExhaustiveView:
 
     def search_pods(self, terms: JobTerms) -> SearchResult:
         config = self.config
-        w_fit, w_speed, _, _, _ = config.weights.normalised()
+        w_fit, w_speed, _, _, _ = config.weights.normalised
         filtered = {reason: 0 for reason in FilterReason}
         best = Best(config.top_candidates_explained)
         feasible = 0

@@ -1,7 +1,7 @@
 """FleetIndex: the fleet arranged so that one decision touches a few dozen candidates, not 100,000.
 
-For each model, available Macs are grouped by speed profile (one bandwidth grid step).
-Each group is a list of integer keys sorted by free memory, then by static score
+For each model, available Macs are grouped by speed profile (one bandwidth grid step)
+and by whether the model is warm there. Each group is a list of integer keys sorted by free memory, then by static score
 (warm model, reputation and price: fixed for a Mac and model) descending, then position:
 
     key = free_bytes << FREE_SHIFT | (SCALE - static_quantum) << STATIC_SHIFT | position
@@ -65,12 +65,15 @@ class Group:
 class MacClass:
     """Macs serving one model with one speed profile."""
 
-    __slots__ = ("profile", "bandwidth_bytes_per_s", "group", "ceilings")
+    __slots__ = ("profile", "bandwidth_bytes_per_s", "cold", "warm", "ceilings")
 
     def __init__(self, profile: SpeedProfile, bandwidth_bytes_per_s: float) -> None:
         self.profile = profile
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
-        self.group = Group()  # available Macs; warmth is part of each key's static score
+        # Available Macs, apart by warmth: the warm bonus is the largest static difference,
+        # and a few warm Macs must not hide behind many cold ones with a tighter fit.
+        self.cold = Group()
+        self.warm = Group()
         self.ceilings: list[int] = []  # every serving Mac in any state: could it ever fit?
 
 
@@ -171,7 +174,7 @@ class FleetIndex:
         return FleetSnapshot(macs, pods)
 
     def stats(self) -> IndexStats:
-        mac_groups = sum(len(e.classes) for e in self.mac_models.values())
+        mac_groups = sum(len(e.classes) * 2 for e in self.mac_models.values())
         pod_classes = sum(len(e.classes) for e in self.pod_models.values())
         return IndexStats(self.mac_count, self.pod_count, len(self.mac_models), mac_groups, pod_classes)
 
@@ -298,8 +301,11 @@ class FleetIndex:
             return
         free, position = slot.free, slot.position
         for model_id in mac.served_models:
-            quantum = slot.static_warm if model_id in mac.warm_models else slot.static_cold
-            self.mac_models[model_id].classes[slot.step].group.add(group_key(free, quantum, position), quantum)
+            mac_class = self.mac_models[model_id].classes[slot.step]
+            if model_id in mac.warm_models:
+                mac_class.warm.add(group_key(free, slot.static_warm, position), slot.static_warm)
+            else:
+                mac_class.cold.add(group_key(free, slot.static_cold, position), slot.static_cold)
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         mac = slot.candidate
@@ -309,8 +315,11 @@ class FleetIndex:
             return
         free, position = slot.free, slot.position
         for model_id in mac.served_models:
-            quantum = slot.static_warm if model_id in mac.warm_models else slot.static_cold
-            self.mac_models[model_id].classes[slot.step].group.remove(group_key(free, quantum, position))
+            mac_class = self.mac_models[model_id].classes[slot.step]
+            if model_id in mac.warm_models:
+                mac_class.warm.remove(group_key(free, slot.static_warm, position))
+            else:
+                mac_class.cold.remove(group_key(free, slot.static_cold, position))
 
     # -- changing pods ------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ class FleetView(Protocol):
     def single_could_ever_take(self, terms: JobTerms) -> bool: ...
     def search_pods(self, terms: JobTerms) -> SearchResult: ...
     def pod_could_ever_take(self, terms: JobTerms) -> bool: ...
-    def mac_at(self, position: int) -> MacCandidate: ...
+    def mac_at(self, position: int) -> MacCandidate: ...  # for facts other than its commitments
     def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]: ...
 
 
@@ -59,9 +59,10 @@ class IndexView:
         return pod_could_ever_take(self.index, terms)
 
     def mac_at(self, position: int) -> MacCandidate:
+        """The Mac's reported facts; its commitments may be older than the index's (Scored has free memory)."""
         slot = self.index.mac_slots[position]
         assert slot is not None
-        return self.index.mac(slot.candidate.node_id)
+        return slot.candidate
 
     def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]:
         slot = self.index.pod_slots[position]

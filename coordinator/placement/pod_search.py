@@ -44,16 +44,23 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    w_fit, w_speed, _, _, _ = config.weights.normalised()
+    w_fit, w_speed, _, _, _ = config.weights.normalised
     pending = []
     below = does_not_fit = feasible = 0
-    for pod_class, plan, decode in _class_plans(entry.fastest_first, terms, config):
+    plans: dict[int, TopologyPlan | None] = {}  # by id: the index shares one object per topology
+    for pod_class in entry.fastest_first:
         keys = pod_class.group.keys
         if not keys:
             continue
+        topology = pod_class.topology
+        plan = plans.get(id(topology), False)
+        if plan is False:
+            plan = plans[id(topology)] = plan_topology(topology, terms, config)
         if plan is None:
             does_not_fit += len(keys)
             continue
+        decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
+                                       plan.hop_latency_s, terms.bytes_per_token)
         if decode < terms.job.min_decode_tokens_per_s:
             below += len(keys)
             continue
@@ -79,7 +86,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
 
 def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tuple[int, int]:
     config = index.config
-    w_fit, w_speed, _, _, _ = config.weights.normalised()
+    w_fit, w_speed, _, _, _ = config.weights.normalised
     span = config.best_fit_span_octaves
     model = terms.job.model
     scored = split_failures = 0

@@ -48,7 +48,7 @@ def static_score_quantum(reputation: float, price_per_million_tokens: int, warm:
                          config: PlacementConfig) -> int:
     """Weighted warm-model, reputation and price scores: the part that is fixed for a (candidate,
     model) pair, so the index can sort on it. An integer in 0..STATIC_SCORE_SCALE."""
-    _, _, w_warm, w_reputation, w_price = config.weights.normalised()
+    _, _, w_warm, w_reputation, w_price = config.weights.normalised
     value = w_warm * (1.0 if warm else 0.0) + w_reputation * reputation \
         + w_price * price_score(price_per_million_tokens, config)
     return min(STATIC_SCORE_SCALE, max(0, round(value * STATIC_SCORE_SCALE)))

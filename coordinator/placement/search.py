@@ -104,7 +104,7 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
 
 def _mac_groups(classes: list[MacClass], terms: JobTerms, config: PlacementConfig):
     """Count filtered Macs per class and list the classes that still have candidates, best bound first."""
-    w_fit, w_speed, _, _, _ = config.weights.normalised()
+    w_fit, w_speed, _, _, _ = config.weights.normalised
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
     need_key = need << FREE_SHIFT
@@ -113,33 +113,37 @@ def _mac_groups(classes: list[MacClass], terms: JobTerms, config: PlacementConfi
     pending = []
     below = does_not_fit = feasible = 0
     for mac_class in classes:
-        group = mac_class.group
-        keys = group.keys
-        if not keys:
+        cold, warm = mac_class.cold, mac_class.warm
+        size = len(cold.keys) + len(warm.keys)
+        if not size:
             continue
         decode = mac_class.bandwidth_bytes_per_s / bytes_per_token  # as decode_from_bandwidth for one Mac
         if decode < minimum:
-            below += len(keys)
+            below += size
             continue
-        position = bisect_left(keys, need_key)
-        does_not_fit += position
-        if position == len(keys):
-            continue
-        feasible += len(keys) - position
         speed = decode / target  # as speed_score
         if speed > 1.0:
             speed = 1.0
         weighted_speed = w_speed * speed  # as speed_part
-        fit = 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span
-        bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_max / STATIC_SCORE_SCALE
-        pending.append((bound, group, position, weighted_speed, speed, decode))
+        for group in (cold, warm):
+            keys = group.keys
+            if not keys:
+                continue
+            position = bisect_left(keys, need_key)
+            does_not_fit += position
+            if position == len(keys):
+                continue
+            feasible += len(keys) - position
+            fit = 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span
+            bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_max / STATIC_SCORE_SCALE
+            pending.append((bound, group, position, weighted_speed, speed, decode))
     pending.sort(key=itemgetter(0), reverse=True)
     return pending, below, does_not_fit, feasible
 
 
 def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, best: Best,
                      index: FleetIndex) -> int:
-    w_fit = config.weights.normalised()[0]
+    w_fit = config.weights.normalised[0]
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
     model_id = terms.job.model.model_id
@@ -208,8 +212,12 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         keys, start, _, scored = runs[0]
         position = keys[start + seed % total] & POSITION_MASK
     else:
-        tied = sorted((key & POSITION_MASK, scored) for keys, start, end, scored in runs for key in keys[start:end])
-        position, scored = tied[seed % total]
+        tied = []  # (position, index of its run): runs from different speed classes can tie exactly
+        for run, (keys, start, end, _) in enumerate(runs):
+            tied.extend((key & POSITION_MASK, run) for key in keys[start:end])
+        tied.sort()
+        position, run = tied[seed % total]
+        scored = runs[run][3]
     return (scored[0], position, *scored[2:])
 
 
