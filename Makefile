@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test protos clean
+.PHONY: demo test protos lint-protos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,16 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/mlxnet demo
 
-test: $(VENV)/.installed
+BUF := .tools/node_modules/.bin/buf
+BUF_VERSION := 1.75.0
+
+$(BUF):
+	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+lint-protos: $(BUF)
+	$(BUF) lint --path protos
+
+test: $(VENV)/.installed lint-protos
 	$(PY) -m protos.generate --check
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -22,4 +31,4 @@ protos: $(VENV)/.installed
 	$(PY) -m protos.generate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .tools .pytest_cache .hypothesis
