@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 
-from contracts.hardware import ChipTier, HardwareReport, ThunderboltLink
+from contracts.benchmarks import BenchmarkResult
+from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
+from contracts.ids import NodeId
+from contracts.lending import LendingMode, LendingState
 from contracts.models import ModelSpec
+from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
 from coordinator.node_registry import Registration
+from coordinator.node_reports import HeartbeatReport
 from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.records import JobRecord, JobStatus, TokenChunk
 from coordinator.service import JobView
@@ -54,7 +59,8 @@ def hardware_from_pb(message: node_pb2.Hardware) -> HardwareReport:
     links = tuple(ThunderboltLink(
         port=link.port, speed_gbps=link.speed_gbps, thunderbolt_version=link.thunderbolt_version,
         peer_model_identifier=link.peer_model_identifier, peer_name=link.peer_name,
-        peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable)
+        peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable,
+        local_domain_uuid=link.local_domain_uuid)
         for link in message.thunderbolt_links)
     try:
         return HardwareReport(
@@ -69,13 +75,65 @@ def hardware_from_pb(message: node_pb2.Hardware) -> HardwareReport:
                              "larger than memory") from error
 
 
+def lending_from_pb(message: node_pb2.LendingState) -> LendingState:
+    try:
+        mode = LendingMode(message.mode or LendingMode.IDLE.value)
+    except ValueError as error:
+        raise InvalidRequest(f"lending mode must be one of {[m.value for m in LendingMode]}") from error
+    if message.memory_cap_bytes < 0:
+        raise InvalidRequest("memory_cap_bytes must be 0 (no cap) or positive")
+    return LendingState(mode=mode, owner_active=message.owner_active,
+                        accepting_jobs=message.accepting_jobs, reason=message.reason[:256],
+                        memory_cap_bytes=message.memory_cap_bytes or None)
+
+
+def benchmark_from_pb(message: node_pb2.Benchmark) -> BenchmarkResult:
+    try:
+        return BenchmarkResult(
+            memory_bandwidth_gb_s=message.memory_bandwidth_gb_s,
+            decode_tokens_per_s=message.decode_tokens_per_s,
+            prefill_tokens_per_s=message.prefill_tokens_per_s,
+            reference_model=message.reference_model,
+            reference_weights_bytes=message.reference_weights_bytes,
+            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms)
+    except AssertionError as error:
+        raise InvalidRequest("benchmark needs positive bandwidth, tokens/s, reference weight "
+                             "bytes and times, and a reference model name under 256 "
+                             "characters") from error
+
+
+def pod_from_pb(message: node_pb2.PodDeclaration) -> PodDeclaration:
+    try:
+        cables = tuple(PodCable(NodeId(link.a), NodeId(link.b), LinkKind(link.kind),
+                                link.cables or 1) for link in message.links)
+    except (ValueError, AssertionError) as error:
+        raise InvalidRequest(f"pod links need two different members, a kind among "
+                             f"{[k.value for k in LinkKind]} and cables >= 1") from error
+    members = tuple(NodeId(m) for m in message.member_node_ids)
+    return PodDeclaration(pod_id=message.pod_id, leader=members[0] if members else NodeId(""),
+                          members=members, cables=cables)
+
+
+def heartbeat_report_from_pb(request: node_pb2.HeartbeatRequest) -> HeartbeatReport:
+    return HeartbeatReport(
+        running_jobs=request.running_jobs, sent_at_ms=request.sent_at_ms,
+        lending=lending_from_pb(request.lending) if request.HasField("lending") else None,
+        warm_models=tuple(request.warm_models),
+        benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
+        signature=request.signature)
+
+
 def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
     return Registration(
         public_key=request.public_key, signature=request.signature,
         timestamp_ms=request.timestamp_ms, hardware=hardware_from_pb(request.hardware),
         models=tuple(model_spec_from_pb(m) for m in request.models),
         operator_id=request.operator_id, display_name=request.display_name,
-        max_concurrent_jobs=request.max_concurrent_jobs or 1)
+        max_concurrent_jobs=request.max_concurrent_jobs or 1,
+        lending=lending_from_pb(request.lending) if request.HasField("lending") else LendingState(),
+        benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
+        warm_models=tuple(request.warm_models),
+        pod=pod_from_pb(request.pod) if request.HasField("pod") else None)
 
 
 def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str) -> Submission:
@@ -92,12 +150,21 @@ def sampling_to_pb(job: JobRecord) -> common_pb2.SamplingParams:
                                      top_p=job.top_p, seed=job.seed)
 
 
-def assignment_to_pb(job: JobRecord, spec: ModelSpec) -> node_pb2.ReceiveAssignmentsResponse:
-    return node_pb2.ReceiveAssignmentsResponse(
+def assignment_to_pb(job: JobRecord, spec: ModelSpec,
+                     pod: tuple[PodDeclaration, tuple[int, ...]] | None = None,
+                     ) -> node_pb2.ReceiveAssignmentsResponse:
+    message = node_pb2.ReceiveAssignmentsResponse(
         job_id=job.job_id, model=model_spec_to_pb(spec), prompt=job.prompt,
         sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
         strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
         layer_split=list(job.layer_split))
+    if pod is not None:  # members and their layers in the pod's rank order
+        declaration, layers = pod
+        del message.pod_node_ids[:], message.layer_split[:]
+        message.pod_node_ids.extend(declaration.members)
+        message.layer_split.extend(layers)
+        message.pod_id, message.pod_leader_node_id = declaration.pod_id, declaration.leader
+    return message
 
 
 def token_chunk_from_pb(request: node_pb2.StreamTokensRequest) -> TokenChunk:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
+from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import HardwareReport
 from contracts.ids import NodeId, OperatorId, node_id_from_public_key
+from contracts.lending import LendingState
 from contracts.models import ModelSpec
+from contracts.pods import PodDeclaration, pod_problems
 from contracts.signing import PUBLIC_KEY_BYTES, register_challenge, signature_is_valid
-from coordinator import records
+from coordinator import node_records, node_reports, records
 from coordinator.errors import InvalidRequest, PermissionDenied, Unauthenticated
 from coordinator.handback import hand_back_jobs
 from coordinator.records import NodeRecord
@@ -32,6 +35,10 @@ class Registration:
     operator_id: str
     display_name: str
     max_concurrent_jobs: int
+    lending: LendingState = LendingState()
+    benchmark: BenchmarkResult | None = None
+    warm_models: tuple[str, ...] = ()
+    pod: PodDeclaration | None = None  # declared by the pod's leader; its leader field is ignored
 
 
 def token_sha256(token: str) -> str:
@@ -67,8 +74,18 @@ def register(session: Session, registration: Registration, now_ms: int) -> tuple
         display_name=(registration.display_name or node_id)[:NAME_CHARS_MAX],
         hardware=registration.hardware, models=registration.models,
         max_concurrent_jobs=registration.max_concurrent_jobs,
-        registered_at_ms=now_ms, last_heartbeat_ms=now_ms)
+        registered_at_ms=now_ms, last_heartbeat_ms=now_ms, lending=registration.lending,
+        warm_models=registration.warm_models[:node_reports.WARM_MODELS_MAX])
+    node_reports.check_lending(node, registration.lending)
     records.save_node(session, node, token_sha256(token))
+    if registration.benchmark is not None:
+        node_reports.accept_benchmark(session, node, registration.benchmark, now_ms)
+    if registration.pod is not None:
+        pod = replace(registration.pod, leader=node_id)
+        problems = pod_problems(pod)
+        if problems:
+            raise InvalidRequest("pod declaration refused: " + "; ".join(problems))
+        node_records.save_pod(session, pod, now_ms)
     # A registering agent has just started, so it holds none of its earlier jobs.
     hand_back_jobs(session, node_id, "node agent restarted", now_ms)
     return node_id, token

@@ -36,7 +36,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     def Heartbeat(self, request, context):  # noqa: N802
         if request.running_jobs < 0:
             raise InvalidRequest("running_jobs must not be negative")
-        now = self._service.heartbeat(self._node(context), request.running_jobs)
+        now = self._service.heartbeat(self._node(context), request.running_jobs,
+                                      convert.heartbeat_report_from_pb(request))
         return node_pb2.HeartbeatResponse(server_time_ms=now)
 
     @translate_stream_errors
@@ -45,7 +46,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         for job in self._service.assignments(node, context.is_active):
             spec = node.model(job.model_id)
             assert spec is not None, "jobs are only placed on nodes serving their model"
-            yield convert.assignment_to_pb(job, spec)
+            yield convert.assignment_to_pb(job, spec, self._service.pod_assignment(job))
 
     @translate_errors
     def StreamTokens(self, request_iterator, context):  # noqa: N802
@@ -59,6 +60,9 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     @translate_errors
     def ReportResult(self, request, context):  # noqa: N802
         node = self._node(context)
+        if request.handed_back:
+            self._service.hand_back(node, request.job_id, request.failure_reason or "handed back")
+            return node_pb2.ReportResultResponse()
         if request.failure_reason:
             self._service.accept_failure(node, request.job_id, request.failure_reason)
             return node_pb2.ReportResultResponse()
@@ -67,3 +71,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         result = self._service.accept_receipt(node, request.job_id, request.receipt.body,
                                               request.receipt.signature)
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
+
+    @translate_errors
+    def Leave(self, request, context):  # noqa: N802
+        handed_back = self._service.leave(self._node(context), request.reason[:256] or "leaving")
+        return node_pb2.LeaveResponse(jobs_handed_back=handed_back)

@@ -15,10 +15,14 @@ from dataclasses import dataclass, replace
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, NodeId
-from coordinator import records
+from contracts.lending import LendingMode as NodeLendingMode
+from contracts.pods import PodDeclaration
+from coordinator import node_records, records
 from coordinator.catalog import model_catalog
 from coordinator.config import CoordinatorConfig
-from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate
+from coordinator.placement.candidates import (
+    FleetSnapshot, JobRequest, LendingMode, MacCandidate, PodCandidate, PodLink,
+)
 from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.placement.planner import place
 from coordinator.records import JobRecord, JobStatus, NodeRecord
@@ -37,20 +41,38 @@ def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]
     candidates = []
     for node in nodes:
         memory, running = committed.get(node.node_id, (0, 0))
+        lending = node.lending
         candidates.append(MacCandidate(
             node_id=node.node_id, hardware=node.hardware,
-            online=now_ms - node.last_heartbeat_ms <= config.node_offline_after_ms,
+            online=(now_ms - node.last_heartbeat_ms <= config.node_offline_after_ms
+                    and node.left_at_ms is None),
             committed_memory_bytes=memory, running_jobs=running,
             max_concurrent_jobs=node.max_concurrent_jobs,
             served_models=frozenset(m.model_id for m in node.models),
+            warm_models=frozenset(node.warm_models),
+            mode=LendingMode.IDLE if lending.mode is NodeLendingMode.IDLE else LendingMode.DEDICATED,
+            # A node whose terms forbid work now (owner back, battery, heat, schedule) is
+            # filtered like an owner at the keyboard: it will take work again later.
+            owner_active=lending.owner_active or not lending.accepting_jobs,
+            memory_cap_bytes=lending.memory_cap_bytes,
+            measured_bandwidth_gb_s=node.measured_bandwidth_gb_s,
         ))
     return tuple(candidates)
+
+
+def pod_candidates(pods: list[PodDeclaration], node_ids: set[str]) -> tuple[PodCandidate, ...]:
+    """Declared pods whose members have all registered; the planner checks they are online."""
+    return tuple(
+        PodCandidate(pod_id=pod.pod_id, members=pod.members, links=tuple(
+            PodLink(cable.a, cable.b, cable.kind, cable.cables) for cable in pod.cables))
+        for pod in pods if pod.cables and set(pod.members) <= node_ids)
 
 
 def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[FleetSnapshot, list[NodeRecord]]:
     nodes = records.all_nodes(session)
     macs = mac_candidates(nodes, records.committed_by_node(session), now_ms, config)
-    return FleetSnapshot(macs=macs), nodes
+    pods = pod_candidates(node_records.all_pods(session), {node.node_id for node in nodes})
+    return FleetSnapshot(macs=macs, pods=pods), nodes
 
 
 def job_request(job: JobRecord, catalog: dict) -> JobRequest | None:

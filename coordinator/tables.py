@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer, LargeBinary, MetaData,
-    String, Table, Text, UniqueConstraint,
+    String, Table, Text, UniqueConstraint, false, true,
 )
 
 metadata = MetaData()
@@ -33,6 +33,16 @@ nodes = Table(
     Column("registered_at_ms", BigInteger, nullable=False),
     Column("last_heartbeat_ms", BigInteger, nullable=False),
     Column("running_jobs_reported", Integer, nullable=False, default=0),
+    # The node's lending terms and self-benchmark, as of its last heartbeat (0003_node_lending).
+    Column("lending_mode", String(16), nullable=False, server_default="idle"),  # idle/dedicated/ultra_seat
+    Column("owner_active", Boolean, nullable=False, server_default=false()),
+    Column("accepting_jobs", Boolean, nullable=False, server_default=true()),
+    Column("lending_reason", String(256), nullable=False, server_default=""),
+    Column("memory_cap_bytes", BigInteger, nullable=True),
+    Column("warm_models_json", Text, nullable=False, server_default="[]"),
+    Column("measured_bandwidth_gb_s", Float, nullable=True),
+    Column("benchmark_flag", Text, nullable=True),  # why the benchmark does not fit the claimed chip
+    Column("left_at_ms", BigInteger, nullable=True),  # set by Leave, cleared by Register
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
 
@@ -88,4 +98,44 @@ job_tokens = Table(
     Column("first_index", Integer, primary_key=True),
     Column("token_ids_json", Text, nullable=False),
     Column("text", Text, nullable=False),
+)
+
+# Signed heartbeats: each proves the node was online when the coordinator received it.
+# The ledger computes Ultra-seat availability from them (records.heartbeat_times).
+node_heartbeats = Table(
+    "node_heartbeats", metadata,
+    Column("node_id", String(64), ForeignKey("nodes.node_id"), primary_key=True),
+    Column("sent_at_ms", BigInteger, primary_key=True),  # the node's clock, signed
+    Column("received_at_ms", BigInteger, nullable=False),  # the coordinator's clock
+    Column("mode", String(16), nullable=False),
+    Column("running_jobs", Integer, nullable=False),
+    Column("owner_active", Boolean, nullable=False),
+    Column("accepting_jobs", Boolean, nullable=False),
+    Column("memory_cap_bytes", BigInteger, nullable=False),  # 0 means no cap, as signed
+    Column("signature", LargeBinary(64), nullable=False),
+)
+Index("ix_node_heartbeats_received", node_heartbeats.c.node_id, node_heartbeats.c.received_at_ms)
+
+node_benchmarks = Table(
+    "node_benchmarks", metadata,
+    Column("node_id", String(64), ForeignKey("nodes.node_id"), primary_key=True),
+    Column("measured_at_ms", BigInteger, primary_key=True),
+    Column("received_at_ms", BigInteger, nullable=False),
+    Column("memory_bandwidth_gb_s", Float, nullable=False),
+    Column("decode_tokens_per_s", Float, nullable=False),
+    Column("prefill_tokens_per_s", Float, nullable=False),
+    Column("reference_model", String(256), nullable=False),
+    Column("reference_weights_bytes", BigInteger, nullable=False),
+    Column("run_time_ms", BigInteger, nullable=False),
+    Column("flag", Text, nullable=True),
+)
+
+# Pods declared by their leaders; placed on once every member is registered.
+pods = Table(
+    "pods", metadata,
+    Column("pod_id", String(128), primary_key=True),
+    Column("leader_node_id", String(64), ForeignKey("nodes.node_id"), nullable=False),
+    Column("members_json", Text, nullable=False),
+    Column("links_json", Text, nullable=False),
+    Column("declared_at_ms", BigInteger, nullable=False),
 )

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import HardwareReport
+from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.models import ModelSpec
+from contracts.pods import PodDeclaration
 from contracts.signing import register_challenge
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
@@ -66,6 +69,11 @@ class Assignment:
     temperature: float
     top_p: float
     seed: int
+    strategy: str = "single"  # single, tensor or pipeline
+    pod_id: str = ""
+    pod_leader_node_id: str = ""
+    pod_node_ids: tuple[str, ...] = ()  # rank order, the leader first
+    layer_split: tuple[int, ...] = ()  # layers per member, aligned with pod_node_ids
 
 
 def _hardware_pb(hardware: HardwareReport) -> node_pb2.Hardware:
@@ -79,8 +87,41 @@ def _hardware_pb(hardware: HardwareReport) -> node_pb2.Hardware:
             port=link.port, speed_gbps=link.speed_gbps,
             thunderbolt_version=link.thunderbolt_version,
             peer_model_identifier=link.peer_model_identifier, peer_name=link.peer_name,
-            peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable)
+            peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable,
+            local_domain_uuid=link.local_domain_uuid)
             for link in hardware.thunderbolt_links])
+
+
+def _lending_pb(lending: LendingState) -> node_pb2.LendingState:
+    return node_pb2.LendingState(
+        mode=lending.mode.value, owner_active=lending.owner_active,
+        accepting_jobs=lending.accepting_jobs, reason=lending.reason,
+        memory_cap_bytes=lending.memory_cap_bytes or 0)
+
+
+def _benchmark_pb(result: BenchmarkResult) -> node_pb2.Benchmark:
+    return node_pb2.Benchmark(
+        memory_bandwidth_gb_s=result.memory_bandwidth_gb_s,
+        decode_tokens_per_s=result.decode_tokens_per_s,
+        prefill_tokens_per_s=result.prefill_tokens_per_s, reference_model=result.reference_model,
+        reference_weights_bytes=result.reference_weights_bytes,
+        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms)
+
+
+def _pod_pb(pod: PodDeclaration) -> node_pb2.PodDeclaration:
+    return node_pb2.PodDeclaration(
+        pod_id=pod.pod_id, member_node_ids=list(pod.members),
+        links=[node_pb2.PodLink(a=c.a, b=c.b, kind=c.kind.value, cables=c.cables)
+               for c in pod.cables])
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What the node tells the coordinator about itself, at Register and in each heartbeat."""
+
+    lending: LendingState = LendingState()
+    warm_models: tuple[str, ...] = ()
+    benchmark: BenchmarkResult | None = None  # a fresh one, sent once
 
 
 def _model_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
@@ -98,6 +139,8 @@ class CoordinatorClient:
         self._stub = node_pb2_grpc.NodeServiceStub(self._channel)
         self._session = ""
         self._models: dict[str, ModelSpec] = {}
+        self._identity: Identity | None = None
+        self._last_sent_ms = 0
 
     def close(self) -> None:
         self._channel.close()
@@ -106,7 +149,8 @@ class CoordinatorClient:
         return ((SESSION_METADATA_KEY, self._session),)
 
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
-                 operator_id: str, display_name: str, max_concurrent_jobs: int) -> int:
+                 operator_id: str, display_name: str, max_concurrent_jobs: int,
+                 status: NodeStatus | None = None, pod: PodDeclaration | None = None) -> int:
         """Register and keep the session; returns the heartbeat interval in ms."""
         timestamp_ms = time.time_ns() // 1_000_000
         request = node_pb2.RegisterRequest(
@@ -116,18 +160,38 @@ class CoordinatorClient:
             models=[_model_pb(m) for m in models], operator_id=operator_id,
             display_name=display_name, max_concurrent_jobs=max_concurrent_jobs,
             agent_version="0.1.0")
+        if status is not None:
+            request.lending.CopyFrom(_lending_pb(status.lending))
+            request.warm_models.extend(status.warm_models)
+            if status.benchmark is not None:
+                request.benchmark.CopyFrom(_benchmark_pb(status.benchmark))
+        if pod is not None:
+            request.pod.CopyFrom(_pod_pb(pod))
         try:
             response = self._stub.Register(request, timeout=RPC_DEADLINE_S)
         except grpc.RpcError as error:
             raise _translate(error) from error
         self._session = response.session_token
         self._models = {m.model_id: m for m in models}
+        self._identity = identity
         return response.heartbeat_interval_ms
 
-    def heartbeat(self, running_jobs: int) -> None:
+    def heartbeat(self, running_jobs: int, status: NodeStatus | None = None) -> None:
+        """With a status the heartbeat is signed: stored as proof the node was online."""
+        request = node_pb2.HeartbeatRequest(running_jobs=running_jobs)
+        if status is not None and self._identity is not None:
+            # Strictly increasing, so two heartbeats in one millisecond never look like a replay.
+            sent_at_ms = max(time.time_ns() // 1_000_000, self._last_sent_ms + 1)
+            self._last_sent_ms = sent_at_ms
+            claim = Heartbeat(self._identity.node_id, sent_at_ms, running_jobs, status.lending)
+            request.sent_at_ms = sent_at_ms
+            request.lending.CopyFrom(_lending_pb(status.lending))
+            request.warm_models.extend(status.warm_models)
+            if status.benchmark is not None:
+                request.benchmark.CopyFrom(_benchmark_pb(status.benchmark))
+            request.signature = self._identity.sign(heartbeat_message(claim))
         try:
-            self._stub.Heartbeat(node_pb2.HeartbeatRequest(running_jobs=running_jobs),
-                                 timeout=RPC_DEADLINE_S, metadata=self._metadata())
+            self._stub.Heartbeat(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:
             raise _translate(error) from error
 
@@ -144,7 +208,11 @@ class CoordinatorClient:
                 yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
                                  max_tokens=message.sampling.max_tokens,
                                  temperature=message.sampling.temperature,
-                                 top_p=message.sampling.top_p, seed=message.sampling.seed)
+                                 top_p=message.sampling.top_p, seed=message.sampling.seed,
+                                 strategy=message.strategy or "single", pod_id=message.pod_id,
+                                 pod_leader_node_id=message.pod_leader_node_id,
+                                 pod_node_ids=tuple(message.pod_node_ids),
+                                 layer_split=tuple(message.layer_split))
         except grpc.RpcError as error:
             raise _translate(error) from error
         finally:
@@ -170,9 +238,20 @@ class CoordinatorClient:
             raise _translate(error) from error
         return response.credited_base_units
 
-    def report_failure(self, job_id: str, reason: str) -> None:
-        request = node_pb2.ReportResultRequest(job_id=job_id, failure_reason=reason)
+    def report_failure(self, job_id: str, reason: str, handed_back: bool = False) -> None:
+        """The job failed here; with handed_back it is unfinished and goes to another Mac."""
+        request = node_pb2.ReportResultRequest(job_id=job_id, failure_reason=reason,
+                                               handed_back=handed_back)
         try:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:
             raise _translate(error) from error
+
+    def leave(self, reason: str) -> int:
+        """Deregister; returns how many jobs the coordinator handed back."""
+        try:
+            response = self._stub.Leave(node_pb2.LeaveRequest(reason=reason),
+                                        timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return response.jobs_handed_back

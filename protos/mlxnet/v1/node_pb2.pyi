@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ThunderboltLink(_message.Message):
-    __slots__ = ("port", "speed_gbps", "thunderbolt_version", "peer_model_identifier", "peer_name", "peer_uid", "peer_rdma_capable")
+    __slots__ = ("port", "speed_gbps", "thunderbolt_version", "peer_model_identifier", "peer_name", "peer_uid", "peer_rdma_capable", "local_domain_uuid")
     PORT_FIELD_NUMBER: _ClassVar[int]
     SPEED_GBPS_FIELD_NUMBER: _ClassVar[int]
     THUNDERBOLT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class ThunderboltLink(_message.Message):
     PEER_NAME_FIELD_NUMBER: _ClassVar[int]
     PEER_UID_FIELD_NUMBER: _ClassVar[int]
     PEER_RDMA_CAPABLE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_DOMAIN_UUID_FIELD_NUMBER: _ClassVar[int]
     port: str
     speed_gbps: int
     thunderbolt_version: int
@@ -23,7 +24,8 @@ class ThunderboltLink(_message.Message):
     peer_name: str
     peer_uid: str
     peer_rdma_capable: bool
-    def __init__(self, port: _Optional[str] = ..., speed_gbps: _Optional[int] = ..., thunderbolt_version: _Optional[int] = ..., peer_model_identifier: _Optional[str] = ..., peer_name: _Optional[str] = ..., peer_uid: _Optional[str] = ..., peer_rdma_capable: _Optional[bool] = ...) -> None: ...
+    local_domain_uuid: str
+    def __init__(self, port: _Optional[str] = ..., speed_gbps: _Optional[int] = ..., thunderbolt_version: _Optional[int] = ..., peer_model_identifier: _Optional[str] = ..., peer_name: _Optional[str] = ..., peer_uid: _Optional[str] = ..., peer_rdma_capable: _Optional[bool] = ..., local_domain_uuid: _Optional[str] = ...) -> None: ...
 
 class Hardware(_message.Message):
     __slots__ = ("chip", "chip_family", "chip_tier", "memory_bytes", "gpu_working_set_bytes", "gpu_cores", "memory_bandwidth_gb_s", "os_name", "model_identifier", "thunderbolt_links", "rdma_enabled", "simulated")
@@ -53,8 +55,62 @@ class Hardware(_message.Message):
     simulated: bool
     def __init__(self, chip: _Optional[str] = ..., chip_family: _Optional[str] = ..., chip_tier: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., gpu_working_set_bytes: _Optional[int] = ..., gpu_cores: _Optional[int] = ..., memory_bandwidth_gb_s: _Optional[float] = ..., os_name: _Optional[str] = ..., model_identifier: _Optional[str] = ..., thunderbolt_links: _Optional[_Iterable[_Union[ThunderboltLink, _Mapping]]] = ..., rdma_enabled: _Optional[bool] = ..., simulated: _Optional[bool] = ...) -> None: ...
 
+class LendingState(_message.Message):
+    __slots__ = ("mode", "owner_active", "accepting_jobs", "reason", "memory_cap_bytes")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CAP_BYTES_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    owner_active: bool
+    accepting_jobs: bool
+    reason: str
+    memory_cap_bytes: int
+    def __init__(self, mode: _Optional[str] = ..., owner_active: _Optional[bool] = ..., accepting_jobs: _Optional[bool] = ..., reason: _Optional[str] = ..., memory_cap_bytes: _Optional[int] = ...) -> None: ...
+
+class Benchmark(_message.Message):
+    __slots__ = ("memory_bandwidth_gb_s", "decode_tokens_per_s", "prefill_tokens_per_s", "reference_model", "reference_weights_bytes", "measured_at_ms", "run_time_ms")
+    MEMORY_BANDWIDTH_GB_S_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RUN_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    memory_bandwidth_gb_s: float
+    decode_tokens_per_s: float
+    prefill_tokens_per_s: float
+    reference_model: str
+    reference_weights_bytes: int
+    measured_at_ms: int
+    run_time_ms: int
+    def __init__(self, memory_bandwidth_gb_s: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., prefill_tokens_per_s: _Optional[float] = ..., reference_model: _Optional[str] = ..., reference_weights_bytes: _Optional[int] = ..., measured_at_ms: _Optional[int] = ..., run_time_ms: _Optional[int] = ...) -> None: ...
+
+class PodLink(_message.Message):
+    __slots__ = ("a", "b", "kind", "cables")
+    A_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CABLES_FIELD_NUMBER: _ClassVar[int]
+    a: str
+    b: str
+    kind: str
+    cables: int
+    def __init__(self, a: _Optional[str] = ..., b: _Optional[str] = ..., kind: _Optional[str] = ..., cables: _Optional[int] = ...) -> None: ...
+
+class PodDeclaration(_message.Message):
+    __slots__ = ("pod_id", "member_node_ids", "links")
+    POD_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    pod_id: str
+    member_node_ids: _containers.RepeatedScalarFieldContainer[str]
+    links: _containers.RepeatedCompositeFieldContainer[PodLink]
+    def __init__(self, pod_id: _Optional[str] = ..., member_node_ids: _Optional[_Iterable[str]] = ..., links: _Optional[_Iterable[_Union[PodLink, _Mapping]]] = ...) -> None: ...
+
 class RegisterRequest(_message.Message):
-    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version")
+    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version", "lending", "benchmark", "warm_models", "pod")
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +120,10 @@ class RegisterRequest(_message.Message):
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_JOBS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    LENDING_FIELD_NUMBER: _ClassVar[int]
+    BENCHMARK_FIELD_NUMBER: _ClassVar[int]
+    WARM_MODELS_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
     public_key: bytes
     signature: bytes
     timestamp_ms: int
@@ -73,7 +133,11 @@ class RegisterRequest(_message.Message):
     display_name: str
     max_concurrent_jobs: int
     agent_version: str
-    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    lending: LendingState
+    benchmark: Benchmark
+    warm_models: _containers.RepeatedScalarFieldContainer[str]
+    pod: PodDeclaration
+    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., pod: _Optional[_Union[PodDeclaration, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("node_id", "session_token", "heartbeat_interval_ms")
@@ -86,10 +150,20 @@ class RegisterResponse(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., session_token: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("running_jobs",)
+    __slots__ = ("running_jobs", "sent_at_ms", "lending", "warm_models", "benchmark", "signature")
     RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    SENT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LENDING_FIELD_NUMBER: _ClassVar[int]
+    WARM_MODELS_FIELD_NUMBER: _ClassVar[int]
+    BENCHMARK_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     running_jobs: int
-    def __init__(self, running_jobs: _Optional[int] = ...) -> None: ...
+    sent_at_ms: int
+    lending: LendingState
+    warm_models: _containers.RepeatedScalarFieldContainer[str]
+    benchmark: Benchmark
+    signature: bytes
+    def __init__(self, running_jobs: _Optional[int] = ..., sent_at_ms: _Optional[int] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("server_time_ms",)
@@ -102,7 +176,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +185,8 @@ class ReceiveAssignmentsResponse(_message.Message):
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     POD_NODE_IDS_FIELD_NUMBER: _ClassVar[int]
     LAYER_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    POD_ID_FIELD_NUMBER: _ClassVar[int]
+    POD_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -119,7 +195,9 @@ class ReceiveAssignmentsResponse(_message.Message):
     strategy: str
     pod_node_ids: _containers.RepeatedScalarFieldContainer[str]
     layer_split: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ...) -> None: ...
+    pod_id: str
+    pod_leader_node_id: str
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
     __slots__ = ("job_id", "first_index", "token_ids", "text")
@@ -140,17 +218,31 @@ class StreamTokensResponse(_message.Message):
     def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
 
 class ReportResultRequest(_message.Message):
-    __slots__ = ("job_id", "receipt", "failure_reason")
+    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    HANDED_BACK_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     receipt: _common_pb2.SignedReceipt
     failure_reason: str
-    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ...) -> None: ...
+    handed_back: bool
+    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ...) -> None: ...
 
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)
     CREDITED_BASE_UNITS_FIELD_NUMBER: _ClassVar[int]
     credited_base_units: int
     def __init__(self, credited_base_units: _Optional[int] = ...) -> None: ...
+
+class LeaveRequest(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class LeaveResponse(_message.Message):
+    __slots__ = ("jobs_handed_back",)
+    JOBS_HANDED_BACK_FIELD_NUMBER: _ClassVar[int]
+    jobs_handed_back: int
+    def __init__(self, jobs_handed_back: _Optional[int] = ...) -> None: ...

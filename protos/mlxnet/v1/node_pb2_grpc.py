@@ -61,6 +61,11 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.FromString,
                 _registered_method=True)
+        self.Leave = channel.unary_unary(
+                '/mlxnet.v1.NodeService/Leave',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -100,6 +105,14 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Leave(self, request, context):
+        """The node leaves the network: its jobs are handed back and it is no longer
+        placed on until it registers again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +140,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.ReportResult,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.SerializeToString,
+            ),
+            'Leave': grpc.unary_unary_rpc_method_handler(
+                    servicer.Leave,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +284,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/ReportResult',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Leave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/Leave',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,30 @@
+"""A node's self-benchmark: what it measured, reported at join time and at intervals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REFERENCE_CHARS_MAX = 256
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    memory_bandwidth_gb_s: float  # streaming read+write over a buffer far larger than caches
+    decode_tokens_per_s: float  # greedy decoding on the reference model
+    prefill_tokens_per_s: float  # one prompt pass on the reference model
+    reference_model: str  # what was decoded, e.g. "mlxnet/tiny-llama (3.1M params)"
+    reference_weights_bytes: int  # weight bytes read per decoded token
+    measured_at_ms: int
+    run_time_ms: int  # the whole benchmark, wall clock
+
+    def __post_init__(self) -> None:
+        assert self.memory_bandwidth_gb_s > 0, "a benchmark measures a positive bandwidth"
+        assert self.decode_tokens_per_s > 0 and self.prefill_tokens_per_s > 0
+        assert self.reference_weights_bytes > 0
+        assert self.measured_at_ms > 0 and self.run_time_ms >= 0
+        assert len(self.reference_model) <= REFERENCE_CHARS_MAX
+
+    @property
+    def decode_bound_gb_s(self) -> float:
+        """Bytes per second decoding must read: a floor on the Mac's real bandwidth."""
+        return self.decode_tokens_per_s * self.reference_weights_bytes / 1e9
