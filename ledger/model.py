@@ -34,6 +34,8 @@ class AccountKind(StrEnum):
     ISSUANCE = "issuance"
     ESCROW = "escrow"
     EXTERNAL = "external"
+    POOL = "pool"  # the bonus pool that pays Ultra-seat rewards and bonuses
+    PAYOUT = "payout"  # epoch payouts owed on chain, claimed by operators with a proof
 
 
 class TransferKind(StrEnum):
@@ -46,6 +48,10 @@ class TransferKind(StrEnum):
     JOB_OPERATOR_CREDIT = "job_operator_credit"
     JOB_NETWORK_FEE = "job_network_fee"
     JOB_REFUND = "job_refund"  # a failed check gives the consumer's charge back
+    BONUS_FUNDING = "bonus_funding"  # issuance -> bonus pool, what an epoch's seat bonuses need
+    SEAT_REWARD = "seat_reward"  # bonus pool -> operator: availability reward per seat-hour
+    SEAT_JOB_BONUS = "seat_job_bonus"  # bonus pool -> operator: the Ultra-seat multiplier on job credits
+    EPOCH_PAYOUT = "epoch_payout"  # operator -> on-chain payouts at an epoch's close
 
 
 class ResultCode(StrEnum):
@@ -72,6 +78,7 @@ class ResultCode(StrEnum):
     PENDING_TRANSFER_NOT_EXPIRED = "pending_transfer_not_expired"
     PENDING_TRANSFER_HAS_NO_TIMEOUT = "pending_transfer_has_no_timeout"
     EXCEEDS_PENDING_AMOUNT = "exceeds_pending_amount"
+    EPOCH_CLOSED = "epoch_closed"  # the transfer's time falls in an epoch already closed
     LINKED_EVENT_FAILED = "linked_event_failed"  # another operation in the same batch failed
 
 

@@ -1,6 +1,6 @@
 """The earning policy: what a job costs its consumer and how the charge is split.
 
-Policy version 2026-12.1. Every transfer that applies it records the version, so an
+Policy version 2026-12.2. Every transfer that applies it records the version, so an
 operator can recompute each payout from the job's token counts and this module.
 
 Pricing, all in integer base units (see ledger.units):
@@ -12,9 +12,16 @@ Pricing, all in integer base units (see ledger.units):
 - operator_credit = floor(consumer_charge * operator_share_bps / 10_000).
 - network_fee = consumer_charge - operator_credit, so the network takes the rounding
   dust and consumer_charge == operator_credit + network_fee exactly.
-- A dedicated Ultra seat (an Ultra Mac lent full time) raises the operator's share by
-  dedicated_ultra_bonus_bps (a multiplier in basis points, capped at 100%). The bonus
-  comes out of the network fee, never from the consumer: the charge does not change.
+- A dedicated Ultra seat (an Ultra Mac lent full time, its chip verified) earns more,
+  paid at each epoch's close from the bonus pool and only if its availability over the
+  epoch, proven by signed heartbeats, reached availability_threshold_bps:
+  - a job bonus: floor(credit * dedicated_ultra_bonus_bps / 10_000) for each of its job
+    credits posted in the epoch (the operator's 85% share times 1.10);
+  - an availability reward: floor(availability_reward_per_seat_hour * epoch_length_s *
+    availability_bps / (3_600 * 10_000)), i.e. per hour it was available.
+  A seat below the threshold gets neither for that epoch, and its statement says why.
+  Jobs are always priced at the base share when they complete; price_job's
+  dedicated_ultra_seat flag only quotes the boosted share (taken from the fee).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from enum import StrEnum
 
 from ledger.units import AMOUNT_MAX, parse_mlx
 
-POLICY_VERSION = "2026-12.1"
+POLICY_VERSION = "2026-12.2"
 
 BPS_ONE = 10_000  # basis points in 100%
 TOKENS_PER_PRICE_UNIT = 1_000_000  # prices are quoted per million tokens
@@ -72,11 +79,16 @@ class EarningPolicy:
     class_prices: tuple[ClassPrice, ...]  # ascending by parameter_count_max
     operator_share_bps: int
     dedicated_ultra_bonus_bps: int  # multiplier on the share: 1_000 means share * 1.10
+    availability_threshold_bps: int = 9_500  # an Ultra seat must be online 95% of the epoch
+    availability_reward_per_seat_hour: int = 0  # base units from the bonus pool
 
     def __post_init__(self) -> None:
         assert self.version and self.class_prices
         assert 0 <= self.operator_share_bps <= BPS_ONE
         assert 0 <= self.dedicated_ultra_bonus_bps <= BPS_ONE
+        assert 0 <= self.availability_threshold_bps <= BPS_ONE
+        assert type(self.availability_reward_per_seat_hour) is int
+        assert 0 <= self.availability_reward_per_seat_hour <= AMOUNT_MAX // (24 * 3600)
         bounds = [price.parameter_count_max for price in self.class_prices]
         assert bounds[-1] is None and None not in bounds[:-1], "only the last class is unbounded"
         assert bounds[:-1] == sorted(set(bounds[:-1])), "class bounds ascend strictly"
@@ -101,7 +113,15 @@ DEFAULT_POLICY = EarningPolicy(
     ),
     operator_share_bps=8_500,  # operators keep 85%; the network fee is the rest
     dedicated_ultra_bonus_bps=1_000,  # dedicated Ultra seats keep 85% * 1.10 = 93.5%
+    availability_threshold_bps=9_500,
+    availability_reward_per_seat_hour=parse_mlx("0.5"),
 )
+
+POLICIES = {DEFAULT_POLICY.version: DEFAULT_POLICY}  # every version ever used, for audits
+
+
+def policy_for_version(version: str) -> EarningPolicy | None:
+    return POLICIES.get(version)
 
 
 def class_price(parameter_count: int, policy: EarningPolicy = DEFAULT_POLICY) -> ClassPrice:

@@ -46,6 +46,7 @@ class Snapshot:
     transfers: Mapping[str, Transfer]  # by id: the batch's ids and the pending ids it names
     resolutions: Mapping[str, Transfer]  # by the pending id each one resolves
     accounts: Mapping[str, Account]
+    closed_until_us: int = 0  # the last closed epoch's cutoff: nothing may be dated at or before it
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,8 @@ def evaluate(operations: Sequence[Operation], snapshot: Snapshot, now_us: int) -
     """Apply the batch in order; on the first failure, nothing is written and the rest are marked."""
     assert 1 <= len(operations) <= BATCH_SIZE_MAX, f"a batch holds 1..{BATCH_SIZE_MAX} operations"
     assert type(now_us) is int and now_us > 0
+    if now_us <= snapshot.closed_until_us:
+        return _failed(operations, 0, TransferResult(operations[0].id, ResultCode.EPOCH_CLOSED))
     working = _Working(snapshot, now_us)
     results: list[TransferResult] = []
     for index, operation in enumerate(operations):

@@ -99,7 +99,16 @@ def load_snapshot(session: Session, operations: Sequence[Operation], head: Chain
             pending = known[operation.pending_id]
             account_ids.update((pending.debit_account, pending.credit_account))
     accounts = _accounts_for_update(session, account_ids)
-    return Snapshot(head=head, transfers=known, resolutions=resolutions, accounts=accounts)
+    return Snapshot(
+        head=head, transfers=known, resolutions=resolutions, accounts=accounts,
+        closed_until_us=closed_until_us(session),
+    )
+
+
+def closed_until_us(session: Session) -> int:
+    """The cutoff of the last closed epoch (0 before the first close)."""
+    query = select(tables.epochs.c.cutoff_us).order_by(tables.epochs.c.number.desc()).limit(1)
+    return session.execute(query).scalar_one_or_none() or 0
 
 
 def _transfers_where(session: Session, column: ColumnElement[Any], values: Iterable[str]) -> list[Transfer]:

@@ -110,3 +110,71 @@ event.listen(
         f" VALUES ({CHAIN_HEAD_ROW_ID}, 0, NULL, '{GENESIS_HASH}')"
     ),
 )
+
+# --- epochs and payouts (migrations/versions/0005_ledger_epochs.py) ---------------------
+
+ADDRESS_LENGTH = 42  # 0x + 40 hex digits
+ROOT_LENGTH = 66  # 0x + 64 hex digits
+REASON_LENGTH_MAX = 256
+
+# An epoch closes at cutoff_us; its transfers are those created in (previous cutoff, cutoff].
+epochs = Table(
+    "ledger_epochs",
+    metadata,
+    Column("number", BigInteger, primary_key=True, autoincrement=False),
+    Column("length_s", Integer, nullable=False),
+    Column("cutoff_us", BigInteger, nullable=False, unique=True),
+    Column("policy_version", String(POLICY_VERSION_LENGTH_MAX), nullable=False),
+    Column("root", String(ROOT_LENGTH), nullable=True),  # None: nobody was paid this epoch
+    Column("total", BigInteger, nullable=False),
+    Column("leaf_count", Integer, nullable=False),
+    Column("last_sequence", BigInteger, nullable=False),  # the journal's head when it closed
+    Column("last_hash", String(HASH_LENGTH), nullable=False),
+    CheckConstraint("total >= 0 AND leaf_count >= 0 AND length_s > 0", name="ck_ledger_epochs_counts"),
+)
+
+epoch_payouts = Table(
+    "ledger_epoch_payouts",
+    metadata,
+    Column("epoch", BigInteger, ForeignKey("ledger_epochs.number"), primary_key=True),
+    Column("operator_id", String(ID_LENGTH_MAX), primary_key=True),
+    Column("address", String(ADDRESS_LENGTH), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("transfer_id", String(ID_LENGTH_MAX), ForeignKey("ledger_transfers.id"), nullable=False, unique=True),
+    CheckConstraint("amount > 0", name="ck_ledger_epoch_payouts_amount_positive"),
+)
+
+seat_epochs = Table(
+    "ledger_seat_epochs",
+    metadata,
+    Column("epoch", BigInteger, ForeignKey("ledger_epochs.number"), primary_key=True),
+    Column("node_id", String(ID_LENGTH_MAX), primary_key=True),
+    Column("operator_id", String(ID_LENGTH_MAX), nullable=False),
+    Column("availability_bps", Integer, nullable=False),
+    Column("qualified", Boolean, nullable=False),
+    Column("reason", String(REASON_LENGTH_MAX), nullable=False),
+    Column("availability_reward", BigInteger, nullable=False),
+    Column("job_bonus", BigInteger, nullable=False),
+    Column("bonus_job_count", Integer, nullable=False),
+)
+
+payout_addresses = Table(
+    "ledger_payout_addresses",
+    metadata,
+    Column("operator_id", String(ID_LENGTH_MAX), primary_key=True),
+    Column("address", String(ADDRESS_LENGTH), nullable=False),
+    Column("updated_at_us", BigInteger, nullable=False),
+)
+
+epoch_anchors = Table(
+    "ledger_epoch_anchors",
+    metadata,
+    Column("epoch", BigInteger, ForeignKey("ledger_epochs.number"), primary_key=True),
+    Column("chain_id", BigInteger, primary_key=True),
+    Column("distributor", String(ADDRESS_LENGTH), primary_key=True),
+    Column("root", String(ROOT_LENGTH), nullable=False),
+    Column("tx_hash", String(ROOT_LENGTH), nullable=False),
+    Column("block_number", BigInteger, nullable=False),
+    Column("gas_used", BigInteger, nullable=False),
+    Column("anchored_at_us", BigInteger, nullable=False),
+)

@@ -1,4 +1,4 @@
-"""migrations/versions/0002_ledger.py creates exactly ledger.tables.metadata, and drops it again."""
+"""0002_ledger.py and 0005_ledger_epochs.py create exactly ledger.tables.metadata, and drop it again."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from ledger import book, tables
 from ledger.chain import GENESIS_HASH
 from ledger.model import AccountKind, ResultCode
 
-MIGRATION_PATH = Path(__file__).resolve().parents[2] / "migrations" / "versions" / "0002_ledger.py"
+VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+MIGRATION_PATH = VERSIONS / "0002_ledger.py"
+EPOCHS_MIGRATION_PATH = VERSIONS / "0005_ledger_epochs.py"
 
 
-def load_migration() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("migration_0002_ledger", MIGRATION_PATH)
+def load_migration(path: Path = MIGRATION_PATH) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"migration_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -31,14 +33,17 @@ def test_revision_identifiers() -> None:
     migration = load_migration()
     assert (migration.revision, migration.down_revision) == ("0002_ledger", "0001_coordinator")
     assert migration.GENESIS_HASH == GENESIS_HASH
+    epochs = load_migration(EPOCHS_MIGRATION_PATH)
+    assert (epochs.revision, epochs.down_revision) == ("0005_ledger_epochs", "0004_api_keys")
 
 
 def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Engine) -> None:
-    migration = load_migration()
+    migration, epochs = load_migration(), load_migration(EPOCHS_MIGRATION_PATH)
     with empty_engine.begin() as connection:
         context = MigrationContext.configure(connection)
         with Operations.context(context):
             migration.upgrade()
+            epochs.upgrade()
         assert compare_metadata(context, tables.metadata) == []
     with Session(empty_engine) as session:
         assert book.chain_head(session).last_hash == GENESIS_HASH
@@ -46,5 +51,6 @@ def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Eng
         session.rollback()
     with empty_engine.begin() as connection:
         with Operations.context(MigrationContext.configure(connection)):
+            epochs.downgrade()
             migration.downgrade()
     assert not set(inspect(empty_engine).get_table_names()) & set(tables.metadata.tables)
