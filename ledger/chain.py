@@ -19,7 +19,7 @@ GENESIS_HASH = "0" * 64  # the prev_hash of the first transfer
 
 def canonical_encoding(transfer: Transfer) -> bytes:
     """Every field but the hash itself, as a compact JSON array: unambiguous, nulls included."""
-    fields = [
+    return encode_fields([
         ENCODING_VERSION,
         transfer.sequence,
         transfer.id,
@@ -34,7 +34,11 @@ def canonical_encoding(transfer: Transfer) -> bytes:
         transfer.policy_version,
         transfer.created_at_us,
         transfer.prev_hash,
-    ]
+    ])
+
+
+def encode_fields(fields: list[object]) -> bytes:
+    """The encoding of [ENCODING_VERSION, sequence, id, ..., prev_hash]; the audit's fast path calls it directly."""
     return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 

@@ -1,0 +1,147 @@
+"""The payout chain through web3: the ONLY module that imports web3.
+
+PayoutChain deploys or attaches to the MLX token and the Merkle payout distributor
+(ledger/contracts/build/*.json), publishes epoch roots, reads them back, and claims.
+PayoutChain.in_process() runs an eth-tester chain on py-evm inside this process (the
+default: nothing to install or run); PayoutChain.connect(url, distributor) talks to any
+JSON-RPC node. web3 objects and exceptions never leave this module: callers get bytes,
+ints and ChainError.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account as EthAccount
+from eth_tester.exceptions import TransactionFailed
+from web3 import Web3
+from web3.exceptions import ContractLogicError, TimeExhausted, Web3Exception
+from web3.providers.eth_tester import EthereumTesterProvider
+
+from ledger.errors import LedgerError
+
+log = logging.getLogger(__name__)
+
+BUILD_DIR = Path(__file__).resolve().parent / "contracts" / "build"
+RPC_TIMEOUT_S = 30
+RECEIPT_TIMEOUT_S = 120
+ZERO_ROOT = b"\0" * 32
+
+
+class ChainError(LedgerError):
+    """The chain refused a call or could not be reached; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ChainReceipt:
+    tx_hash: str
+    block_number: int
+    gas_used: int
+
+
+def _artifact(name: str) -> dict[str, Any]:
+    return json.loads((BUILD_DIR / f"{name}.json").read_text(encoding="utf-8"))
+
+
+class PayoutChain:
+    """One distributor on one chain, and the account that publishes roots."""
+
+    def __init__(self, w3: Web3, distributor_address: str, sender: str, private_key: str | None = None) -> None:
+        self._w3 = w3
+        self._sender = Web3.to_checksum_address(sender)
+        self._key = private_key
+        self._distributor = w3.eth.contract(
+            address=Web3.to_checksum_address(distributor_address), abi=_artifact("MerklePayoutDistributor")["abi"])
+        self.chain_id = int(w3.eth.chain_id)
+        self.distributor_address = self._distributor.address.lower()
+
+    @classmethod
+    def in_process(cls) -> PayoutChain:
+        """A fresh eth-tester chain with both contracts deployed by its first account."""
+        w3 = Web3(EthereumTesterProvider())
+        sender = w3.eth.accounts[0]
+        token = _deploy(w3, sender, "MLXToken")
+        distributor = _deploy(w3, sender, "MerklePayoutDistributor", token)
+        chain = cls(w3, distributor, sender)
+        contract = w3.eth.contract(address=token, abi=_artifact("MLXToken")["abi"])
+        chain._send(contract.functions.setMinter(distributor))
+        return chain
+
+    @classmethod
+    def connect(cls, rpc_url: str, distributor_address: str, private_key: str | None = None) -> PayoutChain:
+        """Attach to a deployed distributor over JSON-RPC; without a key, use the node's first account."""
+        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": RPC_TIMEOUT_S}))
+        try:
+            sender = EthAccount.from_key(private_key).address if private_key else w3.eth.accounts[0]
+            return cls(w3, distributor_address, sender, private_key)
+        except (Web3Exception, OSError, ValueError, IndexError) as error:
+            raise ChainError(f"cannot use the payout chain at {rpc_url}: {error}") from error
+
+    @property
+    def token_address(self) -> str:
+        return str(self._call(self._distributor.functions.token())).lower()
+
+    def epoch_root(self, epoch: int) -> bytes | None:
+        """The root anchored for the epoch, or None when it was never published."""
+        root = bytes(self._call(self._distributor.functions.epochRoot(epoch)))
+        return None if root == ZERO_ROOT else root
+
+    def publish(self, epoch: int, root: bytes, total: int) -> ChainReceipt:
+        assert len(root) == 32 and root != ZERO_ROOT and total > 0
+        return self._send(self._distributor.functions.publishEpoch(epoch, root, total))
+
+    def verify(self, epoch: int, address: str, amount: int, proof: Sequence[bytes]) -> bool:
+        """The contract's own check of a proof against the anchored root."""
+        call = self._distributor.functions.verify(epoch, Web3.to_checksum_address(address), amount, list(proof))
+        return bool(self._call(call))
+
+    def claim(self, epoch: int, address: str, amount: int, proof: Sequence[bytes]) -> ChainReceipt:
+        call = self._distributor.functions.claim(epoch, Web3.to_checksum_address(address), amount, list(proof))
+        return self._send(call)
+
+    def is_claimed(self, epoch: int, address: str) -> bool:
+        return bool(self._call(self._distributor.functions.isClaimed(epoch, Web3.to_checksum_address(address))))
+
+    def token_balance(self, address: str) -> int:
+        token = self._w3.eth.contract(address=Web3.to_checksum_address(self.token_address),
+                                      abi=_artifact("MLXToken")["abi"])
+        return int(self._call(token.functions.balanceOf(Web3.to_checksum_address(address))))
+
+    def _call(self, function: Any) -> Any:
+        try:
+            return function.call()
+        except (Web3Exception, TransactionFailed, OSError) as error:
+            raise ChainError(f"payout chain call failed: {error}") from error
+
+    def _send(self, function: Any) -> ChainReceipt:
+        try:
+            if self._key is None:
+                tx_hash = function.transact({"from": self._sender})
+            else:
+                tx = function.build_transaction({
+                    "from": self._sender, "nonce": self._w3.eth.get_transaction_count(self._sender)})
+                signed = self._w3.eth.account.sign_transaction(tx, self._key)
+                tx_hash = self._w3.eth.send_raw_transaction(signed.raw_transaction)
+            receipt = self._w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
+        except (ContractLogicError, TransactionFailed) as error:
+            raise ChainError(f"the distributor refused the transaction: {error}") from error
+        except (Web3Exception, TimeExhausted, OSError) as error:
+            raise ChainError(f"payout chain transaction failed: {error}") from error
+        if receipt["status"] != 1:
+            raise ChainError(f"payout chain transaction {tx_hash.hex()} reverted")
+        return ChainReceipt("0x" + bytes(tx_hash).hex().removeprefix("0x"), int(receipt["blockNumber"]),
+                            int(receipt["gasUsed"]))
+
+
+def _deploy(w3: Web3, sender: str, name: str, *args: Any) -> str:
+    artifact = _artifact(name)
+    factory = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"])
+    tx_hash = factory.constructor(*args).transact({"from": sender})
+    receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
+    log.info("deployed %s at %s (gas %d)", name, receipt["contractAddress"], receipt["gasUsed"])
+    return str(receipt["contractAddress"])

@@ -1,0 +1,229 @@
+"""`mlxnet ledger audit`: one pass over the journal that checks everything an operator can recompute.
+
+- the hash chain: every link, sequence and hash (a hand edit shows at the edited transfer);
+- balances: every account's stored balance against the replayed transfers;
+- epochs: each payout sweep moved exactly the operator's balance, each root rebuilds
+  from the payouts, and the journal head recorded at the close is still there;
+- job credits (when the coordinator supplies the receipts): each credit equals the
+  policy's price for the receipt's token counts, under the version the transfer names;
+- anchors (when a chain is supplied): each epoch's root is the one on chain.
+It reads raw rows in keyset pages, so it runs in bounded memory at a few hundred
+thousand transfers a second. Every difference names the transfer (or epoch) behind it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ledger import epoch_store, store, tables
+from ledger.anchoring import PayoutChainLike, check_anchors
+from ledger.chain import ENCODING_VERSION, GENESIS_HASH, encode_fields
+from ledger.epochs import epoch_tree
+from ledger.model import TransferKind
+from ledger.policy import price_job, policy_for_version
+
+AUDIT_PAGE_SIZE = 5_000
+DIFFERENCES_MAX = 1_000  # stop collecting past this: the first ones say what broke
+_T = tables.transfers
+_COLUMNS = (_T.c.sequence, _T.c.id, _T.c.debit_account, _T.c.credit_account, _T.c.amount, _T.c.state,
+            _T.c.pending_id, _T.c.timeout_s, _T.c.job_id, _T.c.kind, _T.c.policy_version, _T.c.created_at_us,
+            _T.c.prev_hash, _T.c.hash)
+_CREDIT = str(TransferKind.JOB_OPERATOR_CREDIT)
+_PAYOUT = str(TransferKind.EPOCH_PAYOUT)
+
+
+@dataclass(frozen=True)
+class ExpectedCredit:
+    """What a job's receipt says, for recomputing its operator credit."""
+
+    job_id: str
+    operator_id: str
+    parameter_count: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Difference:
+    check: str  # chain, balance, epoch, credit, anchor
+    subject: str  # the transfer id, account id or epoch that causes it
+    detail: str
+
+
+@dataclass
+class AuditReport:
+    transfers_checked: int = 0
+    epochs_checked: int = 0
+    credits_checked: int = 0
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def add(self, check: str, subject: str, detail: str) -> None:
+        if len(self.differences) < DIFFERENCES_MAX:
+            self.differences.append(Difference(check, subject, detail))
+
+
+def _pages(session: Session) -> Iterator[Sequence[tuple]]:  # type: ignore[type-arg]
+    after = 0
+    while True:
+        query = select(*_COLUMNS).where(_T.c.sequence > after).order_by(_T.c.sequence).limit(AUDIT_PAGE_SIZE)
+        page = session.execute(query).all()
+        if not page:
+            return
+        yield page
+        after = page[-1][0]
+
+
+@dataclass
+class _Replay:
+    balances: dict[str, list[int]] = field(default_factory=dict)  # dp, dpo, cp, cpo
+    open_pending: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    credits: dict[str, list[tuple[str, str, int, str | None]]] = field(default_factory=dict)
+    hashes: dict[int, str] = field(default_factory=dict)  # only at epoch heads
+
+
+def _fields(balances: dict[str, list[int]], account: str) -> list[int]:
+    found = balances.get(account)
+    if found is None:
+        found = balances[account] = [0, 0, 0, 0]
+    return found
+
+
+def audit(session: Session, *, chain: PayoutChainLike | None = None,
+          expected_credits: Sequence[ExpectedCredit] | None = None) -> AuditReport:
+    report = AuditReport()
+    epochs = epoch_store.all_epochs(session)
+    heads = {epoch.last_sequence for epoch in epochs}
+    replay = _Replay()
+    _scan(session, report, replay, heads)
+    _check_balances(session, report, replay.balances)
+    _check_epochs(session, report, replay, epochs)
+    if expected_credits is not None:
+        _check_credits(report, replay.credits, expected_credits)
+    if chain is not None:
+        for problem in check_anchors(session, chain):
+            report.add("anchor", f"epoch {problem.epoch}", problem.reason)
+    return report
+
+
+def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int]) -> None:
+    expected_sequence, prev_hash, chain_ok = 1, GENESIS_HASH, True
+    sha256, balances, open_pending = hashlib.sha256, replay.balances, replay.open_pending
+    for page in _pages(session):
+        for row in page:
+            (sequence, transfer_id, debit, credit, amount, state, pending_id, _timeout, job_id, kind,
+             policy_version, _created, row_prev_hash, row_hash) = row
+            if chain_ok:
+                problem = None
+                if sequence != expected_sequence:
+                    problem = f"expected sequence {expected_sequence}, found {sequence}: a transfer is missing"
+                elif row_prev_hash != prev_hash:
+                    problem = "prev_hash does not match the previous transfer's hash"
+                elif sha256(encode_fields([ENCODING_VERSION, *row[:13]])).hexdigest() != row_hash:
+                    problem = "hash does not match the transfer's fields: the row was edited"
+                if problem is not None:
+                    report.add("chain", transfer_id, problem)
+                    chain_ok = False
+                expected_sequence, prev_hash = sequence + 1, row_hash
+            if sequence in heads:
+                replay.hashes[sequence] = row_hash
+            if kind == _PAYOUT:
+                available = _fields(balances, debit)
+                before = available[3] - available[1] - available[0]
+                if before != amount:
+                    report.add("epoch", transfer_id, f"payout {amount} but {debit} had {before} available")
+            if pending_id is None:
+                pending = None
+            else:
+                pending = open_pending.pop(pending_id, None)
+                if pending is None:
+                    report.add("balance", transfer_id, f"resolves {pending_id}, which is not an open pending transfer")
+                    continue
+                if amount > pending[0] or (debit, credit) != pending[1:]:
+                    report.add("balance", transfer_id, f"resolves {pending_id} for {amount} of {pending[0]} "
+                               "or between other accounts")
+            if kind == _CREDIT and pending_id is None:
+                replay.credits.setdefault(job_id or "", []).append((transfer_id, credit, amount, policy_version))
+            debit_fields, credit_fields = _fields(balances, debit), _fields(balances, credit)
+            if state == "pending":
+                open_pending[transfer_id] = (amount, debit, credit)
+                debit_fields[0] += amount
+                credit_fields[2] += amount
+            elif pending is None:
+                debit_fields[1] += amount
+                credit_fields[3] += amount
+            else:
+                posted = amount if state == "posted" else 0
+                debit_fields[0] -= pending[0]
+                credit_fields[2] -= pending[0]
+                debit_fields[1] += posted
+                credit_fields[3] += posted
+            report.transfers_checked += 1
+    head = store.read_chain_head(session)
+    if chain_ok and head.last_sequence != expected_sequence - 1:
+        report.add("chain", head.last_transfer_id or "(head)",
+                   f"the chain head is at {head.last_sequence} but the transfers end at {expected_sequence - 1}")
+    elif chain_ok and head.last_sequence and head.last_hash != prev_hash:
+        report.add("chain", head.last_transfer_id or "(head)", "the chain head's hash differs from the last transfer")
+
+
+def _check_balances(session: Session, report: AuditReport, balances: dict[str, list[int]]) -> None:
+    remaining = dict(balances)
+    for account in store.scan_accounts(session, AUDIT_PAGE_SIZE):
+        stored = account.balance
+        replayed = remaining.pop(account.id, [0, 0, 0, 0])
+        actual = [stored.debits_pending, stored.debits_posted, stored.credits_pending, stored.credits_posted]
+        if replayed != actual:
+            report.add("balance", account.id, f"stored {actual} but the transfers give {replayed} "
+                       "(debits pending/posted, credits pending/posted)")
+    for account_id in remaining:
+        report.add("balance", account_id, "transfers name an account that does not exist")
+
+
+def _check_epochs(session: Session, report: AuditReport, replay: _Replay, epochs: Sequence) -> None:  # type: ignore[type-arg]
+    for epoch in epochs:
+        report.epochs_checked += 1
+        subject = f"epoch {epoch.number}"
+        if epoch.last_sequence and replay.hashes.get(epoch.last_sequence) != epoch.last_hash:
+            report.add("epoch", subject, f"the journal head recorded at the close (sequence "
+                       f"{epoch.last_sequence}) is no longer in the journal")
+        payouts = epoch_store.payouts(session, epoch.number)
+        for payout in payouts:
+            transfer = store.read_transfer(session, payout.transfer_id)
+            if transfer is None or (transfer.amount, transfer.debit_account) != (
+                    payout.amount, f"operator:{payout.operator_id}"):
+                report.add("epoch", payout.transfer_id, f"payout row for {payout.operator_id} does not match "
+                           "its transfer")
+        tree = epoch_tree(session, epoch.number)
+        root = None if tree is None else "0x" + tree.root.hex()
+        if root != epoch.root or sum(p.amount for p in payouts) != epoch.total:
+            report.add("epoch", subject, f"root or total does not rebuild from the payouts (root {root})")
+
+
+def _check_credits(report: AuditReport, credits: dict[str, list[tuple[str, str, int, str | None]]],
+                   expected_credits: Sequence[ExpectedCredit]) -> None:
+    expected_by_job = {expected.job_id: expected for expected in expected_credits}
+    for job_id, found in credits.items():
+        expected = expected_by_job.get(job_id)
+        for transfer_id, credit_account, amount, version in found:
+            report.credits_checked += 1
+            if expected is None:
+                report.add("credit", transfer_id, f"credit for job {job_id} has no verified receipt")
+                continue
+            policy = policy_for_version(version or "")
+            if policy is None:
+                report.add("credit", transfer_id, f"unknown policy version {version!r}")
+                continue
+            price = price_job(expected.parameter_count, expected.prompt_tokens, expected.completion_tokens, policy)
+            if (credit_account, amount) != (f"operator:{expected.operator_id}", price.operator_credit):
+                report.add("credit", transfer_id, f"credited {amount} to {credit_account}; the receipt "
+                           f"({expected.prompt_tokens}+{expected.completion_tokens} tokens) and policy {version} "
+                           f"give {price.operator_credit} to operator:{expected.operator_id}")
