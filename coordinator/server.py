@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database, upgrade_schema
+from coordinator.epochs import EpochSettings, close_epochs_forever
 from coordinator.job_servicer import JobServicer
 from coordinator.node_servicer import NodeServicer
 from coordinator.service import CoordinatorService
@@ -70,6 +71,9 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     stopping = threading.Event()
     threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
                      name="reaper").start()
+    epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
+    threading.Thread(target=close_epochs_forever, args=(service.db, stopping, epoch_settings),
+                     daemon=True, name="epochs").start()
     service.run_scheduler()  # jobs queued before a restart are placed again
     log.info("coordinator listening on %s:%d", host, bound)
     return RunningCoordinator(server, service, bound, stopping)

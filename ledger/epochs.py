@@ -96,13 +96,13 @@ def close_epoch(
 ) -> EpochClose:
     """Close epoch `number` (see the module docstring); the caller commits."""
     assert type(number) is int and number >= 0 and 0 < length_s <= EPOCH_LENGTH_S_MAX
-    now = now_us if now_us is not None else _now_us()
     if not _check_seats(seats):
         return EpochClose(EpochCode.INVALID_SEAT)
     ensure_system_accounts(session)
     for account_id, kind in ((BONUS_POOL_ACCOUNT, AccountKind.POOL), (ONCHAIN_PAYOUTS_ACCOUNT, AccountKind.PAYOUT)):
         assert ensure_account(session, account_id, kind) in (ResultCode.CREATED, ResultCode.EXISTS)
     store.lock_chain_head(session)
+    now = now_us if now_us is not None else _now_us()  # read under the lock, like every writer's clock
     existing = epoch_store.read_epoch(session, number)
     if existing is not None:
         return EpochClose(EpochCode.EXISTS, existing)

@@ -130,9 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(handler=_build_tiny)
 
-    from mlxnet import jobs_cli
+    from mlxnet import jobs_cli, ledger_cli
 
     jobs_cli.add_subcommands(commands)
+    ledger_cli.add_subcommands(commands)
 
     demo = commands.add_parser("demo", help="run a coordinator, three nodes and a few jobs")
     demo.add_argument("--work-dir", type=Path, help="keep the demo's files here")
