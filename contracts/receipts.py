@@ -1,15 +1,22 @@
-"""Completion receipts and their canonical byte encoding (version 1).
+"""Completion receipts and their canonical byte encoding (versions 1 and 2).
 
 A receipt is what a node signs when it finishes a job. The bytes signed are
-the canonical encoding below, so any party can re-derive and check them:
+the canonical encoding below, so any party can re-derive and check them.
+Version 2 (what nodes sign now):
 
-    b"MLXR" | u8 version=1 |
+    b"MLXR" | u8 version=2 |
     str job_id | str node_id | str model_id | str weights_digest |
     bytes32 prompt_digest |
     f64 temperature | f64 top_p | u64 seed | u32 max_tokens |
     bytes32 output_digest | u32 prompt_tokens | u32 completion_tokens |
-    u64 started_at_ms | u64 finished_at_ms |
+    u8 finish_reason |
+    u64 started_at_ms | u64 first_token_at_ms | u64 finished_at_ms |
     bytes activation_commitment
+
+Version 1 (still decoded, for receipts stored before proofs) lacks finish_reason
+and first_token_at_ms and carries an empty activation commitment. In version 2
+the commitment is `contracts.commitments`' encoding, and the sampler is the one
+in `contracts.sampling`, seeded with `seed`.
 
 `str` and `bytes` are a big-endian u32 length followed by the UTF-8 or raw
 bytes; integers and f64 (IEEE-754) are big-endian. Nothing may follow the
@@ -22,17 +29,24 @@ import hashlib
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import IntEnum
 
 from contracts.ids import JobId, NodeId
 
 MAGIC = b"MLXR"
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2
+RECEIPT_VERSIONS = (1, 2)
 DIGEST_BYTES = 32
 _FIELD_BYTES_MAX = 1 << 20  # no single field is larger than 1 MiB
 
 
 class ReceiptFormatError(ValueError):
-    """The bytes are not a canonical version-1 receipt."""
+    """The bytes are not a canonical receipt of a known version."""
+
+
+class FinishReason(IntEnum):
+    LENGTH = 0  # max_tokens reached
+    END_TOKEN = 1  # the model sampled an end-of-sequence token (not part of the output)
 
 
 @dataclass(frozen=True)
@@ -52,8 +66,14 @@ class Receipt:
     started_at_ms: int
     finished_at_ms: int
     activation_commitment: bytes = b""
+    finish_reason: FinishReason = FinishReason.LENGTH
+    first_token_at_ms: int = 0
+    version: int = RECEIPT_VERSION
 
     def __post_init__(self) -> None:
+        assert self.version in RECEIPT_VERSIONS
+        assert self.version > 1 or (self.finish_reason == FinishReason.LENGTH
+                                    and self.first_token_at_ms == 0), "version 1 has no such fields"
         assert len(self.prompt_digest) == DIGEST_BYTES
         assert len(self.output_digest) == DIGEST_BYTES
         assert self.prompt_tokens >= 0 and self.completion_tokens >= 0
@@ -78,9 +98,16 @@ def _pack_bytes(value: bytes) -> bytes:
 
 
 def encode_receipt(receipt: Receipt) -> bytes:
+    if receipt.version == 2:
+        counts = struct.pack(">IIBQQQ", receipt.prompt_tokens, receipt.completion_tokens,
+                             receipt.finish_reason, receipt.started_at_ms,
+                             receipt.first_token_at_ms, receipt.finished_at_ms)
+    else:
+        counts = struct.pack(">IIQQ", receipt.prompt_tokens, receipt.completion_tokens,
+                             receipt.started_at_ms, receipt.finished_at_ms)
     parts = [
         MAGIC,
-        struct.pack(">B", RECEIPT_VERSION),
+        struct.pack(">B", receipt.version),
         _pack_bytes(receipt.job_id.encode()),
         _pack_bytes(receipt.node_id.encode()),
         _pack_bytes(receipt.model_id.encode()),
@@ -88,8 +115,7 @@ def encode_receipt(receipt: Receipt) -> bytes:
         receipt.prompt_digest,
         struct.pack(">ddQI", receipt.temperature, receipt.top_p, receipt.seed, receipt.max_tokens),
         receipt.output_digest,
-        struct.pack(">IIQQ", receipt.prompt_tokens, receipt.completion_tokens,
-                    receipt.started_at_ms, receipt.finished_at_ms),
+        counts,
         _pack_bytes(receipt.activation_commitment),
     ]
     return b"".join(parts)
@@ -132,14 +158,23 @@ def decode_receipt(data: bytes) -> Receipt:
     if reader.take(len(MAGIC)) != MAGIC:
         raise ReceiptFormatError("not a receipt: bad magic bytes")
     (version,) = reader.unpack(">B")
-    if version != RECEIPT_VERSION:
+    if version not in RECEIPT_VERSIONS:
         raise ReceiptFormatError(f"unsupported receipt version {version}")
     job_id, node_id = JobId(reader.take_text()), NodeId(reader.take_text())
     model_id, weights_digest = reader.take_text(), reader.take_text()
     prompt = reader.take(DIGEST_BYTES)
     temperature, top_p, seed, max_tokens = reader.unpack(">ddQI")
     output = reader.take(DIGEST_BYTES)
-    prompt_tokens, completion_tokens, started, finished = reader.unpack(">IIQQ")
+    finish_reason, first_token = FinishReason.LENGTH, 0
+    if version == 2:
+        prompt_tokens, completion_tokens, reason, started, first_token, finished = \
+            reader.unpack(">IIBQQQ")
+        try:
+            finish_reason = FinishReason(reason)
+        except ValueError as error:
+            raise ReceiptFormatError(f"unknown finish reason {reason}") from error
+    else:
+        prompt_tokens, completion_tokens, started, finished = reader.unpack(">IIQQ")
     commitment = reader.take_sized()
     reader.finish()
     return Receipt(job_id=job_id, node_id=node_id, model_id=model_id,
@@ -147,4 +182,5 @@ def decode_receipt(data: bytes) -> Receipt:
                    temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens,
                    output_digest=output, prompt_tokens=prompt_tokens,
                    completion_tokens=completion_tokens, started_at_ms=started,
-                   finished_at_ms=finished, activation_commitment=commitment)
+                   finished_at_ms=finished, activation_commitment=commitment,
+                   finish_reason=finish_reason, first_token_at_ms=first_token, version=version)

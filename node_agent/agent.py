@@ -18,7 +18,7 @@ from typing import TypeVar
 from contracts.hardware import HardwareReport
 from contracts.ids import JobId
 from contracts.models import ModelSpec
-from contracts.receipts import Receipt, encode_receipt, output_digest, prompt_digest
+from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from node_agent.coordinator_client import (
     Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
 )
@@ -131,7 +131,7 @@ class NodeAgent:
         request = GenerationRequest(
             model_path=str(self._paths[assignment.model.model_id]), prompt=assignment.prompt,
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
-            top_p=assignment.top_p, seed=assignment.seed)
+            top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id)
         sender = TokenSender(self._client, assignment.job_id)
         try:
             result = self._engine.generate(request, assignment.model.max_context_tokens, sender.offer)
@@ -159,7 +159,11 @@ class NodeAgent:
             top_p=assignment.top_p, seed=assignment.seed, max_tokens=assignment.max_tokens,
             output_digest=output_digest(result.token_ids), prompt_tokens=result.prompt_tokens,
             completion_tokens=len(result.token_ids), started_at_ms=result.started_at_ms,
-            finished_at_ms=result.finished_at_ms)
+            finished_at_ms=result.finished_at_ms,
+            # A pod run's result carries these once its leader rank records them too.
+            finish_reason=getattr(result, "finish_reason", FinishReason.LENGTH),
+            first_token_at_ms=getattr(result, "first_token_at_ms", 0),
+            activation_commitment=getattr(result, "activation_commitment", b""))
 
     def _retry(self, call: Callable[[], T]) -> T | None:
         """Retry a report while the coordinator is unreachable; give up if it refuses."""

@@ -12,14 +12,21 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import mlx.core as mx
-from mlx_lm import load, stream_generate
-from mlx_lm.sample_utils import make_sampler
+import numpy as np
+from mlx_lm import load
+
+from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk, encode_commitment
+from contracts.receipts import FinishReason
+from node_agent.inference import activations
+from node_agent.inference.activations import DecodeStep, Decoded, Replay
 
 log = logging.getLogger(__name__)
 
 WARM_MODELS_MAX = 2
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class GenerationRequest:
     temperature: float
     top_p: float
     seed: int
+    job_id: str  # keys the activation commitment to this job
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,9 @@ class GenerationResult:
     started_at_ms: int
     finished_at_ms: int
     stopped_early: bool  # on_token asked to stop (the job was cancelled)
+    finish_reason: FinishReason = FinishReason.LENGTH
+    first_token_at_ms: int = 0
+    activation_commitment: bytes = b""  # contracts.commitments encoding; empty when stopped early
 
 
 # on_token(index, token_id, text) -> keep going?
@@ -77,38 +88,74 @@ class Engine:
         _, tokenizer = self._model(model_path)
         return len(tokenizer.encode(prompt))
 
+    def end_token_ids(self, model_path: str) -> frozenset[int]:
+        _, tokenizer = self._model(model_path)
+        return frozenset(int(t) for t in tokenizer.eos_token_ids)
+
     def generate(self, request: GenerationRequest, max_context_tokens: int,
                  on_token: TokenSink) -> GenerationResult:
-        """Generate, handing each token to on_token one step late so its text is final."""
+        """Generate, handing each token to on_token one step late so its text is final.
+
+        Records the final hidden states as it goes and returns the activation
+        commitment for the receipt.
+        """
         model, tokenizer = self._model(request.model_path)
-        prompt_tokens = self.count_prompt_tokens(request.model_path, request.prompt)
-        if prompt_tokens + request.max_tokens > max_context_tokens:
-            raise PromptTooLong(f"prompt is {prompt_tokens} tokens; with max_tokens "
+        prompt_ids = activations.encode_prompt(tokenizer, request.prompt)
+        if len(prompt_ids) + request.max_tokens > max_context_tokens:
+            raise PromptTooLong(f"prompt is {len(prompt_ids)} tokens; with max_tokens "
                                 f"{request.max_tokens} that exceeds the model's context of "
                                 f"{max_context_tokens}")
-        mx.random.seed(request.seed)
-        sampler = make_sampler(temp=request.temperature, top_p=request.top_p)
+        detokenizer = tokenizer.detokenizer
+        detokenizer.reset()
+        held: list[tuple[int, int, str]] = []  # the token not yet handed over, with its text
+        accepted: list[tuple[int, str]] = []
+        first_token_at_ms = 0
+
+        def hand_over(index: int, token_id: int, text: str) -> bool:
+            if not on_token(index, token_id, text):
+                return False
+            accepted.append((token_id, text))
+            return True
+
+        def on_step(step: DecodeStep) -> bool:
+            nonlocal first_token_at_ms
+            first_token_at_ms = first_token_at_ms or _now_ms()
+            detokenizer.add_token(step.token_id)
+            if held and not hand_over(*held.pop()):
+                return False
+            held.append((step.index, step.token_id, detokenizer.last_segment))
+            return True
+
         started = _now_ms()
-        token_ids: list[int] = []
-        texts: list[str] = []
-        stopped = False
-        for response in stream_generate(model, tokenizer, request.prompt,
-                                        max_tokens=request.max_tokens, sampler=sampler):
-            if response.finish_reason == "stop":  # an end-of-sequence token, not output
-                if texts:
-                    texts[-1] += response.text  # the detokenizer's final flush
-                break
-            if texts and not on_token(len(texts) - 1, token_ids[-1], texts[-1]):
-                stopped = True
-                break
-            token_ids.append(int(response.token))
-            texts.append(response.text)
-        if texts and not stopped:
-            on_token(len(texts) - 1, token_ids[-1], texts[-1])
-        if stopped:
-            del token_ids[len(texts) - 1:], texts[len(texts) - 1:]
-        return GenerationResult(tuple(token_ids), "".join(texts), prompt_tokens, started,
-                                _now_ms(), stopped)
+        decoded = activations.decode(model, prompt_ids, request.max_tokens, request.temperature,
+                                     request.top_p, request.seed,
+                                     self.end_token_ids(request.model_path), on_step)
+        if decoded is not None:
+            detokenizer.finalize()
+            if held:
+                index, token_id, text = held.pop()
+                hand_over(index, token_id, text + detokenizer.last_segment)
+        tokens = tuple(token_id for token_id, _ in accepted)
+        text = "".join(text for _, text in accepted)
+        if decoded is None or len(tokens) < len(decoded.token_ids):  # cancelled: no proof
+            return GenerationResult(tokens, text, len(prompt_ids), started, _now_ms(), True)
+        return GenerationResult(tokens, text, len(prompt_ids), started, _now_ms(), False,
+                                decoded.finish_reason, first_token_at_ms,
+                                _commitment(request.job_id, decoded))
+
+    def replay(self, model_path: str, prompt: str, output_ids: tuple[int, ...],
+               check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
+        """The verifier's pass: prompt plus output through the model at once (see activations.replay)."""
+        model, tokenizer = self._model(model_path)
+        return activations.replay(model, activations.encode_prompt(tokenizer, prompt), output_ids,
+                                  check_step)
+
+
+def _commitment(job_id: str, decoded: Decoded) -> bytes:
+    chunks = tuple(commit_chunk(c, chunk_key(job_id, number + 1))
+                   for number, c in enumerate(decoded.generated))
+    return encode_commitment(ActivationCommitment(commit_chunk(decoded.prompt, chunk_key(job_id, 0)),
+                                                  chunks))
 
 
 def device_info() -> dict[str, object]:

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from contracts.ids import JobId, NodeId
 from contracts.receipts import (
-    Receipt, ReceiptFormatError, decode_receipt, encode_receipt, output_digest, prompt_digest,
+    FinishReason, Receipt, ReceiptFormatError, decode_receipt, encode_receipt, output_digest,
+    prompt_digest,
 )
 
 texts = st.text(max_size=64)
@@ -19,7 +20,13 @@ receipts = st.builds(
     Receipt, job_id=texts.map(JobId), node_id=texts.map(NodeId), model_id=texts,
     weights_digest=texts, prompt_digest=digests, temperature=finite, top_p=finite, seed=u64,
     max_tokens=u32, output_digest=digests, prompt_tokens=u32, completion_tokens=u32,
-    started_at_ms=u64, finished_at_ms=u64, activation_commitment=st.binary(max_size=300))
+    started_at_ms=u64, finished_at_ms=u64, activation_commitment=st.binary(max_size=300),
+    finish_reason=st.sampled_from(FinishReason), first_token_at_ms=u64)
+version_1_receipts = st.builds(
+    Receipt, job_id=texts.map(JobId), node_id=texts.map(NodeId), model_id=texts,
+    weights_digest=texts, prompt_digest=digests, temperature=finite, top_p=finite, seed=u64,
+    max_tokens=u32, output_digest=digests, prompt_tokens=u32, completion_tokens=u32,
+    started_at_ms=u64, finished_at_ms=u64, version=st.just(1))
 
 
 @given(receipts)
@@ -30,6 +37,28 @@ def test_encoding_round_trips(receipt: Receipt) -> None:
 @given(receipts)
 def test_encoding_is_canonical(receipt: Receipt) -> None:
     assert encode_receipt(decode_receipt(encode_receipt(receipt))) == encode_receipt(receipt)
+
+
+@given(version_1_receipts)
+def test_version_1_receipts_still_decode(receipt: Receipt) -> None:
+    encoded = encode_receipt(receipt)
+    assert encoded[4] == 1
+    assert decode_receipt(encoded) == receipt
+
+
+def test_version_2_is_what_nodes_sign_and_carries_the_finish_reason() -> None:
+    receipt = _receipt()
+    assert receipt.version == 2 and encode_receipt(receipt)[4] == 2
+    ended = Receipt(**{**vars(receipt), "finish_reason": FinishReason.END_TOKEN})
+    assert decode_receipt(encode_receipt(ended)).finish_reason is FinishReason.END_TOKEN
+
+
+def test_unknown_finish_reason_is_rejected() -> None:
+    data = bytearray(encode_receipt(_receipt()))
+    reason_offset = len(data) - 4 - 8 * 3 - 1  # before the timings and the empty commitment
+    data[reason_offset] = 9
+    with pytest.raises(ReceiptFormatError, match="finish reason 9"):
+        decode_receipt(bytes(data))
 
 
 @given(st.binary(max_size=400))
@@ -57,8 +86,8 @@ def test_truncation_is_rejected() -> None:
 
 def test_unknown_version_is_rejected() -> None:
     data = bytearray(encode_receipt(_receipt()))
-    data[4] = 2
-    with pytest.raises(ReceiptFormatError, match="version 2"):
+    data[4] = 3
+    with pytest.raises(ReceiptFormatError, match="version 3"):
         decode_receipt(bytes(data))
 
 

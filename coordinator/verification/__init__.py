@@ -1,0 +1,10 @@
+"""Proof of completion: sampled replay checks of finished jobs, trust, and their consequences.
+
+    tolerances.py  how far an honest replay may stray (calibrated by bench/calibrate_tolerances.py)
+    tokens.py      pure: was each output token what the seeded sampler picks from the replayed logits?
+    judge.py       pure: a receipt's activation commitment and tokens against a replay -> CheckVerdict
+    policy.py      pure: a node's record -> chance it cheats, share of its jobs checked, quarantine
+    store.py       SQL edge for check records and node trust
+    outcomes.py    use cases in the caller's transaction: open a check, record a verdict, release credits
+    worker.py      the verifier worker: replays waiting checks with an injected Replayer
+"""

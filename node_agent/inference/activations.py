@@ -1,0 +1,210 @@
+"""Decoding that records final hidden states for the job's proof, and the verifier's replay.
+
+`decode` mirrors mlx_lm's generate_step (the prompt but its last token in one
+prefill, then one step per token through the same KV cache), so greedy output is
+the very tokens `stream_generate` makes. On the way it keeps, for the prompt and
+for every CHUNK_TOKENS generated tokens, the strongest final hidden-state values
+(`contracts.commitments`). `replay` runs prompt plus output through the model in
+a few large passes, the way a verifier checks a job far faster than it was
+decoded, and returns the same candidates plus a check of every sampled token.
+
+Supported: models whose logits are `lm_head(model.model(x))` (or the tied
+embedding), which covers mlx-lm's llama, qwen2/3 and mistral families.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
+
+from contracts.commitments import CANDIDATES, CHUNK_TOKENS, TopCandidates
+from contracts.receipts import FinishReason
+from contracts.sampling import sample_token
+
+PREFILL_STEP = 2048  # prompt tokens per prefill pass, as mlx_lm
+REPLAY_STEP = 512  # positions per replay pass: bounds the logits held at once
+T = TypeVar("T")
+
+
+class UnsupportedModel(ValueError):
+    """The model's logits are not lm_head over its final hidden states."""
+
+
+def encode_prompt(tokenizer, prompt: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """Token ids exactly as mlx_lm's stream_generate encodes a text prompt."""
+    bos = tokenizer.bos_token
+    add_special = bos is None or not prompt.startswith(bos)
+    return list(tokenizer.encode(prompt, add_special_tokens=add_special))
+
+
+def _logits(model, hidden: mx.array) -> mx.array:  # type: ignore[no-untyped-def]
+    if hasattr(model, "lm_head"):
+        return model.lm_head(hidden)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if embed is None or not hasattr(embed, "as_linear"):
+        raise UnsupportedModel(f"{type(model).__module__} has neither lm_head nor tied embeddings")
+    return embed.as_linear(hidden)
+
+
+class _Strongest:
+    """The CANDIDATES largest-magnitude values of one chunk, fed a block of rows at a time."""
+
+    def __init__(self) -> None:
+        self._indices = np.zeros(0, dtype=np.int64)
+        self._values = np.zeros(0, dtype=np.float32)
+
+    def add(self, rows: mx.array, first_row: int) -> None:
+        flat = rows.reshape(-1).astype(mx.float32)
+        count = min(CANDIDATES, flat.size)
+        picked = mx.argpartition(-mx.abs(flat), kth=count - 1)[:count]
+        values = mx.take(flat, picked)
+        mx.eval(picked, values)
+        offset = first_row * rows.shape[-1]
+        indices = np.concatenate((self._indices, np.array(picked, dtype=np.int64) + offset))
+        values_np = np.concatenate((self._values, np.array(values, dtype=np.float32)))
+        order = np.lexsort((indices, -np.abs(values_np)))[:CANDIDATES]
+        self._indices, self._values = indices[order], values_np[order]
+
+    def result(self) -> TopCandidates:
+        return TopCandidates(tuple(int(i) for i in self._indices),
+                             tuple(float(v) for v in self._values))
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One generated token; the decode stops when the consumer of the steps stops asking."""
+
+    index: int
+    token_id: int
+
+
+@dataclass(frozen=True)
+class Decoded:
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    prompt_tokens: int
+    prompt: TopCandidates
+    generated: tuple[TopCandidates, ...]
+
+
+class _Recorder:
+    """Routes each position's final hidden state to the prompt or a generated chunk."""
+
+    def __init__(self, prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.prompt = _Strongest()
+        self.chunks: list[_Strongest] = []
+        self._pending: list[mx.array] = []
+
+    def prompt_rows(self, rows: mx.array, first_row: int) -> None:
+        self.prompt.add(rows, first_row)
+
+    def generated_row(self, row: mx.array) -> None:
+        self._pending.append(row)
+        if len(self._pending) == CHUNK_TOKENS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            chunk = _Strongest()
+            chunk.add(mx.concatenate(self._pending, axis=0), 0)
+            self.chunks.append(chunk)
+            self._pending = []
+
+
+def _sample(model, hidden: mx.array, temperature: float, top_p: float, seed: int,  # type: ignore[no-untyped-def]
+            step: int) -> int:
+    logits = _logits(model, hidden)
+    if temperature == 0.0:  # as mlx_lm's greedy sampler: argmax of the log-probabilities
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return int(mx.argmax(logprobs, axis=-1).item())
+    return sample_token(np.array(logits[0].astype(mx.float32)), temperature, top_p, seed, step)
+
+
+def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  # type: ignore[no-untyped-def]
+           top_p: float, seed: int, eos_token_ids: frozenset[int],
+           on_step: Callable[[DecodeStep], bool]) -> Decoded | None:
+    """Generate up to max_tokens, recording hidden states; None when on_step asked to stop."""
+    assert prompt_ids and max_tokens >= 0
+    cache = make_prompt_cache(model)
+    ids = mx.array(prompt_ids)
+    recorder = _Recorder(len(prompt_ids))
+    done = 0
+    while len(prompt_ids) - done > 1:  # everything but the last prompt token, as mlx_lm
+        count = min(PREFILL_STEP, len(prompt_ids) - done - 1)
+        hidden = model.model(ids[None, done:done + count], cache=cache)
+        recorder.prompt_rows(hidden[0], done)
+        done += count
+    current = ids[done:]
+    tokens: list[int] = []
+    finish = FinishReason.LENGTH
+    for step in range(max_tokens + 1):
+        hidden = model.model(current[None], cache=cache)
+        if step == 0:
+            recorder.prompt_rows(hidden[0], done)
+        else:
+            recorder.generated_row(hidden[0])
+        if step == max_tokens:  # the last token's state is recorded; nothing more to sample
+            break
+        token = _sample(model, hidden[:, -1, :], temperature, top_p, seed, step)
+        if token in eos_token_ids:
+            finish = FinishReason.END_TOKEN
+            break
+        tokens.append(token)
+        if not on_step(DecodeStep(step, token)):
+            return None
+        current = mx.array([token])
+    recorder.flush()
+    return Decoded(tuple(tokens), finish, len(prompt_ids), recorder.prompt.result(),
+                   tuple(c.result() for c in recorder.chunks))
+
+
+@dataclass(frozen=True)
+class Replay(Generic[T]):
+    prompt_tokens: int
+    prompt: TopCandidates
+    generated: tuple[TopCandidates, ...]
+    token_checks: tuple[T, ...]  # one per generation step: the output tokens, then the next one
+
+
+def _blocks(total: int, step: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, total, step):
+        yield start, min(total, start + step)
+
+
+def replay(model, prompt_ids: list[int], output_ids: tuple[int, ...],  # type: ignore[no-untyped-def]
+           check_step: Callable[[int, np.ndarray], T], step_positions: int = REPLAY_STEP) -> Replay[T]:
+    """Prompt plus output through the model in passes of step_positions positions.
+
+    check_step(step, logits) sees the logits that chose generated token `step`,
+    for step 0..len(output_ids): the last one is what would have come next.
+    """
+    prompt_count = len(prompt_ids)
+    tokens = mx.array([*prompt_ids, *output_ids])
+    cache = make_prompt_cache(model)
+    recorder = _Recorder(prompt_count)
+    checks: list[T] = []
+    for start, end in _blocks(tokens.size, step_positions):
+        hidden = model.model(tokens[None, start:end], cache=cache)[0]
+        if start < prompt_count:
+            recorder.prompt_rows(hidden[:min(end, prompt_count) - start], start)
+        position = max(start, prompt_count)
+        while position < end:  # generated positions, split where the chunks split
+            chunk_index, offset = divmod(position - prompt_count, CHUNK_TOKENS)
+            if chunk_index == len(recorder.chunks):
+                recorder.chunks.append(_Strongest())
+            rows_end = min(end, position + CHUNK_TOKENS - offset)
+            recorder.chunks[chunk_index].add(hidden[position - start:rows_end - start], offset)
+            position = rows_end
+        first = max(start, prompt_count - 1)  # positions from the last prompt token on choose tokens
+        if first < end:
+            logits = np.array(_logits(model, hidden[first - start:]).astype(mx.float32))
+            checks.extend(check_step(position - prompt_count + 1, logits[position - first])
+                          for position in range(first, end))
+    return Replay(prompt_count, recorder.prompt.result(),
+                  tuple(c.result() for c in recorder.chunks), tuple(checks))
