@@ -70,13 +70,18 @@ class Best:
             self.score, self.ties = total, [(tie, scored)]
         elif total == self.score:
             self.ties.append((tie, scored))
+        self.offer_for_top(scored)
+
+    def offer_for_top(self, scored: tuple) -> None:
+        """The top list is ordered by score, then position, whatever order candidates arrive in."""
         top = self.top
-        if len(top) < self.top_max or total > top[-1][0]:
-            top.append(scored)
-            top.sort(key=itemgetter(0), reverse=True)  # stable: earlier finds first among equals
-            del top[self.top_max:]
-            if len(top) == self.top_max:
-                self.floor = top[-1][0]
+        if len(top) == self.top_max and (-scored[0], scored[1]) >= (-top[-1][0], top[-1][1]):
+            return
+        top.append(scored)
+        top.sort(key=_top_order)
+        del top[self.top_max:]
+        if len(top) == self.top_max:
+            self.floor = top[-1][0]
 
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
                chosen: tuple | None) -> SearchResult:
@@ -84,6 +89,10 @@ class Best:
             return SearchResult(filtered, feasible, scored, ())
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
         return SearchResult(filtered, feasible, scored, tuple(Scored(*s) for s in (chosen, *others)))
+
+
+def _top_order(scored: tuple) -> tuple[float, int]:
+    return -scored[0], scored[1]
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -175,8 +184,9 @@ def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, be
             scored += 1
             position = key & POSITION_MASK
             warm = model_id in index.mac_slots[position].candidate.warm_models
-            best.offer((group, i), (score, position, free, fit, speed, warm, decode, Strategy.SINGLE))
-            i = _next_run(keys, i, key)
+            scored_tuple = (score, position, free, fit, speed, warm, decode, Strategy.SINGLE)
+            best.offer((group, i), scored_tuple)
+            i = _next_run(keys, i, key, best, scored_tuple)
     return scored
 
 
@@ -192,12 +202,18 @@ def skip_free_value(keys: list[int], i: int, free: int) -> int:
     return i + 1
 
 
-def _next_run(keys: list[int], i: int, key: int) -> int:
-    """Skip the rest of a run of equal free memory and static score: their scores are identical."""
+def _next_run(keys: list[int], i: int, key: int, best: Best, scored: tuple) -> int:
+    """Skip the rest of a run of equal free memory and static score: their scores are identical.
+
+    The run's first few still go to the explanation's top list, as the exhaustive search lists them.
+    """
     prefix = key >> STATIC_SHIFT
-    if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == prefix:
-        return bisect_left(keys, (prefix + 1) << STATIC_SHIFT, i + 1)
-    return i + 1
+    if i + 1 >= len(keys) or keys[i + 1] >> STATIC_SHIFT != prefix:
+        return i + 1
+    end = bisect_left(keys, (prefix + 1) << STATIC_SHIFT, i + 1)
+    for mate in keys[i + 1: min(end, i + best.top_max)]:
+        best.offer_for_top((scored[0], mate & POSITION_MASK, *scored[2:]))
+    return end
 
 
 def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tuple:
