@@ -91,17 +91,23 @@ class PodClass:
 
 
 class ModelEntry:
-    __slots__ = ("served", "unavailable", "classes", "fastest_first")
+    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology")
 
     def __init__(self) -> None:
         self.served = 0
         self.unavailable: dict[FilterReason, int] = {}
         self.classes: dict = {}  # MacClass by step, or PodClass by (topology, step)
         self.fastest_first: list = []  # the classes, by step descending
+        self.by_topology: list[tuple[PodTopology, list[PodClass]]] = []  # pods: each topology's, fastest first
 
     def add_class(self, key, new_class) -> None:
         self.classes[key] = new_class
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
+        if isinstance(new_class, PodClass):
+            topologies: dict[PodTopology, list[PodClass]] = {}
+            for pod_class in self.fastest_first:
+                topologies.setdefault(pod_class.topology, []).append(pod_class)
+            self.by_topology = list(topologies.items())
 
 
 def _class_step(item: MacClass | PodClass) -> int:

@@ -21,21 +21,6 @@ from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
 
 
-def _class_plans(classes: list[PodClass], terms: JobTerms, config: PlacementConfig):
-    """(class, topology plan or None, decode) for each class; topologies are planned once."""
-    plans: dict[int, TopologyPlan | None] = {}  # by id: the index shares one object per topology
-    for pod_class in classes:
-        topology = pod_class.topology
-        plan = plans.get(id(topology), False)
-        if plan is False:
-            plan = plans[id(topology)] = plan_topology(topology, terms, config)
-        if plan is None:
-            yield pod_class, None, 0.0
-            continue
-        yield pod_class, plan, decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
-                                                     plan.hop_latency_s, terms.bytes_per_token)
-
-
 def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
     entry = index.pod_models.get(terms.job.model.model_id)
@@ -44,35 +29,22 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    w_fit, w_speed, _, _, _ = config.weights.normalised
     pending = []
     below = does_not_fit = feasible = 0
-    plans: dict[int, TopologyPlan | None] = {}  # by id: the index shares one object per topology
-    for pod_class in entry.fastest_first:
-        keys = pod_class.group.keys
-        if not keys:
-            continue
-        topology = pod_class.topology
-        plan = plans.get(id(topology), False)
-        if plan is False:
-            plan = plans[id(topology)] = plan_topology(topology, terms, config)
+    for topology, classes in entry.by_topology:
+        plan = plan_topology(topology, terms, config)
         if plan is None:
-            does_not_fit += len(keys)
+            does_not_fit += sum(len(pod_class.group.keys) for pod_class in classes)
             continue
-        decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
-                                       plan.hop_latency_s, terms.bytes_per_token)
-        if decode < terms.job.min_decode_tokens_per_s:
-            below += len(keys)
-            continue
-        start = bisect_left(keys, plan.need_bytes << FREE_SHIFT)
-        does_not_fit += start
-        if start == len(keys):
-            continue
-        feasible += len(keys) - start
-        speed = speed_score(decode, terms.speed_target)
-        fit = max(0.0, 1.0 - log2((keys[start] >> FREE_SHIFT) / plan.need_bytes) / config.best_fit_span_octaves)
-        bound = w_fit * fit + speed_part(w_speed, speed) + pod_class.group.static_max / STATIC_SCORE_SCALE
-        pending.append((bound, pod_class, start, plan, decode, speed))
+        for i, pod_class in enumerate(classes):  # fastest first
+            decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
+                                           plan.hop_latency_s, terms.bytes_per_token)
+            if decode < terms.job.min_decode_tokens_per_s:  # and so are the rest of this topology's
+                below += sum(len(slower.group.keys) for slower in classes[i:])
+                break
+            counts = _pod_class_candidates(pod_class, plan, decode, terms, config, pending)
+            does_not_fit += counts[0]
+            feasible += counts[1]
     pending.sort(key=itemgetter(0), reverse=True)
     scored, split_failures = _scan(index, pending, terms, best)
     filtered[FilterReason.BELOW_MIN_SPEED] = below
@@ -82,6 +54,23 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
         tied = sorted(best.ties, key=lambda tie: tie[0])
         chosen = tied[terms.seed % len(tied)][1]
     return best.result(filtered, feasible - split_failures, scored, chosen)
+
+
+def _pod_class_candidates(pod_class: PodClass, plan: TopologyPlan, decode: float, terms: JobTerms,
+                          config: PlacementConfig, pending: list) -> tuple[int, int]:
+    """(too small, big enough) counts for one class; queue it for scanning if any are big enough."""
+    keys = pod_class.group.keys
+    if not keys:
+        return 0, 0
+    start = bisect_left(keys, plan.need_bytes << FREE_SHIFT)
+    if start == len(keys):
+        return start, 0
+    w_fit, w_speed, _, _, _ = config.weights.normalised
+    speed = speed_score(decode, terms.speed_target)
+    fit = max(0.0, 1.0 - log2((keys[start] >> FREE_SHIFT) / plan.need_bytes) / config.best_fit_span_octaves)
+    bound = w_fit * fit + speed_part(w_speed, speed) + pod_class.group.static_max / STATIC_SCORE_SCALE
+    pending.append((bound, pod_class, start, plan, decode, speed))
+    return start, len(keys) - start
 
 
 def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tuple[int, int]:
@@ -121,26 +110,36 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
 
 
 def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
-    """Some pod serving the model, all members idle and online, would take the job at the needed speed.
-
-    Checks the largest pods of each class, up to a limit; past the limit it answers True,
-    the safe side (the job waits rather than being refused).
-    """
+    """Some pod serving the model, all members idle and online, would take the job at the needed speed."""
     config = index.config
     entry = index.pod_models.get(terms.job.model.model_id)
     if entry is None:
         return False
     limit = config.pods_checked_for_permanence_max
-    for pod_class, plan, decode in _class_plans(entry.fastest_first, terms, config):
-        if plan is None or decode < terms.job.min_decode_tokens_per_s:
+    for topology, classes in entry.by_topology:
+        plan = plan_topology(topology, terms, config)
+        if plan is None:
             continue
-        for checked, (negative_ceiling, position) in enumerate(pod_class.by_ceiling):
-            if -negative_ceiling < plan.need_bytes:
+        for pod_class in classes:
+            decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
+                                           plan.hop_latency_s, terms.bytes_per_token)
+            if decode < terms.job.min_decode_tokens_per_s:
                 break
-            if checked == limit:
+            if _largest_could_take(index, pod_class, plan, terms, limit):
                 return True
-            slot = index.pod_slots[position]
-            ceilings = tuple(member.ceiling for member in slot.members)
-            if fit_pod(terms.memory, plan.strategy, terms.job.model.num_layers, ceilings) is not None:
-                return True
+    return False
+
+
+def _largest_could_take(index: FleetIndex, pod_class: PodClass, plan: TopologyPlan, terms: JobTerms,
+                        limit: int) -> bool:
+    """Check the class's largest pods, up to a limit; past it, answer True: the job waits, not refused."""
+    for checked, (negative_ceiling, position) in enumerate(pod_class.by_ceiling):
+        if -negative_ceiling < plan.need_bytes:
+            return False
+        if checked == limit:
+            return True
+        slot = index.pod_slots[position]
+        ceilings = tuple(member.ceiling for member in slot.members)
+        if fit_pod(terms.memory, plan.strategy, terms.job.model.num_layers, ceilings) is not None:
+            return True
     return False

@@ -10,6 +10,7 @@ memory and static score) are scored once and tie-broken by the job's seed.
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left
 from dataclasses import dataclass
 from math import log2
@@ -122,27 +123,31 @@ def _mac_groups(classes: list[MacClass], terms: JobTerms, config: PlacementConfi
     pending = []
     below = does_not_fit = feasible = 0
     for mac_class in classes:
-        cold, warm = mac_class.cold, mac_class.warm
-        size = len(cold.keys) + len(warm.keys)
-        if not size:
+        cold_keys, warm_keys = mac_class.cold.keys, mac_class.warm.keys
+        if not cold_keys and not warm_keys:
             continue
         decode = mac_class.bandwidth_bytes_per_s / bytes_per_token  # as decode_from_bandwidth for one Mac
         if decode < minimum:
-            below += size
+            below += len(cold_keys) + len(warm_keys)
             continue
         speed = decode / target  # as speed_score
         if speed > 1.0:
             speed = 1.0
         weighted_speed = w_speed * speed  # as speed_part
-        for group in (cold, warm):
+        for group in (mac_class.cold, mac_class.warm):
             keys = group.keys
-            if not keys:
+            size = len(keys)
+            if not size:
                 continue
-            position = bisect_left(keys, need_key)
-            does_not_fit += position
-            if position == len(keys):
+            if keys[0] >= need_key:  # common for small jobs: the whole group fits
+                position = 0
+            elif keys[-1] < need_key:
+                does_not_fit += size
                 continue
-            feasible += len(keys) - position
+            else:
+                position = bisect_left(keys, need_key)
+                does_not_fit += position
+            feasible += size - position
             fit = 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span
             bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_max / STATIC_SCORE_SCALE
             pending.append((bound, group, position, weighted_speed, speed, decode))
@@ -227,14 +232,16 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
     if len(runs) == 1:
         keys, start, _, scored = runs[0]
         position = keys[start + seed % total] & POSITION_MASK
-    else:
-        tied = []  # (position, index of its run): runs from different speed classes can tie exactly
-        for run, (keys, start, end, _) in enumerate(runs):
-            tied.extend((key & POSITION_MASK, run) for key in keys[start:end])
-        tied.sort()
-        position, run = tied[seed % total]
-        scored = runs[run][3]
+    else:  # runs from different speed classes can tie exactly
+        run_positions = [list(map(POSITION_MASK.__and__, keys[start:end])) for keys, start, end, _ in runs]
+        position = sorted(itertools.chain.from_iterable(run_positions))[seed % total]
+        scored = next(run[3] for run, positions in zip(runs, run_positions) if _contains(positions, position))
     return (scored[0], position, *scored[2:])
+
+
+def _contains(sorted_values: list[int], value: int) -> bool:
+    i = bisect_left(sorted_values, value)
+    return i < len(sorted_values) and sorted_values[i] == value
 
 
 def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
