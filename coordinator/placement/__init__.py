@@ -3,9 +3,18 @@
 Stages, as in Nomad's scheduler: feasibility filters with named reasons, scorers with
 named scores, normalise and combine, select with a seeded tie-break. No I/O here.
 
-    index = FleetIndex.build(snapshot, config)       # once per snapshot
-    decision = place(job, index)                      # Placement | Unplaceable
+    index = FleetIndex.build(snapshot, config)       # once; keep it current with
+    decision = place(job, index)                      #   try_commit / release / replace_mac
     if isinstance(decision, Placement) and index.try_commit(decision): ...
+
+`place(job, snapshot)` also works: it indexes the snapshot (and reuses the index while
+it is asked about the same snapshot object again).
+
+Modules: candidates (inputs), config (every constant), memory (estimate, ceilings, layer
+split), speed (bandwidth model), pods (strategy, shares), filters, scoring, index (the
+fleet sorted for fast search), search / pod_search (the index's search), exhaustive
+(the reference that scores everyone), planner (the decision), assemble and explain
+(the Placement and its Explanation).
 """
 
 from coordinator.placement.candidates import (

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from contracts.ids import NodeId
-from coordinator.placement.candidates import JobRequest, MacCandidate, PodCandidate
+from coordinator.placement.candidates import MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement
-from coordinator.placement.explain import CandidateScore
+from coordinator.placement.explain import CandidateScore, Explanation
 from coordinator.placement.memory import mac_free_bytes
 from coordinator.placement.pods import fit_pod
 from coordinator.placement.scoring import named_scores, price_score
@@ -33,7 +33,7 @@ def pod_score(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scor
                           scored.free_bytes, scored.decode_tokens_per_s)
 
 
-def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation,
+def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,
                   config: PlacementConfig) -> Placement:
     job = terms.job
     decode = chosen.decode_tokens_per_s
@@ -49,7 +49,7 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
 
 
 def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], chosen: Scored,
-                  explanation, config: PlacementConfig) -> Placement:
+                  explanation: Explanation, config: PlacementConfig) -> Placement:
     job = terms.job
     free = tuple(mac_free_bytes(mac, config.memory) for mac in members)
     fit = fit_pod(terms.memory, chosen.strategy, job.model.num_layers, free)

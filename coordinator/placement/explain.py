@@ -49,7 +49,7 @@ class Explanation:
     notes: tuple[str, ...] = ()
 
     def filtered_count(self, reason: FilterReason, kind: CandidateKind = CandidateKind.MAC) -> int:
-        counts = self.mac_filtered if kind is CandidateKind.MAC else self.pod_filtered
+        counts = self.mac_filtered if kind == CandidateKind.MAC else self.pod_filtered
         return dict(counts).get(reason, 0)
 
     def to_dict(self) -> dict:

@@ -335,6 +335,7 @@ class FleetIndex:
         slot = PodSlot()
         slot.position = len(self.pod_slots)
         slot.candidate = pod
+        assert all(node_id in self._mac_by_node for node_id in pod.members), f"{pod.pod_id}: add its Macs first"
         slot.members = tuple(self._mac_by_node[node_id] for node_id in pod.members)
         topology = pod_topology(pod, self.config.speed)
         slot.topology = self._topologies.setdefault(topology, topology)  # one shared object per topology

@@ -7,7 +7,7 @@ scheduler needs"); GPU working sets use macOS's default of about 75% of RAM.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from contracts.hardware import ChipTier, HardwareReport, LinkKind
 from contracts.ids import JobId, NodeId
