@@ -1,22 +1,37 @@
-"""`mlxnet node`: turns command-line flags into a running node agent."""
+"""`mlxnet node`: turns command-line flags and node.toml into a running node agent.
+
+Flags override the config file (`--data-dir`/node.toml, written by `mlxnet node
+config`). The subcommands (config, status, leave, install-service, hardware,
+pod) live in mlxnet.node_cli.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from contracts.lending import LendingMode
 from contracts.models import ModelSpec
 from node_agent.agent import AgentSettings, NodeAgent
 from node_agent.hardware.discover import discover_host, simulated_profile
 from node_agent.identity import load_or_create_identity
 from node_agent.inference.engine import Engine, device_info
+from node_agent.lending.activity import file_activity_source, host_activity_source
+from node_agent.lending.config import CONFIG_FILE_NAME, ConfigError, NodeConfig, load_config
+from node_agent.lending.monitor import LendingMonitor
 from node_agent.model_files import describe_model
+from node_agent.operator_hooks import OperatorHooks
+from node_agent.status_file import PID_FILE_NAME, STATUS_FILE_NAME, write_pid
 
 log = logging.getLogger(__name__)
+
+DEFAULT_DATA_DIR = Path("~/.mlxnet/node").expanduser()
+REFERENCE_MODEL_ID = "mlxnet/tiny-llama (reference)"
 
 
 def parse_model_flag(value: str) -> tuple[str, Path]:
@@ -27,45 +42,141 @@ def parse_model_flag(value: str) -> tuple[str, Path]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator", required=True, help="coordinator HOST:PORT")
-    parser.add_argument("--model", action="append", default=[], metavar="[ID=]PATH",
-                        help="a local MLX model directory to serve (repeatable)")
+    from mlxnet import node_cli
+
+    parser.add_argument("--coordinator", help="coordinator HOST:PORT (default: from node.toml)")
+    parser.add_argument("--model", action="append", default=[], metavar="[ID=]PATH|HUB_ID",
+                        help="a local MLX model directory, or a Hugging Face hub id fetched "
+                        "into the model cache (repeatable; default: from node.toml)")
     parser.add_argument("--profile", help="declare a simulated Mac, e.g. m3-ultra-512 "
                         "(for demos and tests; the coordinator marks the node simulated)")
     parser.add_argument("--operator", help="operator account credited for this node's work "
-                        "(default: the node id)")
+                        "(default: node.toml, else the node id)")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
-    parser.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/node").expanduser(),
-                        help="where the node's identity key lives")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                        help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
+    parser.add_argument("--mode", choices=[m.value for m in LendingMode],
+                        help="lending mode for this run (default: from node.toml, else idle)")
+    parser.add_argument("--benchmark", choices=("auto", "on", "off"),
+                        help="self-benchmark at join time and at intervals (auto: not for --profile)")
+    node_cli.add_subcommands(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.model:
-        log.error("no --model given: serve at least one model directory "
-                  "(build one with `mlxnet model build-tiny DIR`)")
+    from mlxnet import node_cli
+
+    if getattr(args, "node_command", None):
+        return node_cli.dispatch(args)
+    try:
+        config = load_config(args.data_dir / CONFIG_FILE_NAME)
+    except ConfigError as error:
+        log.error("%s", error)
+        return 2
+    coordinator = args.coordinator or config.coordinator
+    model_flags = args.model or list(config.models)
+    if not coordinator or not model_flags:
+        log.error("give --coordinator and at least one --model (or set them with `mlxnet node "
+                  "config --coordinator HOST:PORT --model PATH`); build a model with "
+                  "`mlxnet model build-tiny DIR`")
         return 2
     identity = load_or_create_identity(args.data_dir / "identity.pem")
     hardware = (simulated_profile(args.profile) if args.profile
                 else discover_host(device_info=device_info()))
-    models: list[tuple[ModelSpec, Path]] = []
-    for flag in args.model:
-        model_id, directory = parse_model_flag(flag)
-        models.append((describe_model(model_id, directory), directory))
+    models = _models(model_flags, config)
+    if models is None:
+        return 2
     settings = AgentSettings(
-        coordinator=args.coordinator, identity=identity, hardware=hardware,
-        models=tuple(models), operator_id=args.operator or identity.node_id,
-        display_name=args.name or identity.node_id, max_concurrent_jobs=args.max_concurrent_jobs)
-    agent = NodeAgent(settings, Engine())
+        coordinator=coordinator, identity=identity, hardware=hardware, models=tuple(models),
+        operator_id=args.operator or config.operator or identity.node_id,
+        display_name=args.name or config.name or identity.node_id,
+        max_concurrent_jobs=args.max_concurrent_jobs)
+    hooks = _hooks(args, config, settings)
+    agent = NodeAgent(settings, Engine(), hooks)
+    hooks.monitor.on_change = lambda _state: agent.heartbeat_now()
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(
+        target=drain_and_leave, args=(agent, hooks), daemon=True, name="leave").start())
+    write_pid(args.data_dir / PID_FILE_NAME)
+    threading.Thread(target=hooks.monitor.run, args=(agent.stopping,), daemon=True,
+                     name="lending").start()
     threading.Thread(target=_announce_registration, args=(agent,), daemon=True).start()
-    log.info("node %s starting: %s, %d GiB, serving %s", identity.node_id, hardware.chip,
-             hardware.memory_bytes >> 30, ", ".join(spec.model_id for spec, _ in models))
+    log.info("node %s starting: %s, %d GiB, %s lending, serving %s", identity.node_id,
+             hardware.chip, hardware.memory_bytes >> 30, hooks.monitor.state.mode.value,
+             ", ".join(spec.model_id for spec, _ in models))
     try:
         agent.run()
     except KeyboardInterrupt:
         agent.stop()
+    (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
     return 0
+
+
+def _models(flags: list[str], config: NodeConfig) -> list[tuple[ModelSpec, Path]] | None:
+    from node_agent.model_cache import ModelCache, ModelCacheError, is_hub_id
+
+    cache = ModelCache(Path(config.cache.directory).expanduser(),
+                       int(config.cache.quota_gb * 2**30))
+    models: list[tuple[ModelSpec, Path]] = []
+    for flag in flags:
+        try:
+            if is_hub_id(flag):
+                directory = cache.fetch(flag)
+                models.append((describe_model(flag, directory), directory))
+                continue
+            model_id, directory = parse_model_flag(flag)
+            models.append((describe_model(model_id, directory), directory))
+        except (ModelCacheError, OSError, ValueError) as error:
+            log.error("cannot serve %s: %s", flag, error)
+            return None
+    return models
+
+
+def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings) -> OperatorHooks:
+    lending = config.lending
+    if args.mode:
+        lending = dataclasses.replace(lending, mode=LendingMode(args.mode))
+    source = (file_activity_source(Path(lending.activity_file).expanduser())
+              if lending.activity_file else host_activity_source())
+    monitor = LendingMonitor(lending, source, config.memory_cap_bytes)
+    enabled = args.benchmark or config.benchmark.enabled
+    benchmark = None
+    if enabled == "on" or (enabled == "auto" and not settings.hardware.simulated):
+        benchmark = _benchmark_runner(args.data_dir / "reference-model")
+    pod, pod_runner = None, None
+    if config.pod is not None:
+        from node_agent.pods.runner import pod_declaration, pod_job_runner
+
+        pod = pod_declaration(config.pod, settings.identity.node_id)
+        pod_runner = pod_job_runner(config.pod, {spec.model_id: path for spec, path in settings.models},
+                                    args.data_dir / "pod-runs")
+    return OperatorHooks(settings.identity.node_id, settings.coordinator, monitor,
+                         args.data_dir / STATUS_FILE_NAME, benchmark,
+                         config.benchmark.interval_minutes * 60, pod, pod_runner)
+
+
+def _benchmark_runner(reference_dir: Path):  # type: ignore[no-untyped-def]
+    def run_once():  # type: ignore[no-untyped-def]
+        from node_agent.inference.benchmark import run_benchmark
+        from node_agent.inference.tiny_model import build_tiny_model
+
+        if not (reference_dir / "config.json").exists():
+            build_tiny_model(reference_dir)  # the same bytes on every node: a fair yardstick
+        return run_benchmark(reference_dir, REFERENCE_MODEL_ID)
+    return run_once
+
+
+def drain_and_leave(agent: NodeAgent, hooks: OperatorHooks) -> None:
+    """Stop taking work, let the running job finish or hand it back within the bound, deregister, exit."""
+    hooks.monitor.leave()  # the heartbeat this triggers tells the coordinator at once
+    bound_s = hooks.monitor.config.handback_after_s
+    if not hooks.wait_until_no_job(bound_s + 30.0):
+        log.warning("a job is still running %.0fs after leaving began; leaving anyway", bound_s + 30)
+    handed_back = agent.leave()
+    log.info("left the network; the coordinator handed back %s job(s)", handed_back)
+    sys.stdout.write(f"node {agent.settings.identity.node_id} left\n")
+    sys.stdout.flush()
+    agent.stop()
 
 
 def _announce_registration(agent: NodeAgent) -> None:

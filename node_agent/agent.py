@@ -22,6 +22,7 @@ from contracts.receipts import FinishReason, Receipt, encode_receipt, output_dig
 from node_agent.coordinator_client import (
     Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
 )
+from node_agent.hooks import AgentHooks, PodJobResult
 from node_agent.identity import Identity
 from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, PromptTooLong
 from node_agent.token_sender import TokenSender
@@ -47,9 +48,12 @@ class AgentSettings:
 
 
 class NodeAgent:
-    def __init__(self, settings: AgentSettings, engine: Engine) -> None:
+    def __init__(self, settings: AgentSettings, engine: Engine,
+                 hooks: AgentHooks | None = None) -> None:
         self.settings = settings
         self._engine = engine
+        self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
+        self._heartbeat_wake = threading.Event()
         self._client = CoordinatorClient(settings.coordinator)
         self._paths = {spec.model_id: path for spec, path in settings.models}
         self._jobs: queue.Queue[Assignment] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
@@ -83,11 +87,26 @@ class NodeAgent:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._heartbeat_wake.set()
+
+    def heartbeat_now(self) -> None:
+        """Send a heartbeat at once, e.g. when the owner came back and the node stops taking work."""
+        self._heartbeat_wake.set()
+
+    def leave(self) -> int | None:
+        """Deregister (after draining); the number of jobs the coordinator handed back."""
+        return self._retry(lambda: self._client.leave("the operator ran mlxnet node leave"))
+
+    def _warm_model_ids(self) -> tuple[str, ...]:
+        by_path = {str(path): model_id for model_id, path in self._paths.items()}
+        return tuple(by_path[path] for path in self._engine.warm_models() if path in by_path)
 
     def _register(self) -> None:
         s = self.settings
         interval_ms = self._client.register(s.identity, s.hardware, tuple(m for m, _ in s.models),
-                                            s.operator_id, s.display_name, s.max_concurrent_jobs)
+                                            s.operator_id, s.display_name, s.max_concurrent_jobs,
+                                            self._hooks.status(self._warm_model_ids()),
+                                            self._hooks.pod())
         self._heartbeat_interval_s = interval_ms / 1000
         self._seen.clear()  # a new registration hands back everything from before
         self.registered.set()
@@ -95,11 +114,13 @@ class NodeAgent:
                  s.operator_id)
 
     def _heartbeat_forever(self) -> None:
-        while not self.stopping.wait(self._heartbeat_interval_s):
-            if not self.registered.is_set():
+        while not self.stopping.is_set():
+            self._heartbeat_wake.wait(self._heartbeat_interval_s)
+            self._heartbeat_wake.clear()
+            if not self.registered.is_set() or self.stopping.is_set():
                 continue
             try:
-                self._client.heartbeat(self._running)
+                self._client.heartbeat(self._running, self._hooks.status(self._warm_model_ids()))
             except SessionExpired:
                 self.registered.clear()
             except CoordinatorUnavailable as error:
@@ -118,6 +139,7 @@ class NodeAgent:
             try:
                 assignment = self._jobs.get(timeout=0.5)
             except queue.Empty:
+                self._hooks.idle_work()
                 continue
             self._running += 1
             try:
@@ -125,7 +147,21 @@ class NodeAgent:
             finally:
                 self._running -= 1
 
+    def _hand_back(self, job_id: str, reason: str) -> None:
+        log.info("handing job %s back: %s", job_id, reason)
+        self._retry(lambda: self._client.report_failure(job_id, reason, handed_back=True))
+        self._hooks.job_finished(job_id, None)
+
     def _run(self, assignment: Assignment) -> None:
+        refusal = self._hooks.refusal(assignment)
+        if refusal is not None:
+            self._hand_back(assignment.job_id, refusal)
+            return
+        if assignment.pod_id:
+            if assignment.pod_leader_node_id == self.settings.identity.node_id:
+                self._run_pod(assignment)
+            return  # a member only lends its memory: the leader starts its rank
+        self._hooks.job_started(assignment.job_id)
         log.info("running job %s (%s, %d tokens max)", assignment.job_id,
                  assignment.model.model_id, assignment.max_tokens)
         request = GenerationRequest(
@@ -133,13 +169,22 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id)
         sender = TokenSender(self._client, assignment.job_id)
+        keep_going = self._hooks.keep_going
+
+        def on_token(index: int, token_id: int, text: str) -> bool:
+            return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
+
         try:
-            result = self._engine.generate(request, assignment.model.max_context_tokens, sender.offer)
+            result = self._engine.generate(request, assignment.model.max_context_tokens, on_token)
         except PromptTooLong as error:
             sender.close()
             self._retry(lambda: self._client.report_failure(assignment.job_id, str(error)))
+            self._hooks.job_finished(assignment.job_id, None)
             return
         chunks = sender.close()
+        if result.stopped_early and not sender.rejected and not keep_going(assignment.job_id):
+            self._hand_back(assignment.job_id, self._hooks.hand_back_reason())
+            return
         if sender.rejected or result.stopped_early:
             log.info("job %s stopped: %s", assignment.job_id, sender.error)
             return
@@ -150,6 +195,32 @@ class NodeAgent:
         credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body, signature))
         log.info("job %s done: %d tokens, credited %s base units", assignment.job_id,
                  len(result.token_ids), credited)
+        self._hooks.job_finished(assignment.job_id, credited)
+
+    def _run_pod(self, assignment: Assignment) -> None:
+        """Lead a pod job: the hooks start every rank; tokens and the receipt go out as for one Mac."""
+        self._hooks.job_started(assignment.job_id)
+        sender = TokenSender(self._client, assignment.job_id)
+        outcome: PodJobResult = self._hooks.run_pod_job(assignment, sender)
+        chunks = sender.close()
+        if outcome.failure_reason is not None:
+            self._retry(lambda: self._client.report_failure(assignment.job_id, outcome.failure_reason))
+            self._hooks.job_finished(assignment.job_id, None)
+            return
+        if outcome.handed_back_reason is not None:
+            self._hand_back(assignment.job_id, outcome.handed_back_reason)
+            return
+        if sender.rejected:
+            log.info("pod job %s stopped: %s", assignment.job_id, sender.error)
+            return
+        if sender.error is not None:
+            self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
+        body = encode_receipt(self._receipt(assignment, outcome))  # type: ignore[arg-type]
+        credited = self._retry(lambda: self._client.report_receipt(
+            assignment.job_id, body, self.settings.identity.sign(body)))
+        log.info("pod job %s done: %d tokens, credited %s base units", assignment.job_id,
+                 len(outcome.token_ids), credited)
+        self._hooks.job_finished(assignment.job_id, credited)
 
     def _receipt(self, assignment: Assignment, result: GenerationResult) -> Receipt:
         return Receipt(

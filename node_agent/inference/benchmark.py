@@ -1,0 +1,90 @@
+"""The node's self-benchmark: memory bandwidth, and prefill/decode speed on a reference model.
+
+Every node measures the same things the same way, so the coordinator can
+compare them and catch a Mac whose figures do not fit the chip it claims:
+
+- bandwidth: the best of several streaming passes `b = a + 1` over a buffer far
+  larger than any cache, counting the bytes read and written;
+- prefill and decode: mlx-lm's own prompt and generation rates for a fixed
+  prompt, after one warm-up run, on the reference model (by default the
+  project's tiny model, which every node can build offline byte for byte).
+
+Runs on the agent's MLX worker thread, like all MLX work.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm import load, stream_generate
+from mlx_lm.sample_utils import make_sampler
+
+from contracts.benchmarks import BenchmarkResult
+
+log = logging.getLogger(__name__)
+
+BANDWIDTH_BUFFER_BYTES = 256 * 2**20  # larger than the biggest system-level cache (M3 Ultra)
+BANDWIDTH_PASSES = 5
+PROMPT_TOKENS = 256
+DECODE_TOKENS = 64
+REFERENCE_PROMPT = "In the beginning God created the heaven and the earth. "
+
+
+def measure_bandwidth_gb_s(buffer_bytes: int = BANDWIDTH_BUFFER_BYTES,
+                           passes: int = BANDWIDTH_PASSES) -> float:
+    """GB/s of the fastest streaming pass (bytes read plus bytes written)."""
+    assert buffer_bytes >= 2**20 and passes >= 1
+    source = mx.random.uniform(shape=(buffer_bytes // 4,), dtype=mx.float32)
+    mx.eval(source)
+    best_s = float("inf")
+    for _ in range(passes):
+        started = time.perf_counter()
+        result = source + 1.0
+        mx.eval(result)
+        best_s = min(best_s, time.perf_counter() - started)
+        del result
+    return 2 * source.nbytes / best_s / 1e9
+
+
+def _prompt_tokens(tokenizer, count: int) -> list[int]:  # type: ignore[no-untyped-def]
+    tokens: list[int] = []
+    while len(tokens) < count:
+        tokens += tokenizer.encode(REFERENCE_PROMPT, add_special_tokens=False)
+    return tokens[:count]
+
+
+def measure_generation(model_dir: Path, prompt_tokens: int = PROMPT_TOKENS,
+                       decode_tokens: int = DECODE_TOKENS) -> tuple[float, float, int]:
+    """(prefill tok/s, decode tok/s, weight bytes) on the model in model_dir."""
+    model, tokenizer = load(str(model_dir))
+    weights_bytes = sum(array.nbytes for _, array in tree_flatten(model.parameters()))
+    prompt = _prompt_tokens(tokenizer, prompt_tokens)
+    sampler = make_sampler(temp=0.0)
+    last = None
+    for _ in range(2):  # the first run warms caches and kernels; the second is measured
+        for last in stream_generate(model, tokenizer, prompt, max_tokens=decode_tokens,
+                                    sampler=sampler):
+            pass
+    assert last is not None, "generation yields at least one response"
+    return last.prompt_tps, last.generation_tps, weights_bytes
+
+
+def run_benchmark(reference_model_dir: Path, reference_name: str,
+                  buffer_bytes: int = BANDWIDTH_BUFFER_BYTES) -> BenchmarkResult:
+    started = time.perf_counter()
+    bandwidth = measure_bandwidth_gb_s(buffer_bytes)
+    prefill, decode, weights_bytes = measure_generation(reference_model_dir)
+    run_time_ms = int((time.perf_counter() - started) * 1000)
+    result = BenchmarkResult(
+        memory_bandwidth_gb_s=round(bandwidth, 2), decode_tokens_per_s=round(decode, 1),
+        prefill_tokens_per_s=round(prefill, 1), reference_model=reference_name[:256],
+        reference_weights_bytes=weights_bytes, measured_at_ms=time.time_ns() // 1_000_000,
+        run_time_ms=run_time_ms)
+    log.info("self-benchmark: %.1f GB/s, decode %.0f tok/s, prefill %.0f tok/s on %s (%d ms)",
+             result.memory_bandwidth_gb_s, result.decode_tokens_per_s,
+             result.prefill_tokens_per_s, reference_name, run_time_ms)
+    return result

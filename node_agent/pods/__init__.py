@@ -1,0 +1,1 @@
+"""Pods: Macs cabled together and run as one unit with MLX's distributed engine (mlx.launch)."""
