@@ -34,7 +34,7 @@ def _direct(model_dir: Path, tokens: int) -> tuple[int, float]:
 
 
 def _network(work_dir: Path, model_dir: Path, tokens: int) -> tuple[int, float]:
-    coordinator = start_coordinator(work_dir)
+    coordinator = start_coordinator(work_dir, allow_anonymous=True)
     nodes = start_nodes(work_dir, coordinator.extra["address"],
                         [("bench-node", [f"bench/tiny={model_dir}"], "m3-ultra-512", "bench")])
     try:

@@ -17,6 +17,10 @@ class CoordinatorConfig:
     stream_poll_interval_s: float = 1.0  # fallback wake-up when another coordinator wrote
     queued_jobs_scan_max: int = 256  # jobs considered per scheduling pass
     consumer_default: str = "anonymous"
+    # Consumers without an API key are refused unless this is set (`--allow-anonymous`);
+    # the network pays for anonymous jobs.
+    allow_anonymous: bool = False
+    busy_retry_after_s: int = 2  # Retry-After when no Mac can take a job now
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 
 from contracts.benchmarks import BenchmarkResult
+from contracts.chat import ChatMessage
 from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
 from contracts.ids import NodeId
 from contracts.lending import LendingMode, LendingState
+from contracts.logprobs import TOP_LOGPROBS_MAX, TokenLogprob, TopLogprob
 from contracts.models import ModelSpec
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
 from coordinator.node_registry import Registration
 from coordinator.node_reports import HeartbeatReport
 from coordinator.placement.decision import Placement, Unplaceable
-from coordinator.records import JobRecord, JobStatus, TokenChunk
+from coordinator.records import ERROR_PROMPT_TOO_LONG, PROMPT_CHAT, JobRecord, JobStatus, TokenChunk
 from coordinator.service import JobView
 from coordinator.submission import Submission
 from protos.mlxnet.v1 import common_pb2, job_pb2, node_pb2
@@ -136,13 +138,19 @@ def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
         pod=pod_from_pb(request.pod) if request.HasField("pod") else None)
 
 
-def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str) -> Submission:
+def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str,
+                       api_key_id: str | None = None) -> Submission:
     sampling = request.sampling
+    if request.top_logprobs and not request.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set", param="top_logprobs")
     return Submission(
         consumer_id=consumer_id, model_id=request.model, prompt=request.prompt,
         max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
         seed=sampling.seed, request_id=request.request_id,
-        min_decode_tokens_per_s=request.min_decode_tokens_per_s)
+        min_decode_tokens_per_s=request.min_decode_tokens_per_s,
+        messages=tuple(ChatMessage(m.role, m.content) for m in request.messages),
+        stop=tuple(request.stop), top_logprobs=request.top_logprobs if request.logprobs else -1,
+        api_key_id=api_key_id)
 
 
 def sampling_to_pb(job: JobRecord) -> common_pb2.SamplingParams:
@@ -157,7 +165,8 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         job_id=job.job_id, model=model_spec_to_pb(spec), prompt=job.prompt,
         sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
         strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
-        layer_split=list(job.layer_split))
+        layer_split=list(job.layer_split), chat=job.prompt_format == PROMPT_CHAT,
+        stop=list(job.stop), logprobs=job.top_logprobs >= 0, top_logprobs=max(0, job.top_logprobs))
     if pod is not None:  # members and their layers in the pod's rank order
         declaration, layers = pod
         del message.pod_node_ids[:], message.layer_split[:]
@@ -168,7 +177,25 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
 
 
 def token_chunk_from_pb(request: node_pb2.StreamTokensRequest) -> TokenChunk:
-    return TokenChunk(request.first_index, tuple(request.token_ids), request.text)
+    if any(len(entry.top) > TOP_LOGPROBS_MAX for entry in request.logprobs):
+        raise InvalidRequest(f"a token's top logprobs hold at most {TOP_LOGPROBS_MAX} entries")
+    return TokenChunk(request.first_index, tuple(request.token_ids), request.text,
+                      tuple(logprob_from_pb(entry) for entry in request.logprobs))
+
+
+def logprob_from_pb(entry: common_pb2.TokenLogprob) -> TokenLogprob:
+    return TokenLogprob(entry.logprob, tuple(TopLogprob(t.token_id, t.text, t.logprob)
+                                             for t in entry.top), entry.text)
+
+
+def logprob_to_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
+    return common_pb2.TokenLogprob(logprob=entry.logprob, text=entry.text, top=[
+        common_pb2.TopLogprob(token_id=t.token_id, text=t.text, logprob=t.logprob)
+        for t in entry.top])
+
+
+def failure_code_from_pb(failure: int) -> str | None:
+    return ERROR_PROMPT_TOO_LONG if failure == node_pb2.JOB_FAILURE_PROMPT_TOO_LONG else None
 
 
 def job_to_pb(view: JobView) -> job_pb2.Job:
@@ -181,7 +208,9 @@ def job_to_pb(view: JobView) -> job_pb2.Job:
         receipt_verified=job.receipt_verified, credited_base_units=job.credited_base_units,
         error=job.error or "", created_at_ms=job.created_at_ms,
         finished_at_ms=job.finished_at_ms or 0, queue_position=view.queue_position,
-        chips=list(view.chips), signer_public_key=view.signer_public_key)
+        chips=list(view.chips), signer_public_key=view.signer_public_key,
+        error_code=job.error_code or "", reserved_base_units=job.reserved_base_units,
+        prompt_format=job.prompt_format)
     if job.receipt_body is not None and job.receipt_signature is not None:
         message.receipt.CopyFrom(common_pb2.SignedReceipt(body=job.receipt_body,
                                                           signature=job.receipt_signature))

@@ -2,11 +2,19 @@
 
     CoordinatorError
     ├── InvalidRequest       bad field in a request (says which and how to fix)
+    │   └── PromptTooLong    the prompt and max_tokens exceed the model's context
     ├── NotFound             unknown job or model
-    ├── Unauthenticated      missing or unknown node session
+    │   └── UnknownModel     no node serves the model
+    ├── Unauthenticated      missing or unknown node session or API key
     ├── PermissionDenied     a node acting on a job that is not its own, a bad signature
     ├── AlreadyDone          the job already ended; the request changes nothing
-    └── Unplaceable          nothing in the fleet could ever run the job
+    ├── Unplaceable          nothing in the fleet could ever run the job
+    ├── InsufficientBalance  the consumer's prepaid balance or key spend limit is too low
+    ├── RateLimited          the API key's request rate or concurrent-job limit is reached
+    ├── NoCapacityNow        every Mac that could run the job is busy or offline right now
+    └── JobFailed            the job ran and failed (its node failed or stopped mid-stream)
+
+The gateway maps the same classes to HTTP codes in coordinator/gateway/errors.py.
 """
 
 from __future__ import annotations
@@ -17,10 +25,20 @@ class CoordinatorError(Exception):
 
 
 class InvalidRequest(CoordinatorError):
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault, when there is one
+
+
+class PromptTooLong(InvalidRequest):
     pass
 
 
 class NotFound(CoordinatorError):
+    pass
+
+
+class UnknownModel(NotFound):
     pass
 
 
@@ -37,4 +55,24 @@ class AlreadyDone(CoordinatorError):
 
 
 class Unplaceable(CoordinatorError):
+    pass
+
+
+class InsufficientBalance(CoordinatorError):
+    pass
+
+
+class RateLimited(CoordinatorError):
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class NoCapacityNow(CoordinatorError):
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class JobFailed(CoordinatorError):
     pass

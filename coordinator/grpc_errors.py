@@ -20,6 +20,10 @@ STATUS_FOR_ERROR: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.AlreadyDone: grpc.StatusCode.ALREADY_EXISTS,
     errors.Unplaceable: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.InsufficientBalance: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.NoCapacityNow: grpc.StatusCode.UNAVAILABLE,
+    errors.JobFailed: grpc.StatusCode.ABORTED,
 }
 
 Handler = TypeVar("Handler", bound=Callable)
@@ -32,6 +36,13 @@ def status_for(error: errors.CoordinatorError) -> grpc.StatusCode:
     raise AssertionError(f"no gRPC status mapped for {type(error).__name__}")
 
 
+def _abort(context, error: errors.CoordinatorError) -> None:  # type: ignore[no-untyped-def]
+    retry_after_s = getattr(error, "retry_after_s", None)
+    if retry_after_s is not None:  # as HTTP's Retry-After, for clients that back off
+        context.set_trailing_metadata((("retry-after", str(retry_after_s)),))
+    context.abort(status_for(error), str(error))
+
+
 def translate_errors(handler: Handler) -> Handler:
     """Abort the RPC with the mapped status when a handler raises a CoordinatorError."""
 
@@ -41,7 +52,7 @@ def translate_errors(handler: Handler) -> Handler:
             return handler(self, request, context)
         except errors.CoordinatorError as error:
             log.info("%s refused: %s", handler.__name__, error)
-            context.abort(status_for(error), str(error))
+            _abort(context, error)
 
     return wrapper  # type: ignore[return-value]
 
@@ -55,6 +66,6 @@ def translate_stream_errors(handler: Handler) -> Handler:
             yield from handler(self, request, context)
         except errors.CoordinatorError as error:
             log.info("%s refused: %s", handler.__name__, error)
-            context.abort(status_for(error), str(error))
+            _abort(context, error)
 
     return wrapper  # type: ignore[return-value]

@@ -36,8 +36,12 @@ def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecor
 
 
 def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
-                  now_ms: int) -> bool:
-    """Store a chunk of a running job; False when it was a harmless re-send."""
+                  now_ms: int, prompt_tokens: int = 0) -> bool:
+    """Store a chunk of a running job; False when it was a harmless re-send.
+
+    prompt_tokens comes with the first chunk, so a job cut off later can still be
+    charged for its prompt (coordinator.billing).
+    """
     if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
         raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
                              f"{TOKENS_PER_CHUNK_MAX} token ids")
@@ -48,9 +52,12 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
                              f"has {expected_index} tokens; send chunks in order")
     if chunk.first_index + len(chunk.token_ids) > job.max_tokens:
         raise InvalidRequest(f"job {job_id} allows at most {job.max_tokens} tokens")
+    if chunk.logprobs and len(chunk.logprobs) != len(chunk.token_ids):
+        raise InvalidRequest("a token chunk carries one logprob entry per token id, or none")
     if job.status is JobStatus.ASSIGNED:
         records.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
-                               status=JobStatus.RUNNING, started_at_ms=now_ms)
+                               status=JobStatus.RUNNING, started_at_ms=now_ms,
+                               prompt_tokens=max(0, prompt_tokens))
     stored = records.append_tokens(session, job_id, chunk) if chunk.first_index == expected_index \
         else False
     if not stored and not records.has_chunk_at(session, job_id, chunk.first_index):
@@ -101,9 +108,10 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
 
 
 def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,
-                   now_ms: int) -> None:
+                   now_ms: int, error_code: str | None = None) -> None:
     """The node could not run the job: it fails with the node's reason, nothing is charged."""
     _own_active_job(session, node, job_id)
     records.transition_job(session, job_id, ACTIVE_STATUSES, status=JobStatus.FAILED,
-                           error=f"node {node.node_id}: {reason[:1000]}", finished_at_ms=now_ms)
+                           error=f"node {node.node_id}: {reason[:1000]}", finished_at_ms=now_ms,
+                           error_code=error_code)
     records.release_assignments(session, job_id)

@@ -1,50 +1,77 @@
-"""gRPC edge for API consumers."""
+"""gRPC edge for API consumers.
+
+Every call names its caller with an API key in the `authorization` metadata entry
+(`Bearer mlxk_...`); without one it is anonymous, allowed only when the coordinator
+runs with anonymous access. A consumer sees only its own jobs.
+"""
 
 from __future__ import annotations
 
 import grpc
 
 from coordinator import convert
+from coordinator.api_keys import Caller
 from coordinator.grpc_errors import translate_errors, translate_stream_errors
 from coordinator.records import TokenChunk
 from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc
 
-CONSUMER_METADATA_KEY = "x-mlxnet-consumer"
+CONSUMER_METADATA_KEY = "x-mlxnet-consumer"  # an anonymous caller's self-chosen name
+AUTHORIZATION_METADATA_KEY = "authorization"
+BEARER_PREFIX = "bearer "
+
+
+def bearer_key(authorization: str | None) -> str | None:
+    """The key in an `Authorization: Bearer <key>` value, or None when there is none."""
+    if not authorization:
+        return None
+    if authorization[:len(BEARER_PREFIX)].lower() != BEARER_PREFIX:
+        return authorization.strip()  # a bare key; authenticate says if it is malformed
+    return authorization[len(BEARER_PREFIX):].strip() or None
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
     def __init__(self, service: CoordinatorService) -> None:
         self._service = service
 
-    def _consumer(self, context: grpc.ServicerContext) -> str:
-        consumer = dict(context.invocation_metadata()).get(CONSUMER_METADATA_KEY, "")
-        return consumer[:128] or self._service.config.consumer_default
+    def _caller(self, context: grpc.ServicerContext) -> Caller:
+        metadata = dict(context.invocation_metadata())
+        return self._service.authenticate_consumer(
+            bearer_key(metadata.get(AUTHORIZATION_METADATA_KEY)),
+            metadata.get(CONSUMER_METADATA_KEY, ""))
 
     @translate_errors
     def SubmitJob(self, request, context):  # noqa: N802 (gRPC names)
-        view = self._service.submit_job(convert.submission_from_pb(request, self._consumer(context)))
+        caller = self._caller(context)
+        submission = convert.submission_from_pb(
+            request, caller.consumer_id, caller.key.key_id if caller.key else None)
+        view = self._service.submit_job(submission, caller, place_now=request.no_queue)
         return job_pb2.SubmitJobResponse(job=convert.job_to_pb(view))
 
     @translate_errors
     def GetJob(self, request, context):  # noqa: N802
-        return job_pb2.GetJobResponse(job=convert.job_to_pb(self._service.get_job(request.job_id)))
+        view = self._service.get_job(request.job_id, self._caller(context))
+        return job_pb2.GetJobResponse(job=convert.job_to_pb(view))
 
     @translate_stream_errors
     def StreamJob(self, request, context):  # noqa: N802
-        for item in self._service.stream_job(request.job_id, context.is_active):
+        caller = self._caller(context)
+        for item in self._service.stream_job(request.job_id, context.is_active, caller):
             if isinstance(item, TokenChunk):
-                yield job_pb2.StreamJobResponse(first_index=item.first_index,
-                                                token_ids=list(item.token_ids), text=item.text)
+                yield job_pb2.StreamJobResponse(
+                    first_index=item.first_index, token_ids=list(item.token_ids), text=item.text,
+                    logprobs=[convert.logprob_to_pb(entry) for entry in item.logprobs])
             else:
                 yield job_pb2.StreamJobResponse(final_job=convert.job_to_pb(item))
 
     @translate_errors
     def ExplainPlacement(self, request, context):  # noqa: N802
+        self._caller(context)
         decision = self._service.explain_placement(request.model, request.context_tokens,
                                                    request.min_decode_tokens_per_s)
         return convert.placement_to_pb(decision)
 
     @translate_errors
     def CancelJob(self, request, context):  # noqa: N802
-        return job_pb2.CancelJobResponse(job=convert.job_to_pb(self._service.cancel_job(request.job_id)))
+        view = self._service.cancel_job(request.job_id, self._caller(context))
+        return job_pb2.CancelJobResponse(job=convert.job_to_pb(view))

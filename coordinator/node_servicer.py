@@ -53,7 +53,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         node = self._node(context)
         accepted = 0
         for request in request_iterator:
-            if self._service.accept_tokens(node, request.job_id, convert.token_chunk_from_pb(request)):
+            if self._service.accept_tokens(node, request.job_id, convert.token_chunk_from_pb(request),
+                                           request.prompt_tokens):
                 accepted += len(request.token_ids)
         return node_pb2.StreamTokensResponse(tokens_accepted=accepted)
 
@@ -64,7 +65,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             self._service.hand_back(node, request.job_id, request.failure_reason or "handed back")
             return node_pb2.ReportResultResponse()
         if request.failure_reason:
-            self._service.accept_failure(node, request.job_id, request.failure_reason)
+            self._service.accept_failure(node, request.job_id, request.failure_reason,
+                                         convert.failure_code_from_pb(request.failure))
             return node_pb2.ReportResultResponse()
         if not request.HasField("receipt"):
             raise InvalidRequest("ReportResult needs a receipt or a failure_reason")

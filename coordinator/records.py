@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from contracts.hardware import ChipTier, HardwareReport, ThunderboltLink
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
+from contracts.logprobs import TokenLogprob, logprobs_from_json, logprobs_to_json
 from contracts.models import ModelSpec
 from coordinator.tables import job_assignments, job_tokens, jobs, node_heartbeats, nodes
 
@@ -31,6 +32,11 @@ class JobStatus(StrEnum):
 
 
 TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
+PROMPT_TEXT = "text"
+PROMPT_CHAT = "chat"
+# jobs.error_code: why a job failed, for callers that map it (the gateway's HTTP codes).
+ERROR_PROMPT_TOO_LONG = "prompt_too_long"  # the node found prompt + max_tokens over the context
+ERROR_CANCELLED = "cancelled"  # the consumer cancelled it (or went away mid-stream)
 ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
 
 
@@ -85,6 +91,14 @@ class JobRecord:
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
     node_ids: tuple[NodeId, ...] = ()  # the current attempt's nodes, from job_assignments
+    # The consumer API's fields (coordinator.gateway, coordinator.billing).
+    api_key_id: str | None = None
+    reserved_base_units: int = 0  # the consumer's reservation; 0 when the network pays
+    billing_closed_at_ms: int | None = None
+    prompt_format: str = PROMPT_TEXT  # PROMPT_CHAT: prompt is contracts.chat's canonical text
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's only; k: and the top k
+    error_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,7 @@ class TokenChunk:
     first_index: int
     token_ids: tuple[int, ...]
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token when the job asked, else none
 
 
 # --- nodes ---------------------------------------------------------------
@@ -249,7 +264,9 @@ _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "ma
                 "temperature", "top_p", "seed", "min_decode_tokens_per_s", "context_tokens",
                 "created_at_ms", "strategy", "explanation_json", "attempt", "prompt_tokens",
                 "completion_tokens", "receipt_body", "receipt_signature", "receipt_verified",
-                "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms")
+                "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms",
+                "api_key_id", "reserved_base_units", "billing_closed_at_ms", "prompt_format",
+                "top_logprobs", "error_code")
 
 
 def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untyped-def]
@@ -260,6 +277,7 @@ def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untype
     ).scalars().all()
     values = {name: getattr(row, name) for name in _JOB_SCALARS}
     values["layer_split"] = tuple(json.loads(row.layer_split_json or "[]"))
+    values["stop"] = tuple(json.loads(row.stop_json))
     return JobRecord(status=JobStatus(row.status), node_ids=tuple(NodeId(n) for n in node_ids),
                      **values)
 
@@ -271,7 +289,7 @@ def insert_job(session: Session, job: JobRecord) -> bool:
         with session.begin_nested():
             session.execute(insert(jobs).values(status=job.status.value,
                                                 layer_split_json=json.dumps(list(job.layer_split)),
-                                                **values))
+                                                stop_json=json.dumps(list(job.stop)), **values))
     except IntegrityError:
         return False
     return True
@@ -363,9 +381,10 @@ def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
     """Store a chunk once; a re-sent chunk (same first index) is ignored."""
     if has_chunk_at(session, job_id, chunk.first_index):
         return False
+    logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
     session.execute(insert(job_tokens).values(
         job_id=job_id, first_index=chunk.first_index,
-        token_ids_json=json.dumps(list(chunk.token_ids)), text=chunk.text))
+        token_ids_json=json.dumps(list(chunk.token_ids)), text=chunk.text, logprobs_json=logprobs))
     return True
 
 
@@ -373,7 +392,9 @@ def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[Tok
     rows = session.execute(select(job_tokens).where(
         job_tokens.c.job_id == job_id, job_tokens.c.first_index >= from_index)
         .order_by(job_tokens.c.first_index))
-    return [TokenChunk(r.first_index, tuple(json.loads(r.token_ids_json)), r.text) for r in rows]
+    return [TokenChunk(r.first_index, tuple(json.loads(r.token_ids_json)), r.text,
+                       logprobs_from_json(json.loads(r.logprobs_json)) if r.logprobs_json else ())
+            for r in rows]
 
 
 def token_count(session: Session, job_id: str) -> int:

@@ -16,6 +16,7 @@ from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database, upgrade_schema
 from coordinator.epochs import EpochSettings, close_epochs_forever
+from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.job_servicer import JobServicer
 from coordinator.node_servicer import NodeServicer
 from coordinator.service import CoordinatorService
@@ -36,9 +37,12 @@ class RunningCoordinator:
     service: CoordinatorService
     port: int
     stopping: threading.Event
+    gateway: RunningGateway | None = None  # the HTTP API, when started with an http_port
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
+        if self.gateway is not None:
+            self.gateway.stop()
         self.server.stop(grace_s).wait()
         self.service.db.dispose()
 
@@ -47,10 +51,12 @@ def _reap_forever(service: CoordinatorService, stopping: threading.Event) -> Non
     interval_s = service.config.heartbeat_interval_ms / 1000
     while not stopping.wait(interval_s):
         service.reap_offline_nodes()
+        service.close_ended_billing()
 
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
-          migrate: bool = True) -> RunningCoordinator:
+          migrate: bool = True, http_port: int | None = None) -> RunningCoordinator:
+    """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port)."""
     if migrate:
         upgrade_schema(config.database_url)
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
@@ -76,7 +82,8 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
                      daemon=True, name="epochs").start()
     service.run_scheduler()  # jobs queued before a restart are placed again
     log.info("coordinator listening on %s:%d", host, bound)
-    return RunningCoordinator(server, service, bound, stopping)
+    gateway = start_gateway(service, host, http_port) if http_port is not None else None
+    return RunningCoordinator(server, service, bound, stopping, gateway)
 
 
 def serve(config: CoordinatorConfig, host: str, port: int, port_file: Path | None) -> None:

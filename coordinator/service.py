@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from contracts.ids import JobId, NodeId
 from coordinator import handback, job_results, node_registry, records, scheduler, submission
 from coordinator import node_records, node_reports
+from coordinator import api_keys, billing, capacity
+from coordinator.api_keys import Caller
 from coordinator.catalog import model_catalog
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database
-from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, Unplaceable
+from coordinator.errors import AlreadyDone, InvalidRequest, NoCapacityNow, NotFound, Unplaceable
 from coordinator.placement.candidates import JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
@@ -35,6 +37,7 @@ class JobView:
     chips: tuple[str, ...]
     text: str
     signer_public_key: bytes
+    streamed_tokens: int = 0
 
 
 class CoordinatorService:
@@ -45,65 +48,105 @@ class CoordinatorService:
 
     # --- consumers ---------------------------------------------------------
 
-    def submit_job(self, sub: submission.Submission) -> JobView:
+    def authenticate_consumer(self, api_key: str | None, anonymous_name: str = "") -> Caller:
+        """The caller behind a request: its key's consumer, or anonymous when allowed and keyless."""
+        if not api_key and self.config.allow_anonymous:
+            return api_keys.anonymous_caller(anonymous_name)
+        with self.db.transaction() as session:
+            key = api_keys.authenticate(session, api_key)
+        return Caller(key.consumer_id, key)
+
+    def submit_job(self, sub: submission.Submission, caller: Caller | None = None, *,
+                   place_now: bool = False) -> JobView:
+        """Queue a job; with a keyed caller, check its limits and reserve its maximum charge.
+
+        place_now refuses (NoCapacityNow) instead of queueing when no Mac can take it now.
+        Any refusal rolls the whole transaction back: no job, no reservation.
+        """
+        assert caller is None or sub.consumer_id == caller.consumer_id
+        key = caller.key if caller is not None else None
         now = self.clock.now_ms()
         with self.db.transaction() as session:
+            if key is not None:
+                api_keys.admit(session, key, now)
             job, created = submission.submit(session, sub, self.config, now)
             if created:
                 catalog = model_catalog(records.all_nodes(session))
                 request = scheduler.job_request(job, catalog)
                 assert request is not None, "submit checked the model is served"
-                reason = scheduler.permanent_refusal(session, request, now, self.config)
-                if reason is not None:
-                    raise Unplaceable(f"no Mac or pod in the network can run this job: {reason}")
+                self._refuse_unrunnable(session, request, now, place_now)
+                if key is not None:
+                    billing.reserve(session, job, request.model, key)
         if created:
             log.info("job %s queued for model %s", job.job_id, job.model_id)
             self.run_scheduler()
         return self.get_job(job.job_id)
 
-    def get_job(self, job_id: str) -> JobView:
+    def _refuse_unrunnable(self, session, request: JobRequest, now_ms: int,  # type: ignore[no-untyped-def]
+                           place_now: bool) -> None:
+        fleet, _ = scheduler.snapshot(session, now_ms, self.config)
+        decision = place(request, fleet)
+        if not isinstance(decision, PlacementRefusal):
+            return
+        if decision.permanent:
+            raise Unplaceable(f"no Mac or pod in the network can run this job: {decision.reason}")
+        if place_now:
+            raise NoCapacityNow(f"no Mac can take this job right now ({decision.reason}); "
+                                "retry after the Retry-After seconds",
+                                retry_after_s=self.config.busy_retry_after_s)
+
+    def _own_job(self, session, job_id: str, caller: Caller | None) -> JobRecord:  # type: ignore[no-untyped-def]
+        """The job, if the caller may see it: a consumer sees only its own jobs."""
+        job = records.job_by_id(session, job_id)
+        if job is None or (caller is not None and job.consumer_id != caller.consumer_id):
+            raise NotFound(f"job {job_id} does not exist")
+        return job
+
+    def get_job(self, job_id: str, caller: Caller | None = None) -> JobView:
         with self.db.transaction() as session:
-            job = records.job_by_id(session, job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} does not exist")
+            job = self._own_job(session, job_id, caller)
             nodes = [node for node_id in job.node_ids
                      if (node := records.node_by_id(session, node_id)) is not None]
-            text = "".join(chunk.text for chunk in records.token_chunks(session, job_id))
+            chunks = records.token_chunks(session, job_id)
+            text = "".join(chunk.text for chunk in chunks)
             signer = nodes[0].public_key if job.receipt_body is not None and nodes else b""
             return JobView(job, records.queue_position(session, job),
-                           tuple(n.hardware.chip for n in nodes), text, signer)
+                           tuple(n.hardware.chip for n in nodes), text, signer,
+                           sum(len(chunk.token_ids) for chunk in chunks))
 
-    def cancel_job(self, job_id: str) -> JobView:
+    def cancel_job(self, job_id: str, caller: Caller | None = None) -> JobView:
+        """Fail the job; the consumer is charged for the tokens it streamed, and no more."""
         now = self.clock.now_ms()
         with self.db.transaction() as session:
-            job = records.job_by_id(session, job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} does not exist")
+            job = self._own_job(session, job_id, caller)
             if job.status in records.TERMINAL_STATUSES:
                 raise AlreadyDone(f"job {job_id} is already {job.status.value}")
-            records.transition_job(session, job_id, frozenset({job.status}), status=JobStatus.FAILED,
-                                   error="cancelled by the consumer", finished_at_ms=now)
+            moved = records.transition_job(
+                session, job_id, frozenset({job.status}), status=JobStatus.FAILED,
+                error="cancelled by the consumer", error_code=records.ERROR_CANCELLED,
+                finished_at_ms=now)
             freed = records.release_assignments(session, job_id)
+            if moved:
+                billing.close_job(session, records.job_by_id(session, job_id), now)  # type: ignore[arg-type]
         self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
         self.run_scheduler()
         return self.get_job(job_id)
 
-    def stream_job(self, job_id: str, is_active: Callable[[], bool]) -> Iterator[TokenChunk | JobView]:
+    def stream_job(self, job_id: str, is_active: Callable[[], bool],
+                   caller: Caller | None = None) -> Iterator[TokenChunk | JobView]:
         """Every token chunk from the first, as stored, then the final job view."""
         next_index = 0
         topic = job_topic(job_id)
         while is_active():
             seen = self.notifier.version(topic)
             with self.db.transaction() as session:
-                job = records.job_by_id(session, job_id)
-                if job is None:
-                    raise NotFound(f"job {job_id} does not exist")
+                job = self._own_job(session, job_id, caller)
                 chunks = records.token_chunks(session, job_id, next_index)
             for chunk in chunks:
                 next_index = chunk.first_index + len(chunk.token_ids)
                 yield chunk
             if job.status in records.TERMINAL_STATUSES:
-                yield self.get_job(job_id)
+                yield self.get_job(job_id, caller)
                 return
             self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
 
@@ -185,9 +228,11 @@ class CoordinatorService:
                     yield job
             self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
 
-    def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk) -> bool:
+    def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
+                      prompt_tokens: int = 0) -> bool:
         with self.db.transaction() as session:
-            stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms())
+            stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
+                                               prompt_tokens)
         self.notifier.notify(job_topic(job_id))
         return stored
 
@@ -202,9 +247,11 @@ class CoordinatorService:
         self.run_scheduler()
         return result
 
-    def accept_failure(self, node: NodeRecord, job_id: str, reason: str) -> None:
+    def accept_failure(self, node: NodeRecord, job_id: str, reason: str,
+                       error_code: str | None = None) -> None:
         with self.db.transaction() as session:
-            job_results.accept_failure(session, node, job_id, reason, self.clock.now_ms())
+            job_results.accept_failure(session, node, job_id, reason, self.clock.now_ms(),
+                                       error_code)
         log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
         self.notifier.notify(job_topic(job_id))
         self.run_scheduler()
@@ -219,6 +266,20 @@ class CoordinatorService:
             self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in node_ids))
         self.notifier.notify(*(job_topic(j) for j in result.failed))
         return result
+
+    def close_ended_billing(self) -> list[JobId]:
+        """Resolve the reservations of jobs that ended (see coordinator.billing)."""
+        with self.db.transaction() as session:
+            return billing.close_ended_jobs(session, self.clock.now_ms())
+
+    def model_capacity(self) -> list[capacity.ModelCapacity]:
+        with self.db.transaction() as session:
+            fleet, nodes = scheduler.snapshot(session, self.clock.now_ms(), self.config)
+        return capacity.model_capacity(fleet, nodes)
+
+    def job_cost(self, job_id: str, caller: Caller | None = None) -> billing.JobCost:
+        with self.db.transaction() as session:
+            return billing.job_cost(session, self._own_job(session, job_id, caller))
 
     def reap_offline_nodes(self) -> list[str]:
         """Hand back the jobs of nodes whose heartbeats stopped."""

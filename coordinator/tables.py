@@ -75,9 +75,38 @@ jobs = Table(
     Column("assigned_at_ms", BigInteger, nullable=True),
     Column("started_at_ms", BigInteger, nullable=True),
     Column("finished_at_ms", BigInteger, nullable=True),
+    # The consumer API's fields (0004_api_keys).
+    Column("api_key_id", String(32), nullable=True),  # the key that submitted the job, if any
+    Column("reserved_base_units", BigInteger, nullable=False, server_default="0"),  # 0: none
+    Column("billing_closed_at_ms", BigInteger, nullable=True),  # reservation resolved and counted
+    Column("prompt_format", String(16), nullable=False, server_default="text"),  # text or chat
+    Column("stop_json", Text, nullable=False, server_default="[]"),
+    Column("top_logprobs", Integer, nullable=False, server_default="-1"),  # -1: no logprobs
+    Column("error_code", String(32), nullable=True),  # e.g. prompt_too_long
     UniqueConstraint("consumer_id", "request_id", name="uq_jobs_consumer_request"),
 )
 Index("ix_jobs_status_created", jobs.c.status, jobs.c.created_at_ms)
+Index("ix_jobs_api_key_created", jobs.c.api_key_id, jobs.c.created_at_ms)
+Index("ix_jobs_api_key_status", jobs.c.api_key_id, jobs.c.status)
+Index("ix_jobs_billing_open", jobs.c.billing_closed_at_ms, jobs.c.reserved_base_units)
+
+# Consumers' API keys; only a sha256 of each key is kept (0004_api_keys).
+api_keys = Table(
+    "api_keys", metadata,
+    Column("key_id", String(32), primary_key=True),
+    Column("secret_sha256", String(64), nullable=False),
+    Column("consumer_id", String(128), nullable=False),
+    Column("label", String(128), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("revoked_at_ms", BigInteger, nullable=True),
+    Column("spend_limit_base_units", BigInteger, nullable=True),  # None: no limit
+    Column("requests_per_minute_max", Integer, nullable=True),
+    Column("concurrent_jobs_max", Integer, nullable=True),
+    # Reservations of the key's open jobs plus the charges of its closed ones.
+    Column("spent_base_units", BigInteger, nullable=False),
+)
+Index("ix_api_keys_secret", api_keys.c.secret_sha256, unique=True)
+Index("ix_api_keys_consumer", api_keys.c.consumer_id)
 
 # One row per node a job is placed on: one for a single Mac, several for a pod.
 job_assignments = Table(
@@ -98,6 +127,7 @@ job_tokens = Table(
     Column("first_index", Integer, primary_key=True),
     Column("token_ids_json", Text, nullable=False),
     Column("text", Text, nullable=False),
+    Column("logprobs_json", Text, nullable=True),  # per token, when the job asked (0004_api_keys)
 )
 
 # Signed heartbeats: each proves the node was online when the coordinator received it.

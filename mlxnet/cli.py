@@ -1,6 +1,7 @@
 """`mlxnet`: one command for every part of MLX Network.
 
-    mlxnet coordinator            run the coordinator (gRPC)
+    mlxnet coordinator            run the coordinator (gRPC, and the HTTP API)
+    mlxnet keys create|revoke|deposit|list   API keys and prepaid balances
     mlxnet node --coordinator A   lend this Mac: run a node agent
     mlxnet submit ...             submit a job and stream its tokens
     mlxnet jobs get|explain JOB   a job's status, or why it went where it did
@@ -45,11 +46,14 @@ def _coordinator(args: argparse.Namespace) -> int:
 
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
-                               node_offline_after_ms=5 * args.heartbeat_interval_ms)
-    running = start(config, args.host, args.port)
+                               node_offline_after_ms=5 * args.heartbeat_interval_ms,
+                               allow_anonymous=args.allow_anonymous)
+    running = start(config, args.host, args.port, http_port=args.http_port)
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
     sys.stdout.write(f"coordinator listening on {args.host}:{running.port}\n")
+    assert running.gateway is not None
+    sys.stdout.write(f"gateway listening on {args.host}:{running.gateway.port}\n")
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, lambda *_: running.server.stop(2))
     try:
@@ -103,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--port", type=int, default=50051, help="0 picks a free port")
     coordinator.add_argument("--port-file", type=Path, help="write the bound port here")
     coordinator.add_argument("--heartbeat-interval-ms", type=int, default=2000)
+    coordinator.add_argument("--http-port", type=int, default=8080,
+                             help="the OpenAI-compatible HTTP API's port; 0 picks a free port")
+    coordinator.add_argument("--allow-anonymous", action="store_true",
+                             help="accept consumers without an API key (the network pays)")
     _add_database_flags(coordinator)
     coordinator.set_defaults(handler=_coordinator)
 
@@ -130,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(handler=_build_tiny)
 
-    from mlxnet import jobs_cli, ledger_cli
+    from mlxnet import jobs_cli, keys_cli, ledger_cli
 
     jobs_cli.add_subcommands(commands)
+    keys_cli.add_subcommands(commands)
     ledger_cli.add_subcommands(commands)
 
     demo = commands.add_parser("demo", help="run a coordinator, three nodes and a few jobs")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
 RPC_DEADLINE_S = 30.0
 STREAM_DEADLINE_S = 600.0
 CONSUMER_METADATA_KEY = "x-mlxnet-consumer"
+API_KEY_ENV = "MLXNET_API_KEY"  # the key JobClient sends when none is passed
 
 
 class JobRequestError(Exception):
@@ -31,10 +33,15 @@ class StreamedTokens:
 
 
 class JobClient:
-    def __init__(self, address: str, consumer: str = "") -> None:
+    def __init__(self, address: str, consumer: str = "", api_key: str | None = None) -> None:
+        """api_key defaults to $MLXNET_API_KEY; without one the call is anonymous."""
         self._channel = grpc.insecure_channel(address)
         self._stub = job_pb2_grpc.JobServiceStub(self._channel)
-        self._metadata = ((CONSUMER_METADATA_KEY, consumer),) if consumer else ()
+        key = os.environ.get(API_KEY_ENV, "") if api_key is None else api_key
+        metadata = [(CONSUMER_METADATA_KEY, consumer)] if consumer else []
+        if key:
+            metadata.append(("authorization", f"Bearer {key}"))
+        self._metadata = tuple(metadata)
 
     def close(self) -> None:
         self._channel.close()

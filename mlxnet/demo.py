@@ -94,7 +94,7 @@ def _show_balances(database_url: str, operators: list[str], out) -> None:  # typ
 
 
 def _start_fleet(work_dir: Path, model_dir: Path) -> list[Child]:
-    coordinator = start_coordinator(work_dir)
+    coordinator = start_coordinator(work_dir, allow_anonymous=True)
     try:
         nodes = start_nodes(work_dir, coordinator.extra["address"], [
             (name, [f"{MODEL_ID}={model_dir}"], profile, operator)

@@ -82,18 +82,24 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
 
 
 def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
-                      heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None) -> Child:
+                      heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
+                      http_port: int = 0, allow_anonymous: bool = False) -> Child:
+    """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's."""
     argv = ["coordinator", "--port", str(port), "--data-dir", str(work_dir / "coordinator"),
-            "--heartbeat-interval-ms", str(heartbeat_interval_ms)]
+            "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port)]
     if database_url:
         argv += ["--database-url", database_url]
+    if allow_anonymous:
+        argv.append("--allow-anonymous")
     child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
     try:
         child.ready_line = _wait_for_line(child, "coordinator listening on", READY_TIMEOUT_S)
+        gateway_line = _wait_for_line(child, "gateway listening on", READY_TIMEOUT_S)
     except ProcessStartError:
         child.stop()
         raise
     child.extra["address"] = child.ready_line.rsplit(" ", 1)[1]
+    child.extra["http_address"] = gateway_line.rsplit(" ", 1)[1]
     return child
 
 

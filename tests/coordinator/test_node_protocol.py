@@ -37,7 +37,8 @@ TOKENS = (11, 12, 13)
 
 @pytest.fixture
 def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
-    running = start(CoordinatorConfig(database_url=database_url, stream_poll_interval_s=0.2))
+    running = start(CoordinatorConfig(database_url=database_url, stream_poll_interval_s=0.2,
+                                      allow_anonymous=True))
     try:
         yield running
     finally:

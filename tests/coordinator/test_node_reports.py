@@ -35,7 +35,8 @@ MINI = simulated_profile("m4-pro-64")
 
 @pytest.fixture
 def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
-    running = start(CoordinatorConfig(database_url=database_url, stream_poll_interval_s=0.2))
+    running = start(CoordinatorConfig(database_url=database_url, stream_poll_interval_s=0.2,
+                                      allow_anonymous=True))
     try:
         yield running
     finally:

@@ -35,7 +35,8 @@ class Network:
         else:
             self.coordinator.stop()
         self.coordinator = start_coordinator(self.work_dir, database_url=self.database_url,
-                                             port=port, heartbeat_interval_ms=500)
+                                             port=port, heartbeat_interval_ms=500,
+                                             allow_anonymous=True)
 
     def stop(self) -> None:
         for child in [*self.nodes, self.coordinator]:
@@ -56,7 +57,8 @@ def network(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 def _run_network(tmp_path: Path, tiny_model_dir: Path, database_url: str) -> Iterator[Network]:
-    coordinator = start_coordinator(tmp_path, database_url=database_url, heartbeat_interval_ms=500)
+    coordinator = start_coordinator(tmp_path, database_url=database_url, heartbeat_interval_ms=500,
+                                    allow_anonymous=True)
     net = Network(tmp_path, database_url, tiny_model_dir, coordinator, [])
     try:
         model = [f"{MODEL_ID}={tiny_model_dir}"]

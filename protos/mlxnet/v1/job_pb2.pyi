@@ -24,18 +24,28 @@ JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("model", "prompt", "sampling", "request_id", "min_decode_tokens_per_s")
+    __slots__ = ("model", "prompt", "sampling", "request_id", "min_decode_tokens_per_s", "messages", "stop", "logprobs", "top_logprobs", "no_queue")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    NO_QUEUE_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     sampling: _common_pb2.SamplingParams
     request_id: str
     min_decode_tokens_per_s: float
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., min_decode_tokens_per_s: _Optional[float] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    logprobs: bool
+    top_logprobs: int
+    no_queue: bool
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., min_decode_tokens_per_s: _Optional[float] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., no_queue: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -62,16 +72,18 @@ class StreamJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class StreamJobResponse(_message.Message):
-    __slots__ = ("first_index", "token_ids", "text", "final_job")
+    __slots__ = ("first_index", "token_ids", "text", "final_job", "logprobs")
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FINAL_JOB_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     first_index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     final_job: Job
-    def __init__(self, first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., final_job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
+    def __init__(self, first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., final_job: _Optional[_Union[Job, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -86,7 +98,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "status", "model", "node_ids", "strategy", "placement_explanation_json", "prompt_tokens", "completion_tokens", "text", "receipt", "receipt_verified", "credited_base_units", "error", "created_at_ms", "finished_at_ms", "queue_position", "chips", "signer_public_key")
+    __slots__ = ("job_id", "status", "model", "node_ids", "strategy", "placement_explanation_json", "prompt_tokens", "completion_tokens", "text", "receipt", "receipt_verified", "credited_base_units", "error", "created_at_ms", "finished_at_ms", "queue_position", "chips", "signer_public_key", "error_code", "reserved_base_units", "prompt_format")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +117,9 @@ class Job(_message.Message):
     QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
     CHIPS_FIELD_NUMBER: _ClassVar[int]
     SIGNER_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_BASE_UNITS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     status: JobStatus
     model: str
@@ -123,7 +138,10 @@ class Job(_message.Message):
     queue_position: int
     chips: _containers.RepeatedScalarFieldContainer[str]
     signer_public_key: bytes
-    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., model: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., placement_explanation_json: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., text: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., receipt_verified: _Optional[bool] = ..., credited_base_units: _Optional[int] = ..., error: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ..., chips: _Optional[_Iterable[str]] = ..., signer_public_key: _Optional[bytes] = ...) -> None: ...
+    error_code: str
+    reserved_base_units: int
+    prompt_format: str
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., model: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., placement_explanation_json: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., text: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., receipt_verified: _Optional[bool] = ..., credited_base_units: _Optional[int] = ..., error: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ..., chips: _Optional[_Iterable[str]] = ..., signer_public_key: _Optional[bytes] = ..., error_code: _Optional[str] = ..., reserved_base_units: _Optional[int] = ..., prompt_format: _Optional[str] = ...) -> None: ...
 
 class ExplainPlacementRequest(_message.Message):
     __slots__ = ("model", "context_tokens", "min_decode_tokens_per_s")

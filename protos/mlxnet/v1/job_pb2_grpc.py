@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """Spoken by API consumers.
+    """Spoken by API consumers. Every call carries an API key in the
+    `authorization` metadata entry (`Bearer mlxk_...`), unless the coordinator
+    runs with anonymous access allowed; a consumer sees only its own jobs.
     """
 
     def __init__(self, channel):
@@ -63,7 +65,9 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """Spoken by API consumers.
+    """Spoken by API consumers. Every call carries an API key in the
+    `authorization` metadata entry (`Bearer mlxk_...`), unless the coordinator
+    runs with anonymous access allowed; a consumer sees only its own jobs.
     """
 
     def SubmitJob(self, request, context):
@@ -135,7 +139,9 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """Spoken by API consumers.
+    """Spoken by API consumers. Every call carries an API key in the
+    `authorization` metadata entry (`Bearer mlxk_...`), unless the coordinator
+    runs with anonymous access allowed; a consumer sees only its own jobs.
     """
 
     @staticmethod

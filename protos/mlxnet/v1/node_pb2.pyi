@@ -1,11 +1,19 @@
 from protos.mlxnet.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobFailure(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_FAILURE_UNSPECIFIED: _ClassVar[JobFailure]
+    JOB_FAILURE_PROMPT_TOO_LONG: _ClassVar[JobFailure]
+JOB_FAILURE_UNSPECIFIED: JobFailure
+JOB_FAILURE_PROMPT_TOO_LONG: JobFailure
 
 class ThunderboltLink(_message.Message):
     __slots__ = ("port", "speed_gbps", "thunderbolt_version", "peer_model_identifier", "peer_name", "peer_uid", "peer_rdma_capable", "local_domain_uuid")
@@ -176,7 +184,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "chat", "stop", "logprobs", "top_logprobs")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +195,10 @@ class ReceiveAssignmentsResponse(_message.Message):
     LAYER_SPLIT_FIELD_NUMBER: _ClassVar[int]
     POD_ID_FIELD_NUMBER: _ClassVar[int]
     POD_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -197,19 +209,27 @@ class ReceiveAssignmentsResponse(_message.Message):
     layer_split: _containers.RepeatedScalarFieldContainer[int]
     pod_id: str
     pod_leader_node_id: str
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ...) -> None: ...
+    chat: bool
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    logprobs: bool
+    top_logprobs: int
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., chat: _Optional[bool] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
-    __slots__ = ("job_id", "first_index", "token_ids", "text")
+    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     first_index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
-    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
+    prompt_tokens: int
+    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class StreamTokensResponse(_message.Message):
     __slots__ = ("tokens_accepted",)
@@ -218,16 +238,18 @@ class StreamTokensResponse(_message.Message):
     def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
 
 class ReportResultRequest(_message.Message):
-    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back")
+    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back", "failure")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
     HANDED_BACK_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     receipt: _common_pb2.SignedReceipt
     failure_reason: str
     handed_back: bool
-    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ...) -> None: ...
+    failure: JobFailure
+    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ...) -> None: ...
 
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)

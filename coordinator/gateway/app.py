@@ -1,0 +1,127 @@
+"""The OpenAI-compatible HTTP API, as a FastAPI app over the coordinator's service.
+
+    POST /v1/chat/completions      POST /v1/completions
+    GET  /v1/models                GET  /v1/models/{model}
+    GET  /v1/jobs/{id}             GET  /v1/jobs/{id}/receipt      POST /v1/jobs/{id}/cancel
+
+The spec is served at /openapi.json. Every request carries `Authorization: Bearer
+<key>` unless the coordinator allows anonymous access.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from coordinator.api_keys import Caller
+from coordinator.errors import CoordinatorError, Unauthenticated, UnknownModel
+from coordinator.gateway import jobs as views
+from coordinator.gateway.bridge import Bridge
+from coordinator.gateway.completions import run_completion
+from coordinator.gateway.errors import (
+    JOB_ID_HEADER, JobError, on_coordinator_error, on_http_exception, on_job_error,
+    on_validation_error,
+)
+from coordinator.gateway.requests import chat_submission, completion_submission
+from coordinator.gateway.schemas import (
+    ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest, ErrorResponse, JobOut,
+    ModelList, ModelOut, ReceiptOut,
+)
+from coordinator.service import CoordinatorService
+
+API_VERSION = "1.0.0"
+IDEMPOTENCY_KEY_CHARS_MAX = 128
+_ERROR = {"model": ErrorResponse}
+_COMMON_ERRORS = {400: _ERROR, 401: _ERROR, 404: _ERROR}
+_GENERATION_ERRORS = {
+    **_COMMON_ERRORS, 402: _ERROR, 413: _ERROR, 429: _ERROR, 502: _ERROR,
+    503: {**_ERROR, "headers": {"Retry-After": {"schema": {"type": "integer"},
+                                                "description": "seconds to wait"}}},
+}
+_STREAM_CONTENT = {"text/event-stream": {"schema": {"type": "string"}, "description":
+                   "with stream=true: `data: {chunk}` events, then `data: [DONE]`"}}
+_bearer = HTTPBearer(auto_error=False, description="an MLX Network API key (mlxk_...)")
+
+
+async def _caller(request: Request, credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
+    if credentials is None and request.headers.get("authorization"):
+        raise Unauthenticated("send the API key as `Authorization: Bearer <key>`")
+    key = credentials.credentials if credentials is not None else None
+    bridge: Bridge = request.app.state.bridge
+    return await bridge.call(bridge.service.authenticate_consumer, key)
+
+
+Authenticated = Annotated[Caller, Depends(_caller)]
+IdempotencyKey = Annotated[str, Header(alias="idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS_MAX,
+                                      description="a retry with the same key returns the same job")]
+
+
+def create_app(bridge: Bridge) -> FastAPI:
+    service = bridge.service
+    app = FastAPI(title="MLX Network API", version=API_VERSION,
+                  description="OpenAI-compatible inference on Macs lent to MLX Network, with "
+                              "metered API keys, verifiable receipts and job records.")
+    app.state.bridge = bridge
+    app.add_exception_handler(CoordinatorError, on_coordinator_error)
+    app.add_exception_handler(JobError, on_job_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_exception)
+
+    @app.post("/v1/chat/completions", response_model=ChatCompletion,
+              responses={200: {"content": _STREAM_CONTENT}, **_GENERATION_ERRORS})
+    async def chat_completions(body: ChatCompletionRequest, request: Request, who: Authenticated,
+                               idempotency_key: IdempotencyKey = "") -> Response:
+        submission, plan = chat_submission(body, who, idempotency_key)
+        return await run_completion(bridge, request, who, submission, plan)
+
+    @app.post("/v1/completions", response_model=Completion,
+              responses={200: {"content": _STREAM_CONTENT}, **_GENERATION_ERRORS})
+    async def completions(body: CompletionRequest, request: Request, who: Authenticated,
+                          idempotency_key: IdempotencyKey = "") -> Response:
+        submission, plan = completion_submission(body, who, idempotency_key)
+        return await run_completion(bridge, request, who, submission, plan)
+
+    @app.get("/v1/models", response_model=ModelList, responses=_COMMON_ERRORS)
+    async def list_models(who: Authenticated, include_busy: Annotated[bool, Query(
+            alias="all", description="also list models no Mac can take a job for right now"
+    )] = False) -> dict:
+        capacities = await bridge.call(service.model_capacity)
+        return {"object": "list", "data": [views.model_json(c) for c in capacities
+                                           if include_busy or c.macs_available > 0]}
+
+    @app.get("/v1/models/{model_id:path}", response_model=ModelOut, responses=_COMMON_ERRORS)
+    async def get_model(model_id: str, who: Authenticated) -> dict:
+        capacities = await bridge.call(service.model_capacity)
+        found = next((c for c in capacities if c.spec.model_id == model_id), None)
+        if found is None:
+            raise UnknownModel(f"model {model_id!r} is not served by any node")
+        return views.model_json(found)
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobOut, responses=_COMMON_ERRORS)
+    async def get_job(job_id: str, who: Authenticated) -> JSONResponse:
+        view = await bridge.call(service.get_job, job_id, who)
+        cost = await bridge.call(service.job_cost, job_id, who)
+        pod = await bridge.call(service.pod_assignment, view.job)
+        body = views.job_json(view, cost, pod[0].pod_id if pod else None, view.streamed_tokens)
+        return JSONResponse(body, headers={JOB_ID_HEADER: job_id})
+
+    @app.get("/v1/jobs/{job_id}/receipt", response_model=ReceiptOut, responses=_COMMON_ERRORS)
+    async def get_receipt(job_id: str, who: Authenticated) -> JSONResponse:
+        view = await bridge.call(service.get_job, job_id, who)
+        return JSONResponse(views.receipt_json(view), headers={JOB_ID_HEADER: job_id})
+
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobOut,
+              responses={**_COMMON_ERRORS, 409: _ERROR})
+    async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
+        view = await bridge.call(service.cancel_job, job_id, who)
+        cost = await bridge.call(service.job_cost, job_id, who)
+        body = views.job_json(view, cost, None, view.streamed_tokens)
+        return JSONResponse(body, headers={JOB_ID_HEADER: job_id})
+
+    return app

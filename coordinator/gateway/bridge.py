@@ -1,0 +1,103 @@
+"""Between the event loop and the coordinator's blocking service.
+
+CoordinatorService is synchronous (database transactions, a threading notifier).
+The gateway calls it on worker threads, never on the event loop, and reads each
+job's stream on a thread of its own that hands events to the loop as they come.
+All of it is bounded: calls in flight, open streams, background cancels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import anyio
+
+from coordinator.api_keys import Caller
+from coordinator.errors import AlreadyDone, CoordinatorError, NoCapacityNow, NotFound
+from coordinator.records import TokenChunk
+from coordinator.service import CoordinatorService, JobView
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_END = object()
+
+
+class JobEvents:
+    """A job's token chunks, then its final view, read on a thread from service.stream_job."""
+
+    def __init__(self, service: CoordinatorService, job_id: str, caller: Caller,
+                 on_close: Callable[[], None]) -> None:
+        self._service, self.job_id, self._caller = service, job_id, caller
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._closed = threading.Event()
+        self._on_close = on_close
+        threading.Thread(target=self._pump, name=f"gateway-{job_id}", daemon=True).start()
+
+    def _deliver(self, item: object) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop closed: the gateway is stopping
+            self._closed.set()
+
+    def _pump(self) -> None:
+        try:
+            for item in self._service.stream_job(self.job_id, lambda: not self._closed.is_set(),
+                                                 self._caller):
+                self._deliver(item)
+        except CoordinatorError as error:
+            self._deliver(error)
+        finally:
+            self._deliver(_END)
+            self._on_close()
+
+    async def next(self) -> TokenChunk | JobView:
+        item = await self._queue.get()
+        if isinstance(item, CoordinatorError):
+            raise item
+        assert item is not _END, "a job's stream ends with its final view"
+        return item  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stop reading; the thread ends at its next wake-up."""
+        self._closed.set()
+
+
+class Bridge:
+    def __init__(self, service: CoordinatorService, calls_max: int, streams_max: int) -> None:
+        self.service = service
+        self._limiter = anyio.CapacityLimiter(calls_max)
+        self._streams = threading.BoundedSemaphore(streams_max)
+        self._streams_max = streams_max
+        self._cancels = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-cancel")
+
+    async def call(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """Run a blocking service call on a worker thread."""
+        return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs),
+                                              limiter=self._limiter)
+
+    def open_events(self, job_id: str, caller: Caller) -> JobEvents:
+        if not self._streams.acquire(blocking=False):
+            raise NoCapacityNow(f"the gateway is streaming its limit of {self._streams_max} jobs; "
+                                "retry shortly", retry_after_s=1)
+        return JobEvents(self.service, job_id, caller, self._streams.release)
+
+    def cancel_soon(self, job_id: str, caller: Caller) -> None:
+        """Cancel a job whose client went away, without blocking the event loop."""
+        self._cancels.submit(self._cancel, job_id, caller)
+
+    def _cancel(self, job_id: str, caller: Caller) -> None:
+        try:
+            self.service.cancel_job(job_id, caller)
+            log.info("job %s cancelled: its client went away", job_id)
+        except (AlreadyDone, NotFound):
+            pass  # it ended on its own meanwhile
+
+    def close(self) -> None:
+        self._cancels.shutdown(wait=True)

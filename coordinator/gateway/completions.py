@@ -1,0 +1,154 @@
+"""Running one completion: submit, wait for the first token, then answer or stream.
+
+Headers go out only with the first token, so a job that fails before it (the
+prompt is too long for the model, its node died and no Mac could take it over)
+answers with a proper HTTP error, and a hand-back to another Mac stays invisible.
+After the first token a failure ends the stream with an error event. A client
+that goes away cancels its job; it pays for the tokens made, and no more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from coordinator.api_keys import Caller
+from coordinator.errors import JobFailed, PromptTooLong
+from coordinator.gateway.bridge import Bridge, JobEvents
+from coordinator.gateway.errors import JOB_ID_HEADER, JobError, body_for
+from coordinator.gateway.render import DONE_EVENT, StreamRenderer, final_body, finish_reason, job_usage, sse
+from coordinator.gateway.requests import ResponsePlan
+from coordinator.gateway.stops import StopScanner
+from coordinator.records import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, TokenChunk
+from coordinator.service import JobView
+from coordinator.submission import Submission
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+class EventStreamResponse(StreamingResponse):
+    """Server-sent events whose generator always runs its cleanup, even on disconnect."""
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+
+
+async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, or raise ClientGone as soon as the client disconnects."""
+    outcome: list[T] = []
+    async with anyio.create_task_group() as group:
+        async def run() -> None:
+            outcome.append(await work)
+            group.cancel_scope.cancel()
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        group.start_soon(run)
+        group.start_soon(watch)
+    if not outcome:
+        raise ClientGone()
+    return outcome[0]
+
+
+def failure_error(job: JobRecord) -> JobFailed | PromptTooLong:
+    if job.error_code == ERROR_PROMPT_TOO_LONG:
+        return PromptTooLong(job.error or "the prompt does not fit the model's context",
+                             param="messages" if job.prompt_format == "chat" else "prompt")
+    return JobFailed(f"job {job.job_id} failed: {job.error}")
+
+
+async def _collect(events: JobEvents, first: TokenChunk | JobView) -> tuple[JobView, list[TokenChunk]]:
+    chunks: list[TokenChunk] = []
+    item = first
+    while isinstance(item, TokenChunk):
+        chunks.append(item)
+        item = await events.next()
+    return item, chunks
+
+
+async def run_completion(bridge: Bridge, request: Request, caller: Caller,
+                         submission: Submission, plan: ResponsePlan) -> Response:
+    view = await bridge.call(bridge.service.submit_job, submission, caller, place_now=True)
+    job_id = view.job.job_id
+    events = bridge.open_events(job_id, caller)
+    handed_over = False
+    try:
+        first = await _until_disconnect(request, events.next())
+        if isinstance(first, JobView) and first.job.status is JobStatus.FAILED:
+            raise JobError(failure_error(first.job), job_id)
+        headers = {JOB_ID_HEADER: job_id}
+        if plan.stream:
+            handed_over = True
+            created_s = view.job.created_at_ms // 1000
+            return EventStreamResponse(_events(bridge, plan, events, first, caller, created_s),
+                                       headers=headers)
+        final, chunks = await _until_disconnect(request, _collect(events, first))
+        if final.job.status is JobStatus.FAILED:
+            raise JobError(failure_error(final.job), job_id)
+        return JSONResponse(final_body(plan, final.job, chunks), headers=headers)
+    except ClientGone:
+        log.info("client of job %s went away before its answer", job_id)
+        bridge.cancel_soon(job_id, caller)
+        return Response(status_code=499)
+    finally:
+        if not handed_over:
+            events.close()
+
+
+async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
+                  first: TokenChunk | JobView, caller: Caller, created_s: int) -> AsyncIterator[str]:
+    """The job as OpenAI chunks; cancels the job if the client leaves before its end."""
+    renderer = StreamRenderer(plan, events.job_id, created_s)
+    scanner = StopScanner(plan.stop)
+    finished, streamed = False, 0
+    item = first
+    try:
+        if plan.kind == "chat":
+            yield renderer.role_chunk()
+        while isinstance(item, TokenChunk):
+            streamed += len(item.token_ids)
+            offset = scanner.shown_chars
+            text = scanner.feed(item.text)
+            logprobs = item.logprobs if plan.logprobs and not scanner.stopped else ()
+            if text or logprobs:
+                yield renderer.content_chunk(text, logprobs, offset)
+            item = await events.next()
+        finished = True
+        yield _ending(renderer, scanner, item.job, streamed)
+        yield DONE_EVENT
+    finally:
+        events.close()
+        if not finished:
+            bridge.cancel_soon(events.job_id, caller)
+
+
+def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, streamed: int) -> str:
+    if job.status is JobStatus.FAILED:
+        return sse(body_for(failure_error(job)))
+    ending = ""
+    if rest := scanner.flush():
+        ending += renderer.content_chunk(rest, (), scanner.shown_chars - len(rest))
+    ending += renderer.finish_chunk(finish_reason(job, scanner.stopped))
+    if renderer.plan.include_usage:
+        ending += renderer.usage_chunk(job_usage(job, streamed))
+    return ending
+

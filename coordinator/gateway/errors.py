@@ -1,0 +1,121 @@
+"""The one table from coordinator errors to HTTP statuses, in OpenAI's error format.
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
+               "code": null}}
+
+Request bodies that fail validation answer 400 naming the field, not FastAPI's 422.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from coordinator import errors
+
+log = logging.getLogger(__name__)
+JOB_ID_HEADER = "x-mlxnet-job-id"
+
+
+@dataclass(frozen=True)
+class HttpError:
+    status: int
+    type: str  # OpenAI's error type
+    code: str | None
+
+
+HTTP_FOR_ERROR: dict[type[errors.CoordinatorError], HttpError] = {
+    errors.PromptTooLong: HttpError(413, "invalid_request_error", "context_length_exceeded"),
+    errors.InvalidRequest: HttpError(400, "invalid_request_error", None),
+    errors.UnknownModel: HttpError(404, "invalid_request_error", "model_not_found"),
+    errors.NotFound: HttpError(404, "invalid_request_error", "not_found"),
+    errors.Unauthenticated: HttpError(401, "authentication_error", "invalid_api_key"),
+    errors.PermissionDenied: HttpError(403, "permission_error", None),
+    errors.AlreadyDone: HttpError(409, "invalid_request_error", "already_done"),
+    errors.Unplaceable: HttpError(400, "invalid_request_error", "unplaceable"),
+    errors.InsufficientBalance: HttpError(402, "insufficient_quota", "insufficient_balance"),
+    errors.RateLimited: HttpError(429, "rate_limit_error", "rate_limit_exceeded"),
+    errors.NoCapacityNow: HttpError(503, "service_unavailable", "no_capacity"),
+    errors.JobFailed: HttpError(502, "server_error", "job_failed"),
+}
+
+
+def http_error_for(error: errors.CoordinatorError) -> HttpError:
+    for kind in type(error).__mro__:
+        if kind in HTTP_FOR_ERROR:
+            return HTTP_FOR_ERROR[kind]  # type: ignore[index]
+    raise AssertionError(f"no HTTP status mapped for {type(error).__name__}")
+
+
+def error_body(message: str, kind: str, param: str | None = None,
+               code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def body_for(error: errors.CoordinatorError) -> dict:
+    mapped = http_error_for(error)
+    return error_body(str(error), mapped.type, getattr(error, "param", None), mapped.code)
+
+
+def error_response(error: errors.CoordinatorError, job_id: str | None = None) -> JSONResponse:
+    mapped = http_error_for(error)
+    headers = {}
+    retry_after_s = getattr(error, "retry_after_s", None)
+    if retry_after_s is not None:
+        headers["retry-after"] = str(retry_after_s)
+    if job_id is not None:
+        headers[JOB_ID_HEADER] = job_id
+    return JSONResponse(body_for(error), status_code=mapped.status, headers=headers)
+
+
+class JobError(Exception):
+    """A coordinator error about a job already created: the response names the job."""
+
+    def __init__(self, error: errors.CoordinatorError, job_id: str) -> None:
+        super().__init__(str(error))
+        self.error, self.job_id = error, job_id
+
+
+def _location(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    return text
+
+
+async def on_coordinator_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, errors.CoordinatorError)
+    log.info("request refused: %s", error)
+    return error_response(error)
+
+
+async def on_job_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, JobError)
+    log.info("job %s refused: %s", error.job_id, error.error)
+    return error_response(error.error, error.job_id)
+
+
+async def on_validation_error(_request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    problems = error.errors()
+    first = problems[0] if problems else {"loc": (), "msg": "invalid request"}
+    param = _location(tuple(first.get("loc", ()))) or None
+    message = f"{param}: {first['msg']}" if param else str(first["msg"])
+    if len(problems) > 1:
+        message += f" (and {len(problems) - 1} more problems)"
+    return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
+
+
+async def on_http_exception(request: Request, error: Exception) -> JSONResponse:
+    """Routing errors (unknown path, wrong method) in the same error format."""
+    assert isinstance(error, StarletteHTTPException)
+    message = (f"no such endpoint: {request.method} {request.url.path}"
+               if error.status_code in (404, 405) else str(error.detail))
+    return JSONResponse(error_body(message, "invalid_request_error"), status_code=error.status_code,
+                        headers=error.headers)

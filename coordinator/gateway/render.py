@@ -1,0 +1,139 @@
+"""Pure rendering of OpenAI response bodies and server-sent events from job values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from contracts.logprobs import TokenLogprob
+from coordinator.gateway.requests import ResponsePlan
+from coordinator.gateway.stops import cut_at_stop
+from coordinator.records import JobRecord, TokenChunk
+
+DONE_EVENT = "data: [DONE]\n\n"
+
+
+def sse(data: dict) -> str:
+    """One server-sent event, exactly as OpenAI's clients parse them."""
+    return f"data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def job_usage(job: JobRecord, streamed_tokens: int) -> dict:
+    """Counts from the receipt once completed; before that, what the node reported and streamed."""
+    return usage(job.prompt_tokens, job.completion_tokens or streamed_tokens)
+
+
+def finish_reason(job: JobRecord, stopped_by_sequence: bool) -> str:
+    if stopped_by_sequence or job.completion_tokens < job.max_tokens:
+        return "stop"  # a stop sequence or the model's end-of-sequence token
+    return "length"
+
+
+def response_id(plan: ResponsePlan, job_id: str) -> str:
+    return f"{'chatcmpl' if plan.kind == 'chat' else 'cmpl'}-{job_id}"
+
+
+def _token_bytes(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def chat_logprobs(entries: Iterable[TokenLogprob]) -> dict:
+    return {"content": [
+        {"token": entry.text, "logprob": entry.logprob, "bytes": _token_bytes(entry.text),
+         "top_logprobs": [{"token": top.text, "logprob": top.logprob,
+                           "bytes": _token_bytes(top.text)} for top in entry.top]}
+        for entry in entries], "refusal": None}
+
+
+def completion_logprobs(entries: Iterable[TokenLogprob], first_offset: int = 0) -> dict:
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    offset = first_offset
+    for entry in entries:
+        tokens.append(entry.text)
+        token_logprobs.append(entry.logprob)
+        tops.append({top.text: top.logprob for top in entry.top})
+        offsets.append(offset)
+        offset += len(entry.text)
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops,
+            "text_offset": offsets}
+
+
+def logprobs_before(chunks: list[TokenChunk], chars: int) -> list[TokenLogprob]:
+    """The logprobs of tokens that begin before `chars` characters of output."""
+    kept, offset = [], 0
+    for entry in (e for chunk in chunks for e in chunk.logprobs):
+        if offset >= chars:
+            break
+        kept.append(entry)
+        offset += len(entry.text)
+    return kept
+
+
+@dataclass(frozen=True)
+class StreamRenderer:
+    """Renders one job's events as OpenAI chunks (chat.completion.chunk or text_completion)."""
+
+    plan: ResponsePlan
+    job_id: str
+    created_s: int
+
+    def _chunk(self, choice: dict, with_usage: bool = False) -> str:
+        body = {"id": response_id(self.plan, self.job_id), "created": self.created_s,
+                "model": self.plan.model, "system_fingerprint": None,
+                "object": "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion",
+                "choices": [{"index": 0, **choice}]}
+        if self.plan.include_usage and with_usage:
+            body["usage"] = None  # OpenAI sends usage null on every chunk but the last
+        return sse(body)
+
+    def role_chunk(self) -> str:
+        assert self.plan.kind == "chat"
+        return self._chunk({"delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                            "finish_reason": None}, with_usage=True)
+
+    def content_chunk(self, text: str, logprobs: tuple[TokenLogprob, ...], offset: int) -> str:
+        if self.plan.kind == "chat":
+            rendered = chat_logprobs(logprobs) if self.plan.logprobs else None
+            choice = {"delta": {"content": text}, "logprobs": rendered, "finish_reason": None}
+        else:
+            rendered = completion_logprobs(logprobs, offset) if self.plan.logprobs else None
+            choice = {"text": text, "logprobs": rendered, "finish_reason": None}
+        return self._chunk(choice, with_usage=True)
+
+    def finish_chunk(self, reason: str) -> str:
+        if self.plan.kind == "chat":
+            choice = {"delta": {}, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"text": "", "logprobs": None, "finish_reason": reason}
+        return self._chunk(choice, with_usage=True)
+
+    def usage_chunk(self, counts: dict) -> str:
+        return sse({"id": response_id(self.plan, self.job_id), "created": self.created_s,
+                    "model": self.plan.model, "system_fingerprint": None,
+                    "object": "chat.completion.chunk" if self.plan.kind == "chat" else "text_completion",
+                    "choices": [], "usage": counts})
+
+
+def final_body(plan: ResponsePlan, job: JobRecord, chunks: list[TokenChunk]) -> dict:
+    """The whole (non-streamed) response of a completed job."""
+    full_text = "".join(chunk.text for chunk in chunks)
+    text, stopped = cut_at_stop(full_text, plan.stop)
+    entries = logprobs_before(chunks, len(text)) if plan.logprobs else []
+    streamed = sum(len(chunk.token_ids) for chunk in chunks)
+    reason = finish_reason(job, stopped)
+    common = {"id": response_id(plan, job.job_id), "created": job.created_at_ms // 1000,
+              "model": plan.model, "usage": job_usage(job, streamed), "system_fingerprint": None}
+    if plan.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                  "logprobs": chat_logprobs(entries) if plan.logprobs else None,
+                  "finish_reason": reason}
+        return {**common, "object": "chat.completion", "choices": [choice]}
+    choice = {"index": 0, "text": text, "finish_reason": reason,
+              "logprobs": completion_logprobs(entries) if plan.logprobs else None}
+    return {**common, "object": "text_completion", "choices": [choice]}

@@ -1,0 +1,94 @@
+"""HTTP request bodies in, coordinator submissions and response plans out."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+
+from contracts.chat import ChatMessage
+from coordinator.api_keys import Caller
+from coordinator.errors import InvalidRequest
+from coordinator.gateway.schemas import ChatCompletionRequest, ChatMessageIn, CompletionRequest, Stop
+from coordinator.submission import SEED_MAX, Submission
+
+# OpenAI's defaults for sampling when a request leaves them out.
+TEMPERATURE_DEFAULT = 1.0
+
+
+@dataclass(frozen=True)
+class ResponsePlan:
+    """How to answer: chat or text shapes, streamed or not, and what to include."""
+
+    kind: Literal["chat", "text"]
+    model: str
+    stream: bool
+    include_usage: bool
+    logprobs: bool
+    top_logprobs: int
+    stop: tuple[str, ...]
+
+
+def _stops(stop: Stop) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def _content(message: ChatMessageIn) -> str:
+    if message.content is None or isinstance(message.content, str):
+        return message.content or ""
+    return "".join(part.text for part in message.content)
+
+
+def _seed(seed: int | None) -> int:
+    """A fresh seed when none is asked for, so repeated requests sample differently."""
+    return secrets.randbelow(SEED_MAX + 1) if seed is None else seed
+
+
+def chat_submission(body: ChatCompletionRequest, caller: Caller,
+                    request_id: str = "") -> tuple[Submission, ResponsePlan]:
+    if body.top_logprobs is not None and not body.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
+    top_logprobs = (body.top_logprobs or 0) if body.logprobs else -1
+    messages = tuple(ChatMessage(m.role, _content(m)) for m in body.messages)
+    stops = _stops(body.stop)
+    submission = Submission(
+        consumer_id=caller.consumer_id, model_id=body.model, prompt="",
+        max_tokens=body.max_completion_tokens or body.max_tokens or 0,
+        temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
+        top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
+        min_decode_tokens_per_s=0.0, messages=messages, stop=stops, top_logprobs=top_logprobs,
+        api_key_id=caller.key.key_id if caller.key else None)
+    plan = ResponsePlan("chat", body.model, bool(body.stream),
+                        bool(body.stream_options and body.stream_options.include_usage),
+                        top_logprobs >= 0, max(0, top_logprobs), stops)
+    return submission, plan
+
+
+def completion_submission(body: CompletionRequest, caller: Caller,
+                          request_id: str = "") -> tuple[Submission, ResponsePlan]:
+    if isinstance(body.prompt, list):
+        if len(body.prompt) != 1:
+            raise InvalidRequest("prompt must be one string (a list of several prompts is not "
+                                 "supported; send one request per prompt)", param="prompt")
+        prompt = body.prompt[0]
+    else:
+        prompt = body.prompt
+    if body.echo:
+        raise InvalidRequest("echo is not supported", param="echo")
+    if body.suffix:
+        raise InvalidRequest("suffix is not supported", param="suffix")
+    top_logprobs = -1 if body.logprobs is None else body.logprobs
+    stops = _stops(body.stop)
+    submission = Submission(
+        consumer_id=caller.consumer_id, model_id=body.model, prompt=prompt,
+        max_tokens=body.max_tokens or 0,
+        temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
+        top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
+        min_decode_tokens_per_s=0.0, stop=stops, top_logprobs=top_logprobs,
+        api_key_id=caller.key.key_id if caller.key else None)
+    plan = ResponsePlan("text", body.model, bool(body.stream),
+                        bool(body.stream_options and body.stream_options.include_usage),
+                        top_logprobs >= 0, max(0, top_logprobs), stops)
+    return submission, plan

@@ -1,0 +1,236 @@
+"""The HTTP API's request and response bodies: OpenAI's shapes, plus MLX Network's own.
+
+Only the gateway imports these; they become coordinator values in requests.py.
+Unknown request fields are ignored, as OpenAI-compatible servers commonly do, so
+clients that send extra options keep working; options we cannot honour are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.chat import MESSAGES_MAX
+from contracts.logprobs import TOP_LOGPROBS_MAX
+from coordinator.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
+
+MODEL_CHARS_MAX = 512
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+
+
+class TextPart(_Request):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessageIn(_Request):
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+Stop = str | list[str] | None
+
+
+class _Generation(_Request):
+    model: str = Field(min_length=1, max_length=MODEL_CHARS_MAX)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
+    stop: Stop = Field(default=None, max_length=STOP_SEQUENCES_MAX)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    n: int | None = Field(default=None, ge=1, le=1, description="only 1 is supported")
+    user: str | None = None
+
+
+class ChatCompletionRequest(_Generation):
+    messages: list[ChatMessageIn] = Field(min_length=1, max_length=MESSAGES_MAX)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
+
+
+class CompletionRequest(_Generation):
+    prompt: str | list[str] = Field(description="one prompt; a list must hold exactly one")
+    logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
+    echo: bool | None = Field(default=False, description="not supported: must be false")
+    best_of: int | None = Field(default=None, ge=1, le=1, description="only 1 is supported")
+    suffix: str | None = Field(default=None, description="not supported")
+
+
+# --- responses -------------------------------------------------------------
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class TopLogprobOut(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprobOut]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprobOut] | None
+    refusal: None = None
+
+
+class ChatMessageOut(BaseModel):
+    role: Literal["assistant"]
+    content: str
+    refusal: None = None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatMessageOut
+    logprobs: ChatLogprobs | None
+    finish_reason: Literal["stop", "length"]
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: Literal["stop", "length"]
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ModelCapacityOut(BaseModel):
+    macs_serving: int = Field(description="online Macs that serve the model")
+    macs_available: int = Field(description="of those, Macs that could start a job now")
+    predicted_decode_tokens_per_s: float = Field(description="the fastest available Mac's "
+                                                 "predicted decode speed (0 when none)")
+    context_tokens: int = Field(description="the job size the figures are for")
+
+
+class ModelOut(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    max_context_tokens: int
+    parameter_count: int
+    weights_bytes: int
+    capacity: ModelCapacityOut
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelOut]
+
+
+class NodeOut(BaseModel):
+    node_id: str
+    chip: str
+
+
+class JobTiming(BaseModel):
+    created_at_ms: int
+    assigned_at_ms: int | None
+    first_token_at_ms: int | None
+    finished_at_ms: int | None
+    queued_ms: int | None = Field(description="submit to placement")
+    run_ms: int | None = Field(description="placement to the end")
+
+
+class JobCostOut(BaseModel):
+    currency: Literal["MLX"]
+    base_units_per_mlx: int
+    paid_by: Literal["consumer", "network"]
+    reserved_base_units: int
+    charged_base_units: int
+    refunded_base_units: int
+    operator_credit_base_units: int
+    operator_credit_state: str = Field(description="pending (held until verified), posted, "
+                                       "voided, expired, or empty")
+    network_fee_base_units: int
+
+
+class JobOut(BaseModel):
+    id: str
+    object: Literal["mlxnet.job"]
+    status: Literal["queued", "assigned", "running", "completed", "failed"]
+    model: str
+    strategy: str | None = Field(description="single (one Mac), tensor or pipeline (a pod)")
+    pod_id: str | None
+    nodes: list[NodeOut]
+    attempt: int
+    timing: JobTiming
+    usage: Usage
+    cost: JobCostOut
+    text: str
+    finish_reason: Literal["stop", "length"] | None
+    receipt_available: bool
+    receipt_verified: bool
+    error: str | None
+    error_code: str | None
+    placement: dict | None = Field(description="why the job went where it did")
+
+
+class ReceiptOut(BaseModel):
+    job_id: str
+    object: Literal["mlxnet.receipt"]
+    body_base64: str = Field(description="the canonical receipt bytes the node signed")
+    signature_base64: str = Field(description="Ed25519 signature over body")
+    signer_public_key_base64: str = Field(description="raw Ed25519 key; sha256 of it, "
+                                          "hex, first 24 digits, prefixed node-, is node_id")
+    verified_by_coordinator: bool
+    fields: dict = Field(description="the decoded receipt; digests in hex")
+    how_to_verify: str

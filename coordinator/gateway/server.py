@@ -1,0 +1,74 @@
+"""Serves the gateway with uvicorn on a thread of the coordinator process."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+
+import uvicorn
+
+from coordinator.gateway.app import create_app
+from coordinator.gateway.bridge import Bridge
+from coordinator.service import CoordinatorService
+
+log = logging.getLogger(__name__)
+
+SERVICE_CALLS_MAX = 64  # blocking service calls in flight at once
+STREAMS_MAX = 512  # jobs streamed at once; more are refused with 503
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, with an event set once it listens (or has given up)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets)
+        finally:
+            self.ready.set()
+
+    def serve_forever(self, listener: socket.socket) -> None:
+        try:
+            self.run(sockets=[listener])
+        finally:
+            self.ready.set()
+
+
+@dataclass
+class RunningGateway:
+    server: uvicorn.Server
+    thread: threading.Thread
+    bridge: Bridge
+    host: str
+    port: int
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(STOP_TIMEOUT_S)
+        self.bridge.close()
+
+
+def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
+                  port: int = 0) -> RunningGateway:
+    """Listen on host:port (0 picks a free port) and serve until stop()."""
+    bridge = Bridge(service, SERVICE_CALLS_MAX, STREAMS_MAX)
+    listener = socket.create_server((host, port), reuse_port=False)
+    config = uvicorn.Config(create_app(bridge), log_config=None, access_log=False,
+                            timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off")
+    server = _Server(config)
+    thread = threading.Thread(target=server.serve_forever, args=(listener,), name="gateway",
+                              daemon=True)
+    thread.start()
+    server.ready.wait(START_TIMEOUT_S)
+    if not server.started:
+        raise OSError(f"the HTTP gateway did not start on {host}:{port}; see the log")
+    bound = listener.getsockname()[1]
+    log.info("gateway listening on %s:%d", host, bound)
+    return RunningGateway(server, thread, bridge, host, bound)

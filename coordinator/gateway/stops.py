@@ -1,0 +1,63 @@
+"""Stop sequences over streamed text: pure, so the cut is the same however text arrives.
+
+The node stops generating at a stop sequence (node_agent/inference/engine.py); the
+gateway cuts the text before it, as OpenAI does, and never shows a prefix of a stop
+sequence until it knows the sequence does not follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """The text before the first stop sequence, and whether one was found."""
+    positions = [found for stop in stops if (found := text.find(stop)) >= 0]
+    return (text[:min(positions)], True) if positions else (text, False)
+
+
+def _held_back(text: str, stops: tuple[str, ...]) -> int:
+    """How many trailing characters could still begin a stop sequence."""
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:size]):
+                longest = size
+                break
+    return longest
+
+
+@dataclass
+class StopScanner:
+    """Feed streamed text in; get out the text safe to show, and whether a stop was hit."""
+
+    stops: tuple[str, ...]
+    _pending: str = ""
+    _shown: int = field(default=0)  # characters of the output already shown
+    stopped: bool = False
+
+    def feed(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        self._pending += text
+        before, hit = cut_at_stop(self._pending, self.stops)
+        if hit:
+            self.stopped = True
+            self._pending = ""
+            self._shown += len(before)
+            return before
+        keep = _held_back(self._pending, self.stops)
+        ready = self._pending[:len(self._pending) - keep]
+        self._pending = self._pending[len(self._pending) - keep:]
+        self._shown += len(ready)
+        return ready
+
+    def flush(self) -> str:
+        """The held-back text, once the output is complete without a stop."""
+        rest, self._pending = ("" if self.stopped else self._pending), ""
+        self._shown += len(rest)
+        return rest
+
+    @property
+    def shown_chars(self) -> int:
+        return self._shown
