@@ -37,9 +37,14 @@ def canonical_encoding(transfer: Transfer) -> bytes:
     ])
 
 
+# Exactly json.dumps(fields, separators=(",", ":"), ensure_ascii=True), built once: the audit
+# encodes every transfer, and json.dumps would build a new encoder each time.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+
+
 def encode_fields(fields: list[object]) -> bytes:
     """The encoding of [ENCODING_VERSION, sequence, id, ..., prev_hash]; the audit's fast path calls it directly."""
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return _ENCODER.encode(fields).encode("ascii")
 
 
 def transfer_hash(transfer: Transfer) -> str:

@@ -1,0 +1,214 @@
+"""Ledger benchmark: job payments per second, audit speed, and gas per anchor and claim.
+
+    .venv/bin/python -m bench.ledger [--jobs 2000 --batch-jobs 16 --audit-transfers 1000000 --leaves 1000]
+
+- Job payments (reserve, post with a held credit and the fee, release), on SQLite and on
+  PostgreSQL (skipped with the reason when unreachable): one job per transaction through
+  ledger.jobs, and batched (--batch-jobs jobs per transaction, each phase one ledger batch).
+- Audit: writes --audit-transfers hash-chained transfers straight into SQLite (and PostgreSQL),
+  then times ledger.full_audit.audit over them.
+- Gas: deploys the contracts on the in-process chain, publishes one epoch root over
+  --leaves payouts and claims a few, printing the gas each used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, insert, text, update
+from sqlalchemy.orm import Session
+
+from contracts.ids import ConsumerId, JobId, OperatorId
+from ledger import jobs, tables
+from ledger.book import JobStep, create_transfers, job_transfer_id
+from ledger.chain import GENESIS_HASH, linked
+from ledger.full_audit import audit
+from ledger.model import Operation, PostPending, Transfer, TransferKind, TransferRequest, TransferState
+from ledger.policy import max_job_charge, price_job
+
+POSTGRES_URL = os.environ.get("MLXNET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+PARAMETERS = 8 * 10**9
+PRICE = price_job(PARAMETERS, 500, 200)
+RESERVE = max_job_charge(PARAMETERS, 500, 256)
+CONSUMER = ConsumerId("bench-consumer")
+OPERATOR = OperatorId("bench-operator")
+INSERT_CHUNK = 5_000
+
+
+@contextmanager
+def engines() -> Iterator[list[tuple[str, Engine]]]:
+    directory = tempfile.TemporaryDirectory()
+    found = [("sqlite", create_engine(f"sqlite:///{Path(directory.name) / 'bench.db'}"))]
+    schema = f"ledger_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+        found.append(("postgresql", create_engine(POSTGRES_URL, connect_args={"options": f"-csearch_path={schema}"})))
+    except Exception as error:  # noqa: BLE001 - a benchmark reports any reason PostgreSQL is missing
+        print(f"postgresql skipped: {str(error).splitlines()[0]}")
+        schema = ""
+    try:
+        yield found
+    finally:
+        for _, engine in found:
+            engine.dispose()
+        if schema:
+            with admin.connect() as connection:
+                connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+        directory.cleanup()
+
+
+def _fresh(engine: Engine) -> None:
+    tables.metadata.drop_all(engine)
+    tables.metadata.create_all(engine)
+    with Session(engine) as session, session.begin():
+        jobs.open_consumer_account(session, CONSUMER)
+        jobs.open_operator_account(session, OPERATOR)
+        jobs.deposit_for_consumer(session, "bench-deposit", CONSUMER, 10**17)
+        jobs.ensure_system_accounts(session)
+
+
+def payments_one_per_transaction(engine: Engine, count: int) -> float:
+    _fresh(engine)
+    started = time.perf_counter()
+    for index in range(count):
+        job = JobId(f"job-single-{index}")
+        with Session(engine) as session, session.begin():
+            assert jobs.reserve_job(session, job, CONSUMER, RESERVE).ok
+        with Session(engine) as session, session.begin():
+            assert jobs.complete_job(session, job, CONSUMER, OPERATOR, PRICE, hold_s=3_600).ok
+        with Session(engine) as session, session.begin():
+            assert jobs.release_job_credit(session, job).ok
+    return count / (time.perf_counter() - started)
+
+
+def _batch_phases(job_ids: list[JobId]) -> list[list[Operation]]:
+    consumer, operator = jobs.consumer_account_id(CONSUMER), jobs.operator_account_id(OPERATOR)
+    escrow, fees = jobs.CONSUMER_ESCROW_ACCOUNT, jobs.TREASURY_FEES_ACCOUNT
+    reserve: list[Operation] = []
+    complete: list[Operation] = []
+    release: list[Operation] = []
+    for job in job_ids:
+        reserve.append(TransferRequest(id=job_transfer_id(job, JobStep.RESERVE), debit_account=consumer,
+                                       credit_account=escrow, amount=RESERVE, kind=TransferKind.JOB_RESERVE,
+                                       job_id=job, pending=True))
+        complete += [
+            PostPending(id=job_transfer_id(job, JobStep.POST), pending_id=job_transfer_id(job, JobStep.RESERVE),
+                        amount=PRICE.consumer_charge, kind=TransferKind.JOB_CHARGE,
+                        policy_version=PRICE.policy_version),
+            TransferRequest(id=job_transfer_id(job, JobStep.CREDIT), debit_account=escrow, credit_account=operator,
+                            amount=PRICE.operator_credit, kind=TransferKind.JOB_OPERATOR_CREDIT, job_id=job,
+                            policy_version=PRICE.policy_version, pending=True, timeout_s=3_600),
+            TransferRequest(id=job_transfer_id(job, JobStep.FEE), debit_account=escrow, credit_account=fees,
+                            amount=PRICE.network_fee, kind=TransferKind.JOB_NETWORK_FEE, job_id=job,
+                            policy_version=PRICE.policy_version),
+        ]
+        release.append(PostPending(id=job_transfer_id(job, JobStep.RELEASE),
+                                   pending_id=job_transfer_id(job, JobStep.CREDIT)))
+    return [reserve, complete, release]
+
+
+def payments_batched(engine: Engine, count: int, batch_jobs: int) -> float:
+    _fresh(engine)
+    started = time.perf_counter()
+    for first in range(0, count, batch_jobs):
+        job_ids = [JobId(f"job-batch-{index}") for index in range(first, min(count, first + batch_jobs))]
+        for phase in _batch_phases(job_ids):
+            # Each phase commits on its own, as the coordinator would: reserve at submit, etc.;
+            # within it, ledger batches of at most 64 operations.
+            with Session(engine) as session, session.begin():
+                for start in range(0, len(phase), 63):
+                    results = create_transfers(session, phase[start:start + 63])
+                    assert all(result.ok for result in results), results[0]
+    return count / (time.perf_counter() - started)
+
+
+def write_transfers(engine: Engine, count: int) -> None:
+    """count posted transfers in a valid hash chain, written straight to the tables."""
+    tables.metadata.drop_all(engine)
+    tables.metadata.create_all(engine)
+    accounts = ["bench:a", "bench:b", "bench:c"]
+    with Session(engine) as session, session.begin():
+        session.execute(insert(tables.accounts), [dict(
+            id=account, kind="external", debits_must_not_exceed_credits=False, created_at_us=1, debits_pending=0,
+            debits_posted=0, credits_pending=0, credits_posted=0) for account in accounts])
+    prev_hash, balances = GENESIS_HASH, {a: [0, 0] for a in accounts}
+    rows: list[dict[str, object]] = []
+    columns = [column.name for column in tables.transfers.columns]
+    for sequence in range(1, count + 1):
+        debit, credit = accounts[sequence % 3], accounts[(sequence + 1) % 3]
+        draft = Transfer(0, f"t{sequence}", debit, credit, sequence % 997 + 1, TransferState.POSTED, None, 0, None,
+                         TransferKind.CORRECTION, None, 1_000_000 + sequence, "", "")
+        transfer = linked(draft, sequence, prev_hash)
+        prev_hash = transfer.hash
+        balances[debit][0] += transfer.amount
+        balances[credit][1] += transfer.amount
+        row = {name: getattr(transfer, name) for name in columns}
+        row["state"], row["kind"] = str(transfer.state), str(transfer.kind)
+        rows.append(row)
+        if len(rows) == INSERT_CHUNK or sequence == count:
+            with Session(engine) as session, session.begin():
+                session.execute(insert(tables.transfers), rows)
+            rows = []
+    with Session(engine) as session, session.begin():
+        for account, (debits, credits) in balances.items():
+            session.execute(update(tables.accounts).where(tables.accounts.c.id == account)
+                            .values(debits_posted=debits, credits_posted=credits))
+        session.execute(update(tables.chain_head).values(last_sequence=count, last_transfer_id=f"t{count}",
+                                                          last_hash=prev_hash))
+
+
+def audit_speed(engine: Engine, count: int) -> float:
+    write_transfers(engine, count)
+    with Session(engine) as session:
+        started = time.perf_counter()
+        report = audit(session)
+        elapsed = time.perf_counter() - started
+    assert report.ok and report.transfers_checked == count, report.differences[:3]
+    return count / elapsed
+
+
+def gas(leaves: int) -> None:
+    from ledger.anchor import PayoutChain
+    from ledger.merkle import PayoutLeaf, build_tree
+
+    chain = PayoutChain.in_process()
+    tree = build_tree([PayoutLeaf(1, "0x" + f"{index + 1:040x}", 10**9 + index) for index in range(leaves)])
+    anchor = chain.publish(1, tree.root, tree.total)
+    print(f"gas: epoch anchor (publishEpoch, {leaves} payouts): {anchor.gas_used}")
+    claims = [chain.claim(1, leaf.address, leaf.amount, tree.proof(leaf)).gas_used for leaf in tree.leaves[:5]]
+    depth = len(tree.proof(tree.leaves[0]))
+    print(f"gas: claim with a {depth}-hash proof: first {claims[0]}, then {claims[1:]} (mean {sum(claims) // 5})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2_000)
+    parser.add_argument("--batch-jobs", type=int, default=500, help="jobs per transaction and phase")
+    parser.add_argument("--audit-transfers", type=int, default=1_000_000)
+    parser.add_argument("--leaves", type=int, default=1_000)
+    args = parser.parse_args()
+    assert args.batch_jobs >= 1
+    with engines() as found:
+        for name, engine in found:
+            single = payments_one_per_transaction(engine, max(1, args.jobs // 10))
+            print(f"{name}: job payments, one job per transaction: {single:,.0f}/s")
+            batched = payments_batched(engine, args.jobs, args.batch_jobs)
+            print(f"{name}: job payments, {args.batch_jobs} jobs per transaction: {batched:,.0f}/s")
+        for name, engine in found:
+            rate = audit_speed(engine, args.audit_transfers)
+            print(f"{name}: audit over {args.audit_transfers:,} transfers: {rate:,.0f} transfers/s")
+    gas(args.leaves)
+
+
+if __name__ == "__main__":
+    main()
