@@ -81,6 +81,7 @@ class DecodeStep:
 
     index: int
     token_id: int
+    logits: mx.array | None = None  # the row that chose the token, for its logprobs
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,14 @@ class _Recorder:
 
 
 def _sample(model, hidden: mx.array, temperature: float, top_p: float, seed: int,  # type: ignore[no-untyped-def]
-            step: int) -> int:
+            step: int) -> tuple[int, mx.array]:
+    """The sampled token, and the logits it was sampled from."""
     logits = _logits(model, hidden)
     if temperature == 0.0:  # as mlx_lm's greedy sampler: argmax of the log-probabilities
         logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return int(mx.argmax(logprobs, axis=-1).item())
-    return sample_token(np.array(logits[0].astype(mx.float32)), temperature, top_p, seed, step)
+        return int(mx.argmax(logprobs, axis=-1).item()), logits
+    return sample_token(np.array(logits[0].astype(mx.float32)), temperature, top_p, seed,
+                        step), logits
 
 
 def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  # type: ignore[no-untyped-def]
@@ -151,12 +154,12 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
             recorder.generated_row(hidden[0])
         if step == max_tokens:  # the last token's state is recorded; nothing more to sample
             break
-        token = _sample(model, hidden[:, -1, :], temperature, top_p, seed, step)
+        token, logits = _sample(model, hidden[:, -1, :], temperature, top_p, seed, step)
         if token in eos_token_ids:
             finish = FinishReason.END_TOKEN
             break
         tokens.append(token)
-        if not on_step(DecodeStep(step, token)):
+        if not on_step(DecodeStep(step, token, logits)):
             return None
         current = mx.array([token])
     recorder.flush()

@@ -20,7 +20,8 @@ from mlx_lm import load
 
 from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk, encode_commitment
 from contracts.receipts import FinishReason
-from node_agent.inference import activations
+from contracts.logprobs import TokenLogprob
+from node_agent.inference import activations, prompts
 from node_agent.inference.activations import DecodeStep, Decoded, Replay
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class GenerationRequest:
     top_p: float
     seed: int
     job_id: str  # keys the activation commitment to this job
+    top_logprobs: int = -1  # -1: no logprobs; k >= 0: each token's, and the k likeliest
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,11 @@ def _now_ms() -> int:
 
 
 class Engine:
-    def __init__(self) -> None:
+    def __init__(self, tensor_group: mx.distributed.Group | None = None) -> None:
+        """tensor_group: this process is one rank of a tensor-parallel pod (every rank runs
+        the same calls in step); None runs whole models in this process."""
         self._loaded: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        self._tensor_group = tensor_group
 
     def warm_models(self) -> tuple[str, ...]:
         return tuple(self._loaded)
@@ -78,6 +83,8 @@ class Engine:
             return self._loaded[path]
         log.info("loading model %s", path)
         model_and_tokenizer = load(path)
+        if self._tensor_group is not None and self._tensor_group.size() > 1:
+            model_and_tokenizer[0].shard(self._tensor_group)
         self._loaded[path] = model_and_tokenizer
         while len(self._loaded) > WARM_MODELS_MAX:
             evicted, _ = self._loaded.popitem(last=False)
@@ -86,25 +93,30 @@ class Engine:
 
     def count_prompt_tokens(self, model_path: str, prompt: str) -> int:
         _, tokenizer = self._model(model_path)
-        return len(tokenizer.encode(prompt))
+        return len(prompts.encode_job_prompt(tokenizer, prompt))
 
     def end_token_ids(self, model_path: str) -> frozenset[int]:
         _, tokenizer = self._model(model_path)
         return frozenset(int(t) for t in tokenizer.eos_token_ids)
 
     def generate(self, request: GenerationRequest, max_context_tokens: int,
-                 on_token: TokenSink) -> GenerationResult:
+                 on_token: TokenSink, on_prompt: Callable[[int], None] | None = None,
+                 on_logprob: Callable[[int, TokenLogprob], None] | None = None) -> GenerationResult:
         """Generate, handing each token to on_token one step late so its text is final.
 
         Records the final hidden states as it goes and returns the activation
-        commitment for the receipt.
+        commitment for the receipt. on_prompt gets the prompt's token count before
+        the first token; on_logprob gets each token's logprobs (when the request asks)
+        before on_token gets the token.
         """
         model, tokenizer = self._model(request.model_path)
-        prompt_ids = activations.encode_prompt(tokenizer, request.prompt)
+        prompt_ids = prompts.encode_job_prompt(tokenizer, request.prompt)
         if len(prompt_ids) + request.max_tokens > max_context_tokens:
             raise PromptTooLong(f"prompt is {len(prompt_ids)} tokens; with max_tokens "
                                 f"{request.max_tokens} that exceeds the model's context of "
                                 f"{max_context_tokens}")
+        if on_prompt is not None:
+            on_prompt(len(prompt_ids))
         detokenizer = tokenizer.detokenizer
         detokenizer.reset()
         held: list[tuple[int, int, str]] = []  # the token not yet handed over, with its text
@@ -120,6 +132,9 @@ class Engine:
         def on_step(step: DecodeStep) -> bool:
             nonlocal first_token_at_ms
             first_token_at_ms = first_token_at_ms or _now_ms()
+            if on_logprob is not None and request.top_logprobs >= 0 and step.logits is not None:
+                on_logprob(step.index, prompts.token_logprob(tokenizer, step.logits, step.token_id,
+                                                             request.top_logprobs))
             detokenizer.add_token(step.token_id)
             if held and not hand_over(*held.pop()):
                 return False
@@ -147,8 +162,30 @@ class Engine:
                check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
         """The verifier's pass: prompt plus output through the model at once (see activations.replay)."""
         model, tokenizer = self._model(model_path)
-        return activations.replay(model, activations.encode_prompt(tokenizer, prompt), output_ids,
+        return activations.replay(model, prompts.encode_job_prompt(tokenizer, prompt), output_ids,
                                   check_step)
+
+
+class LocalReplayer:
+    """The verifier's side: replays jobs for the models held here (model id -> directory).
+
+    Implements coordinator.verification.replay_check.Replayer for a verifier worker.
+    """
+
+    def __init__(self, engine: Engine, models: dict[str, tuple[str, str]]) -> None:
+        self._engine = engine
+        self._models = dict(models)  # model id -> (directory, weights digest)
+
+    def weights_digest(self, model_id: str) -> str | None:
+        held = self._models.get(model_id)
+        return None if held is None else held[1]
+
+    def end_token_ids(self, model_id: str) -> frozenset[int]:
+        return self._engine.end_token_ids(self._models[model_id][0])
+
+    def replay(self, model_id: str, prompt: str, output_ids: tuple[int, ...],
+               check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
+        return self._engine.replay(self._models[model_id][0], prompt, output_ids, check_step)
 
 
 def _commitment(job_id: str, decoded: Decoded) -> bytes:

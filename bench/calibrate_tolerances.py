@@ -1,0 +1,172 @@
+"""Calibrate the verifier's tolerances: how far honest replays stray, how far cheats land.
+
+Decodes the same varied jobs on several honest set-ups, each in its own process:
+
+- the bundled reference BLAS (what `pip install mlx[cpu]` gives);
+- Debian's OpenBLAS preloaded (if /usr/lib/x86_64-linux-gnu/openblas-pthread is present);
+- 2-rank tensor parallel over `mlx.launch --backend ring` (rank results checked one by one,
+  since mlx.launch exits 0 even when a rank fails);
+
+and on every cheating model of tests/adversarial/models.py. One verifier (this process,
+bundled BLAS) replays every job with the right model and measures, per chunk of the
+activation commitment, how many of the 128 committed values differ from its own by more
+than t quantization units, for several t, and how many tokens fail the sampler check.
+
+    .venv/bin/python bench/calibrate_tolerances.py [--jobs 60] [--max-tokens 96]
+
+It prints one table; the defaults in coordinator/verification/tolerances.py come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from contracts.commitments import chunk_key, decode_commitment, value_differences  # noqa: E402
+from contracts.receipts import decode_receipt  # noqa: E402
+from coordinator.verification.tokens import Sampling, make_token_check  # noqa: E402
+from coordinator.verification.tolerances import DEFAULT_TOLERANCES  # noqa: E402
+from tests.adversarial.harness import MODEL_ID, Coordinator, HonestNode, Job, varied_jobs  # noqa: E402
+
+THRESHOLDS = (0, 1, 2, 4, 8, 16)
+OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
+
+
+def decode_jobs(model_dir: Path, jobs: list[Job], out: Path, tensor_parallel: bool) -> None:
+    """Child mode: run the jobs as an honest node would and write its reports as JSON lines."""
+    import mlx.core as mx
+
+    from node_agent.inference.engine import Engine
+
+    group = mx.distributed.init(strict=True, backend="ring") if tensor_parallel else None
+    node = HonestNode(Engine(tensor_group=group), model_dir)
+    rank = group.rank() if group is not None else 0
+    with out.with_suffix(f".rank{rank}").open("w") as handle:
+        for job in jobs:
+            report, _ = node.run(job)
+            handle.write(json.dumps({"job": asdict(job), "streamed": report.streamed,
+                                     "body": report.body.hex()}) + "\n")
+        handle.write(json.dumps({"done": True}) + "\n")
+
+
+def _run_child(model_dir: Path, jobs_file: Path, out: Path, mode: str) -> list[dict]:
+    command = [sys.executable, __file__, "--decode", str(model_dir), "--jobs-file", str(jobs_file),
+               "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    ranks = 1
+    if mode == "openblas":
+        env.update(LD_PRELOAD=str(OPENBLAS), OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="1")
+    if mode == "tensor-parallel":
+        ranks = 2
+        launcher = Path(sys.executable).with_name("mlx.launch")
+        command = [str(launcher), "-n", "2", "--backend", "ring", "--", sys.executable, *command[1:],
+                   "--tensor-parallel"]
+    subprocess.run(command, env=env, check=True, timeout=1800)
+    results = []
+    for rank in range(ranks):  # mlx.launch exits 0 even when a rank fails: read every rank
+        lines = [json.loads(line) for line in out.with_suffix(f".rank{rank}").read_text().splitlines()]
+        if not lines or lines[-1] != {"done": True}:
+            raise RuntimeError(f"{mode} rank {rank} did not finish; see its output above")
+        results.append(lines[:-1])
+    def proof(lines: list[dict]) -> list[tuple]:
+        return [(line["streamed"], decode_receipt(bytes.fromhex(line["body"])).activation_commitment)
+                for line in lines]
+
+    if any(proof(other) != proof(results[0]) for other in results[1:]):
+        raise RuntimeError(f"{mode}: the ranks disagree on tokens or commitments")
+    return results[0]
+
+
+def measure(coordinator: Coordinator, reports: list[dict]) -> dict[str, object]:
+    """Per job: its worst chunk's count of positions off by more than t units; failed token checks."""
+    over: dict[int, list[int]] = {t: [] for t in THRESHOLDS}
+    chunks = 0
+    bad_tokens = []
+    for line in reports:
+        job, streamed = Job(**line["job"]), tuple(line["streamed"])
+        receipt = decode_receipt(bytes.fromhex(line["body"]))
+        commitment = decode_commitment(receipt.activation_commitment)
+        check = make_token_check(streamed, receipt.finish_reason,
+                                 Sampling(job.temperature, job.top_p, job.seed),
+                                 coordinator.replayer.end_token_ids(MODEL_ID), DEFAULT_TOLERANCES)
+        replay = coordinator.replayer.replay(MODEL_ID, job.prompt, streamed, check)
+        mine = (replay.prompt, *replay.generated)
+        worst = {t: 0 for t in THRESHOLDS}
+        for number, (chunk, candidates) in enumerate(zip(commitment.chunks, mine)):
+            differences = value_differences(chunk, candidates, chunk_key(job.job_id, number))
+            chunks += 1
+            for t in THRESHOLDS:
+                worst[t] = max(worst[t], int((differences > t).sum()))
+        for t in THRESHOLDS:
+            over[t].append(worst[t])
+        bad_tokens.append(sum(not c.ok for c in replay.token_checks))
+    return {"chunks": chunks, "over": over, "bad_tokens": bad_tokens}
+
+
+def _print_row(name: str, stats: dict, honest: bool) -> None:
+    over = stats["over"]
+    pick = max if honest else min  # the hardest job: most mismatches if honest, fewest if a cheat
+    cells = " ".join(f"{pick(over[t]):>6}" for t in THRESHOLDS)
+    jobs = len(stats["bad_tokens"])
+    token_jobs = sum(b > 0 for b in stats["bad_tokens"])
+    print(f"{name:<28} {stats['chunks']:>6} {cells}   {token_jobs:>4}/{jobs}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=60)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--work-dir", type=Path)
+    parser.add_argument("--decode", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--jobs-file", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tensor-parallel", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.decode is not None:
+        jobs = [Job(**j) for j in json.loads(args.jobs_file.read_text())]
+        decode_jobs(args.decode, jobs, args.out, args.tensor_parallel)
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        run(args, Path(args.work_dir or scratch))
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    from node_agent.inference.engine import Engine
+    from node_agent.inference.tiny_model import build_tiny_model
+    from tests.adversarial.models import build_cheat_models
+
+    honest_dir = build_tiny_model(work / "honest")
+    cheats = build_cheat_models(honest_dir, work / "cheats")
+    jobs = varied_jobs(args.jobs, seed=2024, max_tokens_max=args.max_tokens)
+    jobs_file = work / "jobs.json"
+    jobs_file.write_text(json.dumps([asdict(j) for j in jobs]))
+    coordinator = Coordinator(Engine(), honest_dir)
+    modes = ["bundled-blas", "tensor-parallel"] + (["openblas"] if OPENBLAS.exists() else [])
+    print(f"{len(jobs)} jobs, up to {args.max_tokens} tokens; a cell is, over the jobs, the "
+          f"hardest case of a job's worst chunk: how many of its 128 committed values are off "
+          f"by more than t units")
+    print(f"{'set-up':<28} {'chunks':>6} " + " ".join(f"{'t=' + str(t):>6}" for t in THRESHOLDS)
+          + "   jobs with bad tokens")
+    for mode in modes:
+        reports = _run_child(honest_dir, jobs_file, work / f"honest-{mode}.jsonl", mode)
+        _print_row(f"honest, {mode}", measure(coordinator, reports), honest=True)
+    for name, cheat_dir in cheats.items():
+        reports = _run_child(cheat_dir, jobs_file, work / f"cheat-{name}.jsonl", "bundled-blas")
+        _print_row(f"cheat, {name}", measure(coordinator, reports), honest=False)
+    print("honest rows: the most any job showed (must stay under the allowance); cheat rows: "
+          "the fewest any job showed (must exceed it).")
+    print(f"current tolerances: {DEFAULT_TOLERANCES}")
+
+
+if __name__ == "__main__":
+    main()
