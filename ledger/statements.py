@@ -15,10 +15,11 @@ from ledger import epoch_store, store
 from ledger.book import JobStep, job_transfer_id
 from ledger.epoch_store import EpochRecord, PayoutRecord
 from ledger.epochs import epoch_tree, payout_leaves
-from ledger.merkle import PayoutLeaf, normalize_address, root_from_proof
+from ledger.merkle import PayoutLeaf, normalize_address, root_from_proof, valid_address
 from ledger.model import Transfer, TransferKind
 from ledger.policy import BPS_ONE
 from ledger.seats import SeatOutcome
+from ledger.units import AMOUNT_MAX
 
 STATEMENT_LINES_MAX = 100_000
 PROOF_FORMAT = "mlxnet-payout-proof-v1"
@@ -97,10 +98,15 @@ def leaf_from_bundle(bundle: dict[str, Any]) -> tuple[PayoutLeaf, tuple[bytes, .
     try:
         if bundle["format"] != PROOF_FORMAT:
             raise ValueError(f"unknown proof format {bundle['format']!r}; expected {PROOF_FORMAT}")
-        leaf = PayoutLeaf(int(bundle["epoch"]), normalize_address(bundle["address"]), int(bundle["amount"]))
+        if not valid_address(bundle["address"]):
+            raise ValueError(f"malformed proof bundle: {bundle['address']!r} is not an address (0x + 40 hex digits)")
+        epoch, amount = int(bundle["epoch"]), int(bundle["amount"])
+        if not (0 <= epoch < 2**64 and 0 < amount <= AMOUNT_MAX):
+            raise ValueError("malformed proof bundle: epoch or amount out of range")
+        leaf = PayoutLeaf(epoch, normalize_address(bundle["address"]), amount)
         proof = tuple(bytes.fromhex(item.removeprefix("0x")) for item in bundle["proof"])
         root = bytes.fromhex(str(bundle["root"]).removeprefix("0x"))
-    except (KeyError, TypeError, AssertionError) as error:
+    except (KeyError, TypeError) as error:
         raise ValueError(f"malformed proof bundle: {error!r}") from error
     if any(len(item) != 32 for item in proof) or len(root) != 32:
         raise ValueError("malformed proof bundle: hashes must be 32 bytes")

@@ -112,3 +112,11 @@ def test_a_statement_for_an_unclosed_epoch_is_none_and_the_open_one_lists_new_wo
     assert open_statement is not None and [line.transfer.job_id for line in open_statement.lines] == ["job-open"]
     assert open_statement.proof is None and open_statement.payout_address == ADDRESSES["alice"]
     assert jobs.reserve_job(session, JobId("job-x"), ConsumerId("nobody"), 5).code.value == "debit_account_not_found"
+
+
+@pytest.mark.parametrize("change", [{"address": "0x12"}, {"amount": "-5"}, {"proof": ["0x00"]}, {"format": "v0"}])
+def test_a_malformed_proof_bundle_is_refused_with_a_reason(change: dict[str, object]) -> None:
+    bundle = {"format": "mlxnet-payout-proof-v1", "epoch": 1, "address": "0x" + "ab" * 20, "amount": "5",
+              "proof": [], "root": "0x" + "00" * 32} | change
+    with pytest.raises(ValueError, match="proof"):
+        leaf_from_bundle(bundle)
