@@ -84,6 +84,11 @@ def git_blob_sha1(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _next_use(entries: dict[str, dict]) -> int:  # type: ignore[type-arg]
+    """A counter orders uses exactly, even several in one millisecond."""
+    return 1 + max((e.get("use", 0) for e in entries.values()), default=0)
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -123,9 +128,10 @@ class ModelCache:
     def models(self) -> list[CachedModel]:
         """Cached models, least recently used first."""
         entries = self._read_index()
-        found = [CachedModel(hub_id, e["revision"], self.root / "models" / e["folder"], e["bytes"],
-                             e["last_used_ms"]) for hub_id, e in entries.items()]
-        return sorted(found, key=lambda m: (m.last_used_ms, m.hub_id))
+        found = [(e.get("use", 0), CachedModel(hub_id, e["revision"], self.root / "models" / e["folder"],
+                                               e["bytes"], e["last_used_ms"]))
+                 for hub_id, e in entries.items()]
+        return [model for _, model in sorted(found, key=lambda pair: (pair[0], pair[1].hub_id))]
 
     def used_bytes(self) -> int:
         partial = self.root / "partial"
@@ -221,7 +227,7 @@ class ModelCache:
                 elif response.status_code not in (200, 206):
                     raise ModelCacheError(f"{url} answered HTTP {response.status_code}")
                 with target.open("ab") as handle:
-                    for chunk in response.iter_bytes(CHUNK_BYTES):
+                    for chunk in response.iter_bytes():  # as received: a cut keeps what arrived
                         handle.write(chunk)
                         done += len(chunk)
                         if progress is not None:
@@ -253,7 +259,7 @@ class ModelCache:
         partial.rename(final)
         entries = self._read_index()
         entries[hub_id] = dict(revision=revision, folder=folder, bytes=sum(f.size for f in files),
-                               last_used_ms=time.time_ns() // 1_000_000)
+                               last_used_ms=time.time_ns() // 1_000_000, use=_next_use(entries))
         self._write_index(entries)
         self._in_use.add(hub_id)
         log.info("cached %s at revision %s in %s", hub_id, revision[:12], final)
@@ -261,7 +267,7 @@ class ModelCache:
 
     def _touch(self, hub_id: str) -> None:
         entries = self._read_index()
-        entries[hub_id]["last_used_ms"] = time.time_ns() // 1_000_000
+        entries[hub_id].update(last_used_ms=time.time_ns() // 1_000_000, use=_next_use(entries))
         self._write_index(entries)
 
     def release(self, hub_id: str) -> None:

@@ -131,12 +131,17 @@ class PodRun:
         watchdog = threading.Thread(target=self._watch, args=(process, keep_going, stopped),
                                     daemon=True, name=f"pod-watch-{assignment.job_id}")
         watchdog.start()
-        streamed = _stream_steps(process, sender, keep_going)
         try:
-            process.wait(EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            _kill(process)
-        stopped.set()
+            streamed = _stream_steps(process, sender, keep_going)
+            try:
+                process.wait(EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                _kill(process)
+                process.wait(EXIT_WAIT_S)
+        finally:
+            stopped.set()
+            assert process.stdout is not None
+            process.stdout.close()
         return self._outcome(assignment, run_dir, streamed, keep_going)
 
     def _prepare(self, assignment: Assignment, backend: str) -> Path:

@@ -1,0 +1,16 @@
+"""The self-benchmark runs for real on the tiny model (MLX on the CPU here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from node_agent.inference.benchmark import measure_bandwidth_gb_s, run_benchmark
+
+
+def test_the_benchmark_measures_bandwidth_and_both_rates(tiny_model_dir: Path) -> None:
+    result = run_benchmark(tiny_model_dir, "mlxnet/tiny-llama", buffer_bytes=16 * 2**20)
+    assert result.memory_bandwidth_gb_s > 0 and result.decode_tokens_per_s > 0
+    assert result.prefill_tokens_per_s > 0 and result.run_time_ms > 0
+    weights_file = (tiny_model_dir / "model.safetensors").stat().st_size
+    assert 0.9 * weights_file < result.reference_weights_bytes <= weights_file
+    assert measure_bandwidth_gb_s(2**20, passes=1) > 0
