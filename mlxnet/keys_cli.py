@@ -5,6 +5,9 @@
     mlxnet keys revoke KEY_ID
     mlxnet keys deposit --consumer C --amount MLX [--reference REF]
     mlxnet keys list [--consumer C]
+    mlxnet keys create --operator O [--label TEXT]   an operator key (mlxo_...) for MLX World
+    mlxnet keys revoke --operator KEY_ID             revoke an operator key
+    mlxnet keys list --operators [--operator O]
 
 They work on the coordinator's database (--database-url or $MLXNET_DATABASE_URL).
 `create` prints the key once; only its sha256 is stored.
@@ -86,7 +89,10 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     keys = commands.add_parser("keys", help="API keys and prepaid balances for consumers")
     sub = keys.add_subparsers(dest="keys_command", required=True)
     create_parser = sub.add_parser("create", help="create an API key; it is printed once")
-    create_parser.add_argument("--consumer", required=True, help="the consumer the key bills")
+    owner = create_parser.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--consumer", help="the consumer the key bills")
+    owner.add_argument("--operator", help="an operator: the key opens their own page in MLX World "
+                       "(/world#/operator) and can do nothing else")
     create_parser.add_argument("--deposit", type=parse_mlx, default=0, metavar="MLX",
                                help="also deposit this much into the consumer's balance")
     create_parser.add_argument("--spend-limit", type=parse_mlx, metavar="MLX",
@@ -97,6 +103,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     create_parser.set_defaults(handler=_create)
     revoke_parser = sub.add_parser("revoke", help="revoke a key by its id")
     revoke_parser.add_argument("key_id")
+    revoke_parser.add_argument("--operator", action="store_true", help="KEY_ID is an operator key's")
     revoke_parser.set_defaults(handler=_revoke)
     deposit_parser = sub.add_parser("deposit", help="add MLX to a consumer's prepaid balance")
     deposit_parser.add_argument("--consumer", required=True)
@@ -106,6 +113,8 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     deposit_parser.set_defaults(handler=_deposit)
     list_parser = sub.add_parser("list", help="keys (never their secrets) and balances")
     list_parser.add_argument("--consumer")
+    list_parser.add_argument("--operators", action="store_true", help="list operator keys instead")
+    list_parser.add_argument("--operator", help="with --operators: only this operator's keys")
     list_parser.set_defaults(handler=_list)
     for parser in (create_parser, revoke_parser, deposit_parser, list_parser):
         parser.add_argument("--database-url", help=f"any SQLAlchemy URL (or ${DATABASE_URL_ENV}); "
@@ -142,6 +151,9 @@ def _positive(value: int | None, flag: str) -> int | None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    if args.operator is not None:
+        return _create_operator_key(args)
+
     def action(db: Database) -> None:
         limits = KeyLimits(_positive(args.spend_limit, "--spend-limit"),
                            _positive(args.requests_per_minute, "--requests-per-minute"),
@@ -155,6 +167,9 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    if args.operator:
+        return _revoke_operator_key(args)
+
     def action(db: Database) -> None:
         key = revoke(db, args.key_id)
         sys.stdout.write(f"key {key.key_id} of consumer {key.consumer_id} is revoked\n")
@@ -170,6 +185,9 @@ def _deposit(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    if args.operators:
+        return _list_operator_keys(args)
+
     def action(db: Database) -> None:
         with db.transaction() as session:
             for key in api_keys.keys_of(session, args.consumer):
@@ -180,4 +198,39 @@ def _list(args: argparse.Namespace) -> int:
                     f"{format_mlx(key.spent_base_units)}"
                     f"{' of ' + format_mlx(limit) if limit else ''}; balance "
                     f"{format_mlx(consumer_balance(session, key.consumer_id))}  {key.label}\n")
+    return _run(args, action)
+
+
+# --- operator keys (MLX World; coordinator/world/operator_keys.py) ---------
+
+def _create_operator_key(args: argparse.Namespace) -> int:
+    from coordinator.world import operator_keys
+
+    def action(db: Database) -> None:
+        with db.transaction() as session:
+            key, text = operator_keys.create_operator_key(session, args.operator, args.label, _now_ms())
+        sys.stdout.write(f"{text}\n")
+        sys.stderr.write(f"operator key {key.key_id} for operator {key.operator_id}: copy it now, it "
+                         "is not shown again; open /world#/operator on the coordinator's HTTP port\n")
+    return _run(args, action)
+
+
+def _revoke_operator_key(args: argparse.Namespace) -> int:
+    from coordinator.world import operator_keys
+
+    def action(db: Database) -> None:
+        with db.transaction() as session:
+            key = operator_keys.revoke_operator_key(session, args.key_id, _now_ms())
+        sys.stdout.write(f"operator key {key.key_id} of operator {key.operator_id} is revoked\n")
+    return _run(args, action)
+
+
+def _list_operator_keys(args: argparse.Namespace) -> int:
+    from coordinator.world import operator_keys
+
+    def action(db: Database) -> None:
+        with db.transaction() as session:
+            for key in operator_keys.operator_keys_of(session, args.operator):
+                state = "revoked" if key.revoked_at_ms is not None else "live"
+                sys.stdout.write(f"{key.key_id}  {key.operator_id:<20} {state:<8} {key.label}\n")
     return _run(args, action)

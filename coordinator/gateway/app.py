@@ -33,6 +33,7 @@ from coordinator.gateway.schemas import (
     ModelList, ModelOut, ReceiptOut,
 )
 from coordinator.service import CoordinatorService
+from coordinator.world import mount_world
 
 API_VERSION = "1.0.0"
 IDEMPOTENCY_KEY_CHARS_MAX = 128
@@ -124,4 +125,5 @@ def create_app(bridge: Bridge) -> FastAPI:
         body = views.job_json(view, cost, None, view.streamed_tokens)
         return JSONResponse(body, headers={JOB_ID_HEADER: job_id})
 
+    mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app

@@ -1,0 +1,152 @@
+"""An operator's money, pure: what each job paid and why not, each epoch's earnings, payout proofs.
+
+Inputs are the ledger's own records (ledger.model.Transfer, epoch and payout
+records), so what MLX World shows is what the ledger holds, transfer by transfer:
+the numbers an operator sees are the ones they can recompute from the journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ledger.book import JobStep, job_transfer_id
+from ledger.merkle import PayoutLeaf, leaf_hash
+from ledger.model import Transfer, TransferKind, TransferState
+from ledger.units import format_mlx
+
+# The leaf and pair rules of ledger/merkle.py, named so the browser can check any proof.
+LEAF_ENCODING = "keccak256(keccak256(abi.encode(uint256 epoch, address account, uint256 amount)))"
+PAIR_RULE = "keccak256(min(a, b) ++ max(a, b))"
+
+
+class PayState(StrEnum):
+    PAID = "paid"  # the operator's credit is posted: spendable, and swept at the next epoch
+    HELD = "held"  # credited but held pending until the job's check passes or its window closes
+    REJECTED = "rejected"  # the held credit was voided: the check failed
+    EXPIRED = "expired"  # the held credit expired unresolved
+    UNPAID = "unpaid"  # no credit was ever made for the job
+
+
+@dataclass(frozen=True)
+class JobPay:
+    state: PayState
+    amount: int  # base units credited (posted, held, or voided)
+    reason: str  # why it was not paid, or how it was paid
+
+
+def job_pay(job_id: str, job_status: str, job_error: str | None, receipt_verified: bool,
+            transfers: Sequence[Transfer], operator_account: str) -> JobPay:
+    """The operator's pay for one job, from the job's transfers in chain order."""
+    credit_id = job_transfer_id(job_id, JobStep.CREDIT)
+    credit = next((t for t in transfers if t.id == credit_id and t.credit_account == operator_account),
+                  None)
+    if credit is None:
+        return JobPay(PayState.UNPAID, 0, _unpaid_reason(job_status, job_error, receipt_verified))
+    if credit.state is TransferState.POSTED:
+        return JobPay(PayState.PAID, credit.amount, "credited when the receipt verified")
+    resolution = next((t for t in transfers if t.pending_id == credit.id), None)
+    if resolution is None:
+        return JobPay(PayState.HELD, credit.amount,
+                      "held until the job's proof check passes or its check window closes")
+    if resolution.state is TransferState.POSTED:
+        return JobPay(PayState.PAID, resolution.amount, "released after the check window")
+    if resolution.state is TransferState.VOIDED:
+        detail = f": {job_error}" if job_error else ""
+        return JobPay(PayState.REJECTED, credit.amount,
+                      f"not paid: the job failed its proof check{detail}; the consumer was refunded")
+    return JobPay(PayState.EXPIRED, credit.amount, "not paid: the held credit expired unresolved")
+
+
+def _unpaid_reason(job_status: str, job_error: str | None, receipt_verified: bool) -> str:
+    if job_status == "failed":
+        return f"not paid: the job failed ({job_error or 'no reason recorded'})"
+    if job_status != "completed":
+        return f"not paid yet: the job is {job_status}"
+    if not receipt_verified:
+        return "not paid: the node's receipt did not verify"
+    return "not paid: the job was priced at zero"
+
+
+@dataclass(frozen=True)
+class EpochEarnings:
+    jobs: int = 0  # job credits posted to the operator in the window
+    seat_reward: int = 0  # Ultra-seat availability reward (from the bonus pool)
+    seat_bonus: int = 0  # Ultra-seat bonus on job credits (from the bonus pool)
+    held: int = 0  # job credits held pending at the window's end
+    rejected: int = 0  # held credits voided or expired
+    paid_out: int = 0  # swept to the on-chain payout at the epoch's close
+    other_debits: int = 0  # corrections and withdrawals
+
+    @property
+    def earned(self) -> int:
+        return self.jobs + self.seat_reward + self.seat_bonus
+
+
+def epoch_earnings(transfers: Iterable[Transfer], operator_account: str) -> EpochEarnings:
+    """Sum one window's transfers touching the operator's account, by what they were for."""
+    totals = dict.fromkeys(("jobs", "seat_reward", "seat_bonus", "held", "rejected", "paid_out",
+                            "other_debits"), 0)
+    for transfer in transfers:
+        if transfer.credit_account == operator_account:
+            totals[_credit_bucket(transfer)] += transfer.amount
+        elif transfer.debit_account == operator_account and transfer.state is TransferState.POSTED:
+            paid_out = transfer.kind is TransferKind.EPOCH_PAYOUT
+            totals["paid_out" if paid_out else "other_debits"] += transfer.amount
+    return EpochEarnings(**totals)
+
+
+def _credit_bucket(transfer: Transfer) -> str:
+    if transfer.state is TransferState.PENDING:
+        return "held"
+    if transfer.state in (TransferState.VOIDED, TransferState.EXPIRED):
+        return "rejected"
+    if transfer.kind is TransferKind.SEAT_REWARD:
+        return "seat_reward"
+    if transfer.kind is TransferKind.SEAT_JOB_BONUS:
+        return "seat_bonus"
+    return "jobs"
+
+
+def money(amount: int) -> dict[str, str]:
+    """An amount for JSON: exact base units as text (JavaScript numbers stop at 2**53) and MLX."""
+    return {"base_units": str(amount), "mlx": format_mlx(amount)}
+
+
+def earnings_json(earnings: EpochEarnings) -> dict[str, object]:
+    return {name: money(getattr(earnings, name))
+            for name in ("jobs", "seat_reward", "seat_bonus", "earned", "held", "rejected",
+                         "paid_out", "other_debits")}
+
+
+@dataclass(frozen=True)
+class ChainRoot:
+    """The root a proof is checked against, and where it was read."""
+
+    root: str  # 0x-hex
+    source: str  # "chain": read from the distributor now; "anchor": recorded when published; "ledger"
+    chain_id: int | None = None
+    distributor: str | None = None
+    tx_hash: str | None = None
+    block_number: int | None = None
+
+
+def proof_json(leaf: PayoutLeaf, proof: Sequence[bytes], root: ChainRoot) -> dict[str, object]:
+    """Everything a browser needs to recompute the leaf and fold the proof up to the root."""
+    return {
+        "epoch": leaf.epoch,
+        "address": leaf.address,
+        "amount": money(leaf.amount),
+        "hash": "keccak256",
+        "leaf_encoding": LEAF_ENCODING,
+        "pair_rule": PAIR_RULE,
+        "leaf": "0x" + leaf_hash(leaf).hex(),
+        "proof": ["0x" + sibling.hex() for sibling in proof],
+        "root": root.root,
+        "root_source": root.source,
+        "chain_id": root.chain_id,
+        "distributor": root.distributor,
+        "tx_hash": root.tx_hash,
+        "block_number": root.block_number,
+    }

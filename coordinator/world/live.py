@@ -1,0 +1,180 @@
+"""Live updates for every open MLX World page, from one reader thread.
+
+One thread reads the fleet's fingerprint and the totals (one short transaction
+per tick) however many browsers watch, and hands each subscriber the events:
+`fleet` when a Mac joined, left or changed state (pages refetch what they show),
+`totals` when the network's figures moved, `epoch` when an epoch closed (operator
+pages refetch their earnings and proofs). Subscribers are asyncio queues fed
+with call_soon_threadsafe; one that falls behind is dropped (its browser
+reconnects by itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.world.totals import Totals, TotalsHistory
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBERS_MAX = 2_000
+QUEUE_EVENTS_MAX = 64
+TICK_S_WATCHED = 1.0  # someone is watching: notice a new Mac within a second
+KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+STREAM_S_MAX = 600.0  # then the stream ends and EventSource reconnects: no connection lives forever
+STREAM_RETRY_MS = 2_000
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    data: dict[str, object]
+
+    def encode(self) -> str:
+        return f"event: {self.name}\ndata: {json.dumps(self.data, separators=(',', ':'))}\n\n"
+
+
+@dataclass(eq=False)
+class Subscriber:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_EVENTS_MAX))
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    fingerprint: tuple[int, ...]  # changes when the fleet does (queries.fleet_version)
+    totals: Totals
+    last_epoch: int | None  # the newest closed epoch
+
+
+class TooManySubscribers(Exception):
+    """Every live-update slot is taken; the page retries later."""
+
+
+class WorldFeed:
+    """Reads `snapshot()` each tick and fans the changes out."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot], history: TotalsHistory,
+                 tick_s: float = TICK_S_WATCHED) -> None:
+        assert tick_s > 0
+        self._snapshot = snapshot
+        self.history = history
+        self._tick_s = tick_s
+        self._idle_tick_s = history.interval_ms / 1000
+        self._lock = threading.Lock()
+        self._subscribers: set[Subscriber] = set()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fingerprint: tuple[int, ...] | None = None
+        self._totals_json: dict[str, object] | None = None
+        self._last_epoch: int | None = None
+        self.version = 0  # counts fleet changes seen by this process
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None and not self._stopping.is_set():
+                self._thread = threading.Thread(target=self._run, name="world-feed", daemon=True)
+                self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End every stream and the reader thread."""
+        self._stopping.set()
+        self._wake.set()
+        with self._lock:
+            subscribers, self._subscribers = list(self._subscribers), set()
+            thread = self._thread
+        for subscriber in subscribers:
+            self._deliver(subscriber, None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    def subscribe(self, loop: asyncio.AbstractEventLoop) -> Subscriber:
+        subscriber = Subscriber(loop)
+        with self._lock:
+            if self._stopping.is_set() or len(self._subscribers) >= SUBSCRIBERS_MAX:
+                raise TooManySubscribers(f"live updates are full ({SUBSCRIBERS_MAX} open); retry shortly")
+            self._subscribers.add(subscriber)
+        self.start()
+        self._wake.set()  # a new watcher gets the fast tick at once
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        with self._lock:
+            self._subscribers.discard(subscriber)
+
+    def current(self) -> list[Event]:
+        """What a new subscriber is sent first: the fleet version, the latest totals and epoch."""
+        events = [Event("fleet", {"version": self.version})]
+        if self._totals_json is not None:
+            events.append(Event("totals", self._totals_json))
+        events.append(Event("epoch", {"last_closed": self._last_epoch}))
+        return events
+
+    def tick(self) -> list[Event]:
+        """Read once; return (and publish) the events this read produced."""
+        snapshot = self._snapshot()
+        self.history.offer(snapshot.totals)
+        events: list[Event] = []
+        if snapshot.fingerprint != self._fingerprint:
+            if self._fingerprint is not None:
+                self.version += 1
+            self._fingerprint = snapshot.fingerprint
+            events.append(Event("fleet", {"version": self.version}))
+        if snapshot.last_epoch != self._last_epoch:
+            self._last_epoch = snapshot.last_epoch
+            events.append(Event("epoch", {"last_closed": snapshot.last_epoch}))
+        totals_json = snapshot.totals.to_json()
+        if _changed(self._totals_json, totals_json):
+            events.append(Event("totals", totals_json))
+        self._totals_json = totals_json
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for event in events:
+            for subscriber in subscribers:
+                self._deliver(subscriber, event)
+        return events
+
+    def _deliver(self, subscriber: Subscriber, event: Event | None) -> None:
+        def put() -> None:
+            try:
+                subscriber.queue.put_nowait(event)
+            except asyncio.QueueFull:
+                subscriber.dropped = True  # a stalled browser: end its stream, it will reconnect
+                self.unsubscribe(subscriber)
+                subscriber.queue.get_nowait()
+                subscriber.queue.put_nowait(None)
+        try:
+            subscriber.loop.call_soon_threadsafe(put)
+        except RuntimeError:  # its event loop has closed
+            self.unsubscribe(subscriber)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.tick()
+            except SQLAlchemyError:  # a database blip must not end live updates for good
+                log.exception("MLX World could not read the fleet; retrying")
+            with self._lock:
+                watched = bool(self._subscribers)
+            self._wake.wait(self._tick_s if watched else self._idle_tick_s)
+            self._wake.clear()
+
+
+def _changed(before: dict[str, object] | None, after: dict[str, object]) -> bool:
+    """Totals changed in anything but their timestamp."""
+    if before is None:
+        return True
+    return {k: v for k, v in before.items() if k != "at_ms"} != {k: v for k, v in after.items() if k != "at_ms"}

@@ -1,0 +1,177 @@
+"""MLX World's use cases over the coordinator's database: one short read transaction each.
+
+The HTTP routes (routes.py) call these and only translate to JSON responses.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from sqlalchemy.orm import Session
+
+from coordinator.errors import InvalidRequest, NotFound
+from coordinator.service import CoordinatorService
+from coordinator.world import fleet, job_lookup, operator_keys, operator_view, queries
+from coordinator.world.earnings import ChainRoot, proof_json
+from coordinator.world.live import Snapshot, WorldFeed
+from coordinator.world.operator_keys import OperatorKey
+from coordinator.world.totals import TotalsHistory
+from ledger import epoch_store
+from ledger.epochs import epoch_tree
+from ledger.errors import LedgerError
+from ledger.merkle import PayoutTree
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TREES_CACHED_MAX = 8  # closed epochs never change, so their trees are kept
+PODS_SHOWN_MAX = 500
+
+
+class EpochRootReader(Protocol):
+    """What MLX World needs of the payout chain (ledger.anchor.PayoutChain has it)."""
+
+    chain_id: int
+    distributor_address: str
+
+    def epoch_root(self, epoch: int) -> bytes | None: ...
+
+
+class World:
+    def __init__(self, service: CoordinatorService, chain: EpochRootReader | None = None,
+                 history: TotalsHistory | None = None) -> None:
+        self.service = service
+        self.chain = chain
+        self.feed = WorldFeed(self.snapshot, history or TotalsHistory())
+        self._trees: collections.OrderedDict[int, PayoutTree] = collections.OrderedDict()
+        self._trees_lock = threading.Lock()
+
+    def live(self) -> queries.Liveness:
+        return queries.Liveness(self.service.clock.now_ms(), self.service.config.node_offline_after_ms)
+
+    def read(self, work: Callable[[Session], T]) -> T:
+        with self.service.db.transaction() as session:
+            return work(session)
+
+    def close(self) -> None:
+        """End live streams and the feed's thread; call before stopping the HTTP server."""
+        self.feed.stop()
+
+    def snapshot(self) -> Snapshot:
+        live = self.live()
+
+        def work(session: Session) -> Snapshot:
+            last = epoch_store.last_epoch(session)
+            return Snapshot(queries.fleet_version(session, live), queries.totals(session, live),
+                            None if last is None else last.number)
+        return self.read(work)
+
+    # --- public ------------------------------------------------------------
+
+    def fleet_page(self, params: dict[str, str]) -> dict[str, object]:
+        query = fleet.parse_fleet_query(params)
+        live = self.live()
+        total, rows = self.read(lambda s: queries.fleet_page(s, query, live))
+        return fleet.page_payload(query, total, rows, self.feed.version)
+
+    def facets(self) -> dict[str, object]:
+        return self.read(queries.facets)
+
+    def pods(self) -> dict[str, object]:
+        live = self.live()
+
+        def work(session: Session) -> dict[str, object]:
+            found = queries.pod_facts(session, PODS_SHOWN_MAX)
+            rows = queries.node_rows(session, [m for _, members, _ in found for m in members], live)
+            return {"pods": [fleet.pod_payload(pod_id, members, links, rows)
+                             for pod_id, members, links in found]}
+        return self.read(work)
+
+    def totals(self) -> dict[str, object]:
+        live = self.live()
+        current = self.read(lambda s: queries.totals(s, live))
+        self.feed.history.offer(current)
+        self.feed.start()  # keeps the charts' history even while no page is open
+        return {"totals": current.to_json(), "history": self.feed.history.to_json()}
+
+    def job(self, job_id: str) -> dict[str, object]:
+        return self.read(lambda s: job_lookup.job_json(s, job_id))
+
+    # --- operators -----------------------------------------------------------
+
+    def authenticate(self, key: str | None) -> OperatorKey:
+        return self.read(lambda s: operator_keys.authenticate_operator(s, key))
+
+    def operator_summary(self, key: OperatorKey) -> dict[str, object]:
+        live = self.live()
+        return self.read(lambda s: operator_view.summary_json(s, key.operator_id, live))
+
+    def operator_jobs(self, key: OperatorKey, params: dict[str, str]) -> dict[str, object]:
+        page = _positive(params, "page", 1, fleet.PAGE_MAX)
+        size = _positive(params, "page_size", 25, operator_view.JOBS_PAGE_SIZE_MAX)
+        return self.read(lambda s: operator_view.jobs_json(s, key.operator_id, page, size))
+
+    def operator_epochs(self, key: OperatorKey, params: dict[str, str]) -> dict[str, object]:
+        before = _positive(params, "before", 0, 2**62) or None
+        now_us = self.service.clock.now_ms() * 1000
+        return self.read(lambda s: operator_view.epochs_json(s, key.operator_id, now_us, before))
+
+    def set_region(self, key: OperatorKey, node_id: str, region: str | None) -> dict[str, object]:
+        now = self.service.clock.now_ms()
+        self.read(lambda s: operator_keys.set_region(s, key.operator_id, node_id, region, now))
+        return {"node_id": node_id, "region": region}
+
+    def operator_proof(self, key: OperatorKey, number: int) -> dict[str, object]:
+        def work(session: Session):  # type: ignore[no-untyped-def]
+            epoch = epoch_store.read_epoch(session, number)
+            if epoch is None:
+                raise NotFound(f"epoch {number} is not closed yet (or does not exist)")
+            leaf = operator_view.payout_leaf(session, key.operator_id, number)
+            if leaf is None:
+                raise NotFound(f"epoch {number} paid nothing to operator {key.operator_id}: "
+                               "no balance or no payout address at its close")
+            return leaf, epoch, self._tree(session, number), operator_view.anchored_roots(session, number)
+        leaf, epoch, tree, anchors = self.read(work)
+        assert tree is not None and "0x" + tree.root.hex() == epoch.root, "payouts rebuild the epoch's root"
+        return proof_json(leaf, tree.proof(leaf), self._chain_root(number, epoch.root, anchors))
+
+    def _tree(self, session: Session, number: int) -> PayoutTree | None:
+        with self._trees_lock:
+            if number in self._trees:
+                self._trees.move_to_end(number)
+                return self._trees[number]
+        tree = epoch_tree(session, number)
+        if tree is not None:
+            with self._trees_lock:
+                self._trees[number] = tree
+                while len(self._trees) > TREES_CACHED_MAX:
+                    self._trees.popitem(last=False)
+        return tree
+
+    def _chain_root(self, number: int, ledger_root: str, anchors: list[ChainRoot]) -> ChainRoot:
+        """The chain's own root when a chain is configured; else the root recorded when anchored."""
+        if self.chain is not None:
+            try:
+                root = self.chain.epoch_root(number)
+            except LedgerError as error:
+                log.warning("could not read epoch %d's root from the chain: %s", number, error)
+            else:
+                if root is not None:
+                    return ChainRoot("0x" + root.hex(), "chain", self.chain.chain_id,
+                                     self.chain.distributor_address)
+        if anchors:
+            return anchors[0]
+        return ChainRoot(ledger_root, "ledger")
+
+
+def _positive(params: dict[str, str], name: str, default: int, high: int) -> int:
+    text = params.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= high:
+        raise InvalidRequest(f"{name} must be a whole number from 1 to {high}", param=name)
+    return int(text)
