@@ -11,7 +11,7 @@ memory and static score) are scored once and tie-broken by the job's seed.
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 from math import log2
 from operator import itemgetter
@@ -76,11 +76,12 @@ class Best:
     def offer_for_top(self, scored: tuple) -> None:
         """The top list is ordered by score, then position, whatever order candidates arrive in."""
         top = self.top
-        if len(top) == self.top_max and (-scored[0], scored[1]) >= (-top[-1][0], top[-1][1]):
-            return
-        top.append(scored)
-        top.sort(key=_top_order)
-        del top[self.top_max:]
+        if len(top) == self.top_max:
+            last = top[-1]
+            if scored[0] < last[0] or (scored[0] == last[0] and scored[1] >= last[1]):
+                return
+            top.pop()
+        insort(top, scored, key=_top_order)
         if len(top) == self.top_max:
             self.floor = top[-1][0]
 
