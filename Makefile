@@ -25,6 +25,7 @@ lint-protos: $(BUF)
 
 test: $(VENV)/.installed lint-protos
 	$(PY) -m protos.generate --check
+	$(PY) -m ledger.contracts.build --check
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 protos: $(VENV)/.installed

@@ -14,7 +14,8 @@ def test_every_coordinator_error_has_a_status() -> None:
         return found
 
     for kind in subclasses(errors.CoordinatorError):
-        assert isinstance(status_for(kind("x")), grpc.StatusCode), kind
+        error = Exception.__new__(kind)  # the status depends on the class alone
+        assert isinstance(status_for(error), grpc.StatusCode), kind
 
 
 def test_codes_are_the_ones_clients_expect() -> None:
