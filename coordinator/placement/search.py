@@ -3,9 +3,11 @@
 Within a group every candidate shares a speed, and keys are sorted by free memory,
 so the best fit comes first and each later candidate's best-fit score only falls.
 A candidate's score is at most  w_fit x fit + w_speed x speed + the group's highest
-static score; once that bound drops below the best found, the rest cannot win.
-Groups are visited best bound first, and runs of identical candidates (same free
-memory and static score) are scored once and tie-broken by the job's seed.
+static score; once that bound drops below the lowest score still worth finding,
+the rest cannot win. Groups are visited best bound first, and runs of identical
+candidates (same free memory and static score) are scored once and tie-broken by
+the job's seed. Scan limits (config) cap the work on pathological groups; with the
+defaults the benchmark's choices match the exhaustive search.
 """
 
 from __future__ import annotations
