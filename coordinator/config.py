@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from coordinator.verification.policy import TrustPolicy
+from coordinator.verification.tolerances import Tolerances
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,12 @@ class CoordinatorConfig:
     # the network pays for anonymous jobs.
     allow_anonymous: bool = False
     busy_retry_after_s: int = 2  # Retry-After when no Mac can take a job now
+    # Proof of completion: which share of a node's jobs is replayed, how long credits stay
+    # held, when a node is quarantined (coordinator.verification.policy), and how far an
+    # honest replay may stray (coordinator.verification.tolerances).
+    trust: TrustPolicy = field(default_factory=TrustPolicy)
+    tolerances: Tolerances = field(default_factory=Tolerances)
+    credits_released_per_pass_max: int = 500
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max

@@ -1,8 +1,10 @@
 """What nodes report about their jobs: streamed tokens, receipts and failures.
 
 Nothing is credited until the receipt verifies against the job as recorded:
-the signer, the model and its weights, the prompt, the sampling and the very
-tokens the node streamed.
+the signer, the model and its weights, the prompt, the sampling, the very tokens
+the node streamed and the shape of its proof. Even then the operator's credit is
+only held: it is posted when a replay check passes or the check window closes,
+and voided (the consumer refunded) when a check fails (coordinator.verification).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId
-from coordinator import records
+from coordinator import billing, records
 from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
 from coordinator.receipt_check import ExpectedJob, check_receipt
 from coordinator.records import ACTIVE_STATUSES, JobRecord, JobStatus, NodeRecord, TokenChunk
+from coordinator.verification import outcomes
+from coordinator.verification.outcomes import CheckContext
+from coordinator.verification.store import CheckStatus
 from ledger import jobs as ledger_jobs
-from ledger.policy import price_job
 
 TOKENS_PER_CHUNK_MAX = 4_096
 
@@ -69,12 +73,14 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
 @dataclass(frozen=True)
 class AcceptedResult:
     job_id: JobId
-    credited_base_units: int
+    credited_base_units: int  # held for the operator until the check passes or its window closes
+    check_status: CheckStatus = CheckStatus.UNCHECKED
 
 
 def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
-                   signature: bytes, now_ms: int) -> AcceptedResult:
-    """Verify the receipt, complete the job and credit the operator, all in the caller's transaction."""
+                   signature: bytes, now_ms: int, context: CheckContext) -> AcceptedResult:
+    """Verify the receipt, complete the job, hold the operator's credit and open its check,
+    all in the caller's transaction."""
     job = _own_active_job(session, node, job_id)
     spec = node.model(job.model_id)
     if spec is None:
@@ -90,12 +96,14 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
     if verdict.problems:
         raise InvalidRequest(f"receipt for job {job_id} rejected: " + "; ".join(verdict.problems))
     assert verdict.receipt is not None
-    price = price_job(spec.parameter_count, verdict.receipt.prompt_tokens,
-                      verdict.receipt.completion_tokens)
-    payment = ledger_jobs.credit_operator_for_job(session, job.job_id, node.operator_id, price)
+    price = billing.chargeable_price(job, spec, verdict.receipt.prompt_tokens,
+                                     verdict.receipt.completion_tokens)
+    payment = ledger_jobs.complete_job(session, job.job_id, billing.paying_consumer(job),
+                                       node.operator_id, price,
+                                       hold_s=context.policy.check_window_s)
     # The job moved out of its active state in this same transaction, so a
-    # second credit for it cannot be attempted; anything but ok is a ledger fault.
-    assert payment.ok, f"ledger refused the credit for {job_id}: {payment.failure}"
+    # second completion for it cannot be attempted; anything but ok is a ledger fault.
+    assert payment.ok, f"ledger refused to complete {job_id}: {payment.failure}"
     moved = records.transition_job(
         session, job_id, ACTIVE_STATUSES, status=JobStatus.COMPLETED,
         prompt_tokens=verdict.receipt.prompt_tokens,
@@ -104,7 +112,12 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
         credited_base_units=price.operator_credit, finished_at_ms=now_ms)
     assert moved, "the job was checked active under this transaction"
     records.release_assignments(session, job_id)
-    return AcceptedResult(job.job_id, price.operator_credit)
+    completed = records.job_by_id(session, job_id)
+    assert completed is not None
+    billing.close_job(session, completed, now_ms)
+    check = outcomes.open_check(session, completed, node, spec.weights_digest,
+                                price.operator_credit, context, now_ms)
+    return AcceptedResult(job.job_id, price.operator_credit, check.status)
 
 
 def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.receipts import Receipt, ReceiptFormatError, decode_receipt, output_digest, prompt_digest
+from contracts.commitments import CommitmentFormatError, decode_commitment, generated_chunk_count
+from contracts.receipts import (
+    FinishReason, Receipt, ReceiptFormatError, decode_receipt, output_digest, prompt_digest,
+)
 from contracts.signing import signature_is_valid
 
 
@@ -57,7 +60,30 @@ def _field_problems(receipt: Receipt, expected: ExpectedJob) -> list[str]:
         (receipt.prompt_tokens > 0, "prompt token count must be positive"),
         (receipt.finished_at_ms >= receipt.started_at_ms, "finished before it started"),
     ]
-    return [message for ok, message in checks if not ok]
+    return [message for ok, message in checks if not ok] + _proof_problems(receipt)
+
+
+def _proof_problems(receipt: Receipt) -> list[str]:
+    """A version-2 receipt must carry a well-formed proof that fits its own claims."""
+    if receipt.version < 2:
+        return ["receipt version 1 carries no activation commitment; update the node agent"]
+    problems = []
+    try:
+        commitment = decode_commitment(receipt.activation_commitment)
+    except CommitmentFormatError as error:
+        problems.append(f"activation commitment is malformed: {error}")
+    else:
+        expected = generated_chunk_count(receipt.completion_tokens)
+        if len(commitment.generated) != expected:
+            problems.append(f"activation commitment covers {len(commitment.generated)} chunks of "
+                            f"generated tokens; {receipt.completion_tokens} tokens need {expected}")
+    if receipt.finish_reason is FinishReason.LENGTH and receipt.completion_tokens != receipt.max_tokens:
+        problems.append(f"claims it stopped at max_tokens ({receipt.max_tokens}) after "
+                        f"{receipt.completion_tokens} tokens")
+    if receipt.completion_tokens and not (
+            receipt.started_at_ms <= receipt.first_token_at_ms <= receipt.finished_at_ms):
+        problems.append("first token time is outside the job's start and finish")
+    return problems
 
 
 def check_receipt(body: bytes, signature: bytes, public_key: bytes,

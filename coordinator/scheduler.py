@@ -26,6 +26,8 @@ from coordinator.placement.candidates import (
 from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.placement.planner import place
 from coordinator.records import JobRecord, JobStatus, NodeRecord
+from coordinator.verification import store as check_store
+from coordinator.verification.policy import TrustRecord, reputation
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,8 @@ class SchedulingPass:
 
 
 def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]],
-                   now_ms: int, config: CoordinatorConfig) -> tuple[MacCandidate, ...]:
+                   now_ms: int, config: CoordinatorConfig,
+                   reputations: dict[str, float] | None = None) -> tuple[MacCandidate, ...]:
     candidates = []
     for node in nodes:
         memory, running = committed.get(node.node_id, (0, 0))
@@ -56,6 +59,7 @@ def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]
             owner_active=lending.owner_active or not lending.accepting_jobs,
             memory_cap_bytes=lending.memory_cap_bytes,
             measured_bandwidth_gb_s=node.measured_bandwidth_gb_s,
+            reputation=(reputations or {}).get(node.node_id, 1.0),
         ))
     return tuple(candidates)
 
@@ -69,10 +73,21 @@ def pod_candidates(pods: list[PodDeclaration], node_ids: set[str]) -> tuple[PodC
 
 
 def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[FleetSnapshot, list[NodeRecord]]:
+    """The fleet placement may use: quarantined nodes (failed checks) are left out entirely."""
     nodes = records.all_nodes(session)
-    macs = mac_candidates(nodes, records.committed_by_node(session), now_ms, config)
-    pods = pod_candidates(node_records.all_pods(session), {node.node_id for node in nodes})
+    trust = check_store.all_node_trust(session)
+    usable = [n for n in nodes if n.node_id not in trust or trust[n.node_id].quarantined_at_ms is None]
+    reputations = {n.node_id: reputation(trust[n.node_id].record if n.node_id in trust
+                                         else TrustRecord(), config.trust) for n in usable}
+    macs = mac_candidates(usable, records.committed_by_node(session), now_ms, config, reputations)
+    pods = pod_candidates(node_records.all_pods(session), {node.node_id for node in usable})
     return FleetSnapshot(macs=macs, pods=pods), nodes
+
+
+def _without(fleet: FleetSnapshot, excluded: frozenset[str]) -> FleetSnapshot:
+    """The fleet minus nodes that failed this job's check (it is their job's re-run)."""
+    return replace(fleet, macs=tuple(m for m in fleet.macs if m.node_id not in excluded),
+                   pods=tuple(p for p in fleet.pods if not excluded & set(p.members)))
 
 
 def job_request(job: JobRecord, catalog: dict) -> JobRequest | None:
@@ -123,9 +138,12 @@ def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig) ->
     catalog = model_catalog(nodes)
     placed: list[tuple[JobId, tuple[NodeId, ...]]] = []
     failed: list[JobId] = []
-    for job in records.queued_jobs(session, config.queued_jobs_scan_max):
+    queued = records.queued_jobs(session, config.queued_jobs_scan_max)
+    excluded = check_store.excluded_nodes(session, [job.job_id for job in queued])
+    for job in queued:
         request = job_request(job, catalog)
-        decision = place(request, fleet) if request is not None else None
+        job_fleet = _without(fleet, excluded[job.job_id]) if job.job_id in excluded else fleet
+        decision = place(request, job_fleet) if request is not None else None
         if decision is None or (isinstance(decision, Unplaceable) and decision.permanent):
             reason = decision.reason if decision is not None else f"no node serves {job.model_id}"
             if records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),

@@ -19,7 +19,8 @@ from coordinator.epochs import EpochSettings, close_epochs_forever
 from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.job_servicer import JobServicer
 from coordinator.node_servicer import NodeServicer
-from coordinator.service import CoordinatorService
+from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
+from coordinator.verification.replay_check import Replayer
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -52,14 +53,29 @@ def _reap_forever(service: CoordinatorService, stopping: threading.Event) -> Non
     while not stopping.wait(interval_s):
         service.reap_offline_nodes()
         service.close_ended_billing()
+        service.release_due_credits()
+
+
+def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> None:
+    """The verifier worker's thread: wakes when a check is opened (or to poll another coordinator's)."""
+    while not stopping.is_set():
+        seen = service.notifier.version(VERIFICATION_TOPIC)
+        service.run_verifications()
+        service.notifier.wait(VERIFICATION_TOPIC, seen, service.config.stream_poll_interval_s)
 
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
-          migrate: bool = True, http_port: int | None = None) -> RunningCoordinator:
-    """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port)."""
+          migrate: bool = True, http_port: int | None = None,
+          replayer: Replayer | None = None) -> RunningCoordinator:
+    """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port).
+
+    With a replayer, a verifier worker replays sampled jobs of the models it holds.
+    """
     if migrate:
         upgrade_schema(config.database_url)
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
+    if replayer is not None:
+        service.attach_verifier(replayer)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX))
     job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(service), server)
     node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)
@@ -77,6 +93,9 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     stopping = threading.Event()
     threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
                      name="reaper").start()
+    if service.verifier is not None:
+        threading.Thread(target=_verify_forever, args=(service, stopping), daemon=True,
+                         name="verifier").start()
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
     threading.Thread(target=close_epochs_forever, args=(service.db, stopping, epoch_settings),
                      daemon=True, name="epochs").start()

@@ -7,6 +7,7 @@ knows about gRPC.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -26,8 +27,14 @@ from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
 from coordinator.notifier import Notifier, job_topic, node_topic
 from coordinator.records import JobRecord, JobStatus, NodeRecord, TokenChunk
+from coordinator.verification import outcomes as check_outcomes
+from coordinator.verification import store as check_store
+from coordinator.verification.replay_check import Replayer
+from coordinator.verification.worker import VerifierWorker
 
 log = logging.getLogger(__name__)
+
+VERIFICATION_TOPIC = "verification"  # a check is waiting for the verifier worker
 
 
 @dataclass(frozen=True)
@@ -42,9 +49,12 @@ class JobView:
 
 class CoordinatorService:
     def __init__(self, db: Database, clock: Clock, config: CoordinatorConfig,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, draws: random.Random | None = None) -> None:
         self.db, self.clock, self.config = db, clock, config
         self.notifier = notifier or Notifier()
+        self.verifier: VerifierWorker | None = None
+        # Which jobs get checked: from the OS's randomness, so no node can predict it.
+        self._draws = draws or random.SystemRandom()
 
     # --- consumers ---------------------------------------------------------
 
@@ -238,14 +248,54 @@ class CoordinatorService:
 
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
                        signature: bytes) -> job_results.AcceptedResult:
+        context = check_outcomes.CheckContext(
+            self.config.trust, self._draws.random(),
+            self.verifier.replayer.held_models() if self.verifier is not None else frozenset())
         with self.db.transaction() as session:
             result = job_results.accept_receipt(session, node, job_id, body, signature,
-                                                self.clock.now_ms())
-        log.info("job %s completed on %s; credited %d base units", job_id, node.node_id,
-                 result.credited_base_units)
-        self.notifier.notify(job_topic(job_id))
+                                                self.clock.now_ms(), context)
+        log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
+                 job_id, node.node_id, result.credited_base_units, result.check_status.value)
+        self.notifier.notify(job_topic(job_id), VERIFICATION_TOPIC)
         self.run_scheduler()
         return result
+
+    # --- proof of completion -----------------------------------------------
+
+    def attach_verifier(self, replayer: Replayer, name: str = "coordinator-verifier") -> None:
+        """Replay sampled jobs with this replayer (see run_verifications)."""
+        self.verifier = VerifierWorker(self.db, self.clock, replayer, self.config.trust,
+                                       self.config.tolerances, name)
+
+    def run_verifications(self) -> list[check_outcomes.VerdictOutcome]:
+        """Replay the waiting checks; post, or void and re-run, each job's held credit."""
+        if self.verifier is None:
+            return []
+        decided = self.verifier.run_once()
+        self.notifier.notify(*(job_topic(d.job_id) for d in decided))
+        if any(d.rerun_job_id for d in decided):
+            self.run_scheduler()
+        return decided
+
+    def release_due_credits(self) -> list[str]:
+        """Post the held credits of unchecked jobs whose check window has closed."""
+        with self.db.transaction() as session:
+            released = check_outcomes.release_due_credits(
+                session, self.clock.now_ms(), self.config.credits_released_per_pass_max)
+        self.notifier.notify(*(job_topic(j) for j in released))
+        return released
+
+    def job_check(self, job_id: str) -> check_store.CheckRecord | None:
+        """Whether a job was checked, how, and what happened to its credit, with the evidence."""
+        with self.db.transaction() as session:
+            return check_store.check_by_job(session, job_id)
+
+    def node_checks(self, node_id: str, limit: int = 100) -> tuple[check_store.NodeTrust,
+                                                                   list[check_store.CheckRecord]]:
+        """A node's trust record and its latest checks, newest first."""
+        with self.db.transaction() as session:
+            return (check_store.node_trust_of(session, node_id),
+                    check_store.checks_for_node(session, node_id, min(limit, 1000)))
 
     def accept_failure(self, node: NodeRecord, job_id: str, reason: str,
                        error_code: str | None = None) -> None:

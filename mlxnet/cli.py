@@ -40,6 +40,22 @@ def _add_database_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
 
 
+def _verifier_replayer(models: list[str]):  # type: ignore[no-untyped-def]
+    """The verifier worker's MLX engine for `--verify-model [ID=]PATH` (None without any)."""
+    if not models:
+        return None
+    from node_agent.inference.engine import Engine, LocalReplayer
+    from node_agent.model_files import describe_model
+
+    held = {}
+    for value in models:
+        model_id, _, path = value.rpartition("=")
+        directory = Path(path).expanduser().resolve()
+        spec = describe_model(model_id or str(directory), directory)
+        held[spec.model_id] = (str(directory), spec.weights_digest)
+    return LocalReplayer(Engine(), held)
+
+
 def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
@@ -48,7 +64,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
                                allow_anonymous=args.allow_anonymous)
-    running = start(config, args.host, args.port, http_port=args.http_port)
+    running = start(config, args.host, args.port, http_port=args.http_port,
+                    replayer=_verifier_replayer(args.verify_model))
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
     sys.stdout.write(f"coordinator listening on {args.host}:{running.port}\n")
@@ -111,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="the OpenAI-compatible HTTP API's port; 0 picks a free port")
     coordinator.add_argument("--allow-anonymous", action="store_true",
                              help="accept consumers without an API key (the network pays)")
+    coordinator.add_argument("--verify-model", action="append", default=[], metavar="[ID=]PATH",
+                             help="replay sampled jobs of this model with a verifier worker "
+                                  "(repeatable); without it, jobs go unchecked and their "
+                                  "credits are posted when the check window closes")
     _add_database_flags(coordinator)
     coordinator.set_defaults(handler=_coordinator)
 

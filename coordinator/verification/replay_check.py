@@ -25,6 +25,9 @@ class ReplayOutput(Protocol):
 
 
 class Replayer(Protocol):
+    def held_models(self) -> frozenset[tuple[str, str]]:
+        """(model id, weights digest) of every model this replayer can replay."""
+
     def weights_digest(self, model_id: str) -> str | None:
         """The digest of the weights this replayer holds for the model, None if it has none."""
 

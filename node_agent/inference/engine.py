@@ -176,6 +176,9 @@ class LocalReplayer:
         self._engine = engine
         self._models = dict(models)  # model id -> (directory, weights digest)
 
+    def held_models(self) -> frozenset[tuple[str, str]]:
+        return frozenset((model_id, digest) for model_id, (_, digest) in self._models.items())
+
     def weights_digest(self, model_id: str) -> str | None:
         held = self._models.get(model_id)
         return None if held is None else held[1]

@@ -16,8 +16,9 @@ import pytest
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import JobId, OperatorId
 from contracts.models import ModelSpec
-from contracts.receipts import Receipt, encode_receipt, output_digest, prompt_digest
+from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.config import CoordinatorConfig
+from coordinator.verification.policy import TrustPolicy
 from coordinator.server import RunningCoordinator, start
 from ledger.book import balance
 from ledger.jobs import operator_account_id
@@ -25,6 +26,7 @@ from mlxnet.consumer import JobClient
 from node_agent.coordinator_client import CallRejected, CoordinatorClient
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2
+from tests.proof_helpers import well_formed_commitment
 
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
@@ -37,8 +39,10 @@ TOKENS = (11, 12, 13)
 
 @pytest.fixture
 def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
+    # No verifier runs here and the check window closes at once, so held credits post
+    # as soon as release_due_credits runs.
     running = start(CoordinatorConfig(database_url=database_url, stream_poll_interval_s=0.2,
-                                      allow_anonymous=True))
+                                      allow_anonymous=True, trust=TrustPolicy(check_window_s=0)))
     try:
         yield running
     finally:
@@ -57,7 +61,9 @@ def _receipt(identity: Identity, job_id: str, prompt: str, tokens: tuple[int, ..
                    weights_digest=MODEL.weights_digest, prompt_digest=prompt_digest(prompt),
                    temperature=0.0, top_p=1.0, seed=0, max_tokens=8,
                    output_digest=output_digest(tokens), prompt_tokens=3,
-                   completion_tokens=len(tokens), started_at_ms=1, finished_at_ms=2)
+                   completion_tokens=len(tokens), started_at_ms=1, finished_at_ms=2,
+                   finish_reason=FinishReason.END_TOKEN, first_token_at_ms=1,
+                   activation_commitment=well_formed_commitment(len(tokens)))
 
 
 def _credited(coordinator: RunningCoordinator, operator: str) -> int:
@@ -93,7 +99,10 @@ def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
     assert _credited(coordinator, "alice") == 0 and _credited(coordinator, "mallory") == 0
 
     credited = alice_client.report_receipt(job.job_id, honest, alice.sign(honest))
-    assert credited > 0 and _credited(coordinator, "alice") == credited
+    check = coordinator.service.job_check(job.job_id)
+    assert check is not None and check.operator_credit == credited > 0
+    coordinator.service.release_due_credits()  # held until the (here zero) check window closes
+    assert _credited(coordinator, "alice") == credited
     with pytest.raises(CallRejected) as duplicate:
         alice_client.report_receipt(job.job_id, honest, alice.sign(honest))
     assert duplicate.value.code == "ALREADY_EXISTS"

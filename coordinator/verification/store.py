@@ -1,0 +1,202 @@
+"""Check records and node trust: the SQL edge of verification (tables from 0007_verification).
+
+Like coordinator.records, everything takes the caller's session and never commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sqlalchemy import (
+    BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, insert,
+    select, update,
+)
+from sqlalchemy.orm import Session
+
+from coordinator.verification.policy import TrustRecord
+
+metadata = MetaData()
+
+job_checks = Table(
+    "job_checks", metadata,
+    Column("job_id", String(64), primary_key=True),  # references jobs.job_id
+    Column("node_id", String(64), nullable=False),
+    Column("operator_id", String(128), nullable=False),
+    Column("status", String(16), nullable=False),  # waiting/passed/failed/unchecked
+    Column("check_rate", Float, nullable=False),
+    Column("sampled", Boolean, nullable=False),
+    Column("operator_credit", BigInteger, nullable=False),  # base units held for the operator
+    Column("credit_state", String(16), nullable=False),  # pending/posted/voided (the held transfer)
+    Column("hold_until_ms", BigInteger, nullable=False),  # the check window closes
+    Column("reason", Text, nullable=True),  # one line: why unchecked, or why it failed
+    Column("evidence_json", Text, nullable=True),  # the verdict in full
+    Column("verifier", String(128), nullable=True),
+    Column("verifier_attempts", Integer, nullable=False),
+    Column("completed_at_ms", BigInteger, nullable=False),
+    Column("checked_at_ms", BigInteger, nullable=True),
+    Column("credit_resolved_at_ms", BigInteger, nullable=True),
+    Column("rerun_job_id", String(64), nullable=True),
+)
+Index("ix_job_checks_status", job_checks.c.status, job_checks.c.completed_at_ms)
+Index("ix_job_checks_credit", job_checks.c.credit_state, job_checks.c.hold_until_ms)
+Index("ix_job_checks_node", job_checks.c.node_id, job_checks.c.completed_at_ms)
+Index("ix_job_checks_rerun", job_checks.c.rerun_job_id)
+
+node_trust = Table(
+    "node_trust", metadata,
+    Column("node_id", String(64), primary_key=True),  # references nodes.node_id
+    Column("checks_passed", Integer, nullable=False),
+    Column("checks_failed", Integer, nullable=False),
+    Column("passed_since_failure", Integer, nullable=True),  # null: never failed
+    Column("quarantined_at_ms", BigInteger, nullable=True),
+    Column("quarantine_reason", Text, nullable=True),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
+
+
+class CheckStatus(StrEnum):
+    WAITING = "waiting"  # sampled: the verifier will replay it
+    PASSED = "passed"
+    FAILED = "failed"
+    UNCHECKED = "unchecked"  # not sampled, or nothing can replay it: paid when the window closes
+
+
+class CreditState(StrEnum):
+    PENDING = "pending"
+    POSTED = "posted"
+    VOIDED = "voided"
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    job_id: str
+    node_id: str
+    operator_id: str
+    status: CheckStatus
+    check_rate: float
+    sampled: bool
+    operator_credit: int
+    credit_state: CreditState
+    hold_until_ms: int
+    completed_at_ms: int
+    reason: str | None = None
+    evidence_json: str | None = None
+    verifier: str | None = None
+    verifier_attempts: int = 0
+    checked_at_ms: int | None = None
+    credit_resolved_at_ms: int | None = None
+    rerun_job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeTrust:
+    node_id: str
+    record: TrustRecord
+    quarantined_at_ms: int | None = None
+    quarantine_reason: str | None = None
+
+
+_FIELDS = tuple(c.name for c in job_checks.columns)
+
+
+def _check_from_row(row) -> CheckRecord:  # type: ignore[no-untyped-def]
+    values = {name: getattr(row, name) for name in _FIELDS}
+    values["status"] = CheckStatus(values["status"])
+    values["credit_state"] = CreditState(values["credit_state"])
+    return CheckRecord(**values)
+
+
+def insert_check(session: Session, check: CheckRecord) -> None:
+    values = {name: getattr(check, name) for name in _FIELDS}
+    values["status"], values["credit_state"] = check.status.value, check.credit_state.value
+    session.execute(insert(job_checks).values(**values))
+
+
+def check_by_job(session: Session, job_id: str) -> CheckRecord | None:
+    row = session.execute(select(job_checks).where(job_checks.c.job_id == job_id)).first()
+    return None if row is None else _check_from_row(row)
+
+
+def waiting_checks(session: Session, limit: int) -> list[CheckRecord]:
+    rows = session.execute(select(job_checks).where(job_checks.c.status == CheckStatus.WAITING.value)
+                           .order_by(job_checks.c.completed_at_ms, job_checks.c.job_id).limit(limit))
+    return [_check_from_row(r) for r in rows]
+
+
+def due_credits(session: Session, now_ms: int, limit: int) -> list[CheckRecord]:
+    """Unchecked jobs whose window has closed while their credit is still held."""
+    rows = session.execute(select(job_checks).where(
+        job_checks.c.credit_state == CreditState.PENDING.value,
+        job_checks.c.status == CheckStatus.UNCHECKED.value,
+        job_checks.c.hold_until_ms <= now_ms).order_by(job_checks.c.hold_until_ms).limit(limit))
+    return [_check_from_row(r) for r in rows]
+
+
+def checks_for_node(session: Session, node_id: str, limit: int) -> list[CheckRecord]:
+    rows = session.execute(select(job_checks).where(job_checks.c.node_id == node_id)
+                           .order_by(job_checks.c.completed_at_ms.desc()).limit(limit))
+    return [_check_from_row(r) for r in rows]
+
+
+def update_check(session: Session, job_id: str, from_statuses: frozenset[CheckStatus],
+                 **values: object) -> bool:
+    """Compare-and-set on status: True only for the one caller that moved the check."""
+    for name in ("status", "credit_state"):
+        if name in values:
+            values[name] = str(values[name])
+    result = session.execute(update(job_checks).where(
+        job_checks.c.job_id == job_id,
+        job_checks.c.status.in_([s.value for s in from_statuses])).values(**values))
+    return result.rowcount == 1
+
+
+def audit_unchecked(session: Session, node_id: str) -> list[str]:
+    """Turn a node's unchecked, still-held jobs into waiting checks (after it failed one)."""
+    job_ids = session.execute(select(job_checks.c.job_id).where(
+        job_checks.c.node_id == node_id, job_checks.c.status == CheckStatus.UNCHECKED.value,
+        job_checks.c.credit_state == CreditState.PENDING.value)).scalars().all()
+    for job_id in job_ids:
+        update_check(session, job_id, frozenset({CheckStatus.UNCHECKED}), status=CheckStatus.WAITING,
+                     sampled=True, reason="audited: the node failed another check")
+    return list(job_ids)
+
+
+def excluded_nodes(session: Session, job_ids: list[str]) -> dict[str, frozenset[str]]:
+    """job id -> nodes that must not run it, for the jobs that re-run a job those nodes failed."""
+    excluded: dict[str, set[str]] = {}
+    for start in range(0, len(job_ids), 500):
+        rows = session.execute(select(job_checks.c.rerun_job_id, job_checks.c.node_id).where(
+            job_checks.c.rerun_job_id.in_(job_ids[start:start + 500])))
+        for rerun_job_id, node_id in rows:
+            excluded.setdefault(rerun_job_id, set()).add(node_id)
+    return {job_id: frozenset(nodes) for job_id, nodes in excluded.items()}
+
+
+# --- trust -----------------------------------------------------------------------
+
+def _trust_from_row(row) -> NodeTrust:  # type: ignore[no-untyped-def]
+    return NodeTrust(row.node_id, TrustRecord(row.checks_passed, row.checks_failed,
+                                              row.passed_since_failure),
+                     row.quarantined_at_ms, row.quarantine_reason)
+
+
+def node_trust_of(session: Session, node_id: str, *, for_update: bool = False) -> NodeTrust:
+    query = select(node_trust).where(node_trust.c.node_id == node_id)
+    row = session.execute(query.with_for_update() if for_update else query).first()
+    return NodeTrust(node_id, TrustRecord()) if row is None else _trust_from_row(row)
+
+
+def all_node_trust(session: Session) -> dict[str, NodeTrust]:
+    return {row.node_id: _trust_from_row(row) for row in session.execute(select(node_trust))}
+
+
+def save_node_trust(session: Session, trust: NodeTrust, now_ms: int) -> None:
+    values = dict(checks_passed=trust.record.checks_passed, checks_failed=trust.record.checks_failed,
+                  passed_since_failure=trust.record.passed_since_failure,
+                  quarantined_at_ms=trust.quarantined_at_ms,
+                  quarantine_reason=trust.quarantine_reason, updated_at_ms=now_ms)
+    moved = session.execute(update(node_trust).where(node_trust.c.node_id == trust.node_id)
+                            .values(**values)).rowcount
+    if moved == 0:
+        session.execute(insert(node_trust).values(node_id=trust.node_id, **values))
