@@ -66,7 +66,8 @@ def read_only(index: FleetIndex, jobs: list) -> None:
 def with_commits(index: FleetIndex, jobs: list, running_max: int) -> None:
     """Commit every placement; once running_max jobs run, release the oldest for each new one."""
     latencies, cpu, commit_latencies, outcomes = [], [], [], Counter()
-    running: deque[Placement] = deque()
+    # Like a coordinator, keep only where each job runs and what it reserved, not the whole decision.
+    running: deque[tuple[tuple[str, ...], tuple[int, ...]]] = deque()
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     stale = 0
     start = time.perf_counter()
@@ -77,11 +78,11 @@ def with_commits(index: FleetIndex, jobs: list, running_max: int) -> None:
         t1 = clock()
         if isinstance(decision, Placement):
             if index.try_commit(decision):
-                running.append(decision)
+                running.append((decision.node_ids, decision.reserved_memory_bytes))
             else:
                 stale += 1
             if len(running) > running_max:
-                index.release(running.popleft())
+                index.release_shares(*running.popleft())
         commit_latencies.append(clock() - t1)
         latencies.append(t1 - t0)
         outcomes[_outcome(decision)] += 1

@@ -248,7 +248,11 @@ class FleetIndex:
 
     def release(self, placement: Placement) -> None:
         """A committed job finished: give its memory back."""
-        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
+        self.release_shares(placement.node_ids, placement.reserved_memory_bytes)
+
+    def release_shares(self, node_ids: tuple[NodeId, ...], reserved_memory_bytes: tuple[int, ...]) -> None:
+        """The same, for a caller that kept only where the job ran and what it reserved."""
+        for node_id, share in zip(node_ids, reserved_memory_bytes):
             slot = self._mac_by_node[node_id]
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
             self._set_load(slot, slot.committed - share, slot.running - 1)

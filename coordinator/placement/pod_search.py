@@ -36,12 +36,19 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
         if plan is None:
             does_not_fit += sum(len(pod_class.group.keys) for pod_class in classes)
             continue
+        need_key = plan.need_bytes << FREE_SHIFT
         for i, pod_class in enumerate(classes):  # fastest first
+            keys = pod_class.group.keys
+            if not keys:
+                continue
             decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
                                            plan.hop_latency_s, terms.bytes_per_token)
             if decode < terms.job.min_decode_tokens_per_s:  # and so are the rest of this topology's
                 below += sum(len(slower.group.keys) for slower in classes[i:])
                 break
+            if keys[-1] < need_key:  # common for big jobs: no pod of this class is big enough now
+                does_not_fit += len(keys)
+                continue
             counts = _pod_class_candidates(pod_class, plan, decode, terms, config, pending)
             does_not_fit += counts[0]
             feasible += counts[1]
