@@ -63,8 +63,10 @@ class WorldFeed:
     """Reads `snapshot()` each tick and fans the changes out."""
 
     def __init__(self, snapshot: Callable[[], Snapshot], history: TotalsHistory,
-                 tick_s: float = TICK_S_WATCHED) -> None:
+                 tick_s: float = TICK_S_WATCHED, background: bool = True) -> None:
+        """background=False: no reader thread; the caller ticks (tests drive it that way)."""
         assert tick_s > 0
+        self._background = background
         self._snapshot = snapshot
         self.history = history
         self._tick_s = tick_s
@@ -81,7 +83,7 @@ class WorldFeed:
 
     def start(self) -> None:
         with self._lock:
-            if self._thread is None and not self._stopping.is_set():
+            if self._background and self._thread is None and not self._stopping.is_set():
                 self._thread = threading.Thread(target=self._run, name="world-feed", daemon=True)
                 self._thread.start()
 
@@ -129,10 +131,10 @@ class WorldFeed:
         self.history.offer(snapshot.totals)
         events: list[Event] = []
         if snapshot.fingerprint != self._fingerprint:
-            if self._fingerprint is not None:
+            if self._fingerprint is not None:  # the first read is the baseline, not a change
                 self.version += 1
+                events.append(Event("fleet", {"version": self.version}))
             self._fingerprint = snapshot.fingerprint
-            events.append(Event("fleet", {"version": self.version}))
         if snapshot.last_epoch != self._last_epoch:
             self._last_epoch = snapshot.last_epoch
             events.append(Event("epoch", {"last_closed": snapshot.last_epoch}))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ledger.units import format_mlx
 
@@ -141,6 +141,3 @@ class TotalsHistory:
         series["mlx_paid_base_units"] = [str(s.mlx_paid_base_units) for s in samples]
         return {"interval_ms": self.interval_ms, "at_ms": [s.at_ms for s in samples], "series": series}
 
-
-def sample_dicts(samples: Iterable[Sample]) -> list[dict[str, object]]:
-    return [asdict(sample) for sample in samples]

@@ -135,7 +135,21 @@ def pay_out_epoch(session: Session, addresses: dict[str, str]) -> int:
     return number
 
 
-def requires_chromium() -> None:
-    if not os.path.exists("/usr/bin/chromium"):
-        pytest.fail("MLX World's browser tests need Debian's chromium at /usr/bin/chromium "
-                    "(apt-get install -y chromium)")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Debian's headless Chromium through Playwright, one per test module (never a downloaded browser)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"MLX World's browser tests need Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
