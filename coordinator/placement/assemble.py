@@ -7,7 +7,6 @@ from coordinator.placement.candidates import MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement
 from coordinator.placement.explain import CandidateScore, Explanation
-from coordinator.placement.memory import mac_free_bytes
 from coordinator.placement.pods import fit_pod
 from coordinator.placement.scoring import named_scores, price_score
 from coordinator.placement.search import Scored
@@ -48,10 +47,9 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
         explanation=explanation, job_id=job.job_id, score=chosen.total)
 
 
-def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], chosen: Scored,
-                  explanation: Explanation, config: PlacementConfig) -> Placement:
+def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], free: tuple[int, ...],
+                  chosen: Scored, explanation: Explanation, config: PlacementConfig) -> Placement:
     job = terms.job
-    free = tuple(mac_free_bytes(mac, config.memory) for mac in members)
     fit = fit_pod(terms.memory, chosen.strategy, job.model.num_layers, free)
     assert fit is not None, "chose a pod whose members cannot hold their shares"
     decode = chosen.decode_tokens_per_s

@@ -42,6 +42,10 @@ class ExhaustiveView:
         pod = self.snapshot.pods[position]
         return pod, tuple(self._by_node[node_id][0] for node_id in pod.members)
 
+    def pod_free_bytes(self, position: int) -> tuple[int, ...]:
+        rows = [self._by_node[node_id] for node_id in self.snapshot.pods[position].members]
+        return tuple(ceiling - mac.committed_memory_bytes for mac, ceiling, _, _ in rows)
+
     def search_macs(self, terms: JobTerms) -> SearchResult:
         config = self.config
         w_fit, w_speed, _, _, _ = config.weights.normalised

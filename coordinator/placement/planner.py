@@ -37,7 +37,8 @@ class FleetView(Protocol):
     def search_pods(self, terms: JobTerms) -> SearchResult: ...
     def pod_could_ever_take(self, terms: JobTerms) -> bool: ...
     def mac_at(self, position: int) -> MacCandidate: ...  # for facts other than its commitments
-    def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]: ...
+    def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]: ...  # facts, as mac_at
+    def pod_free_bytes(self, position: int) -> tuple[int, ...]: ...  # each member's free memory now
 
 
 class IndexView:
@@ -67,7 +68,12 @@ class IndexView:
     def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]:
         slot = self.index.pod_slots[position]
         assert slot is not None
-        return slot.candidate, tuple(self.index.mac(m.candidate.node_id) for m in slot.members)
+        return slot.candidate, tuple(member.candidate for member in slot.members)
+
+    def pod_free_bytes(self, position: int) -> tuple[int, ...]:
+        slot = self.index.pod_slots[position]
+        assert slot is not None
+        return self.index.pod_free_bytes(slot)
 
 
 _last_indexed: tuple[FleetSnapshot, PlacementConfig, FleetIndex] | None = None
@@ -108,8 +114,9 @@ def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placeme
     pods = view.search_pods(terms)
     if pods.top:
         explanation = _explain(terms, view, macs, pods, config)
-        pod, members = view.pod_at(pods.top[0].position)
-        return pod_placement(terms, pod, members, pods.top[0], explanation, config)
+        chosen = pods.top[0]
+        pod, members = view.pod_at(chosen.position)
+        return pod_placement(terms, pod, members, view.pod_free_bytes(chosen.position), chosen, explanation, config)
     explanation = _explain(terms, view, macs, pods, config)
     if single_ever or view.pod_could_ever_take(terms):
         return Unplaceable(False, _waiting_reason(terms, "a Mac or pod"), explanation, job.job_id)

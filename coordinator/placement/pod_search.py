@@ -13,12 +13,13 @@ from operator import itemgetter
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
-from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, PodClass
+from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, PodClass, PodSlot
 from coordinator.placement.pods import fit_pod
 from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score, total_score
 from coordinator.placement.search import Best, SearchResult, skip_free_value, static_of_key
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
+from coordinator.placement.vocabulary import Strategy
 
 
 def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -105,7 +106,7 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
                 continue
             i += 1
             slot = index.pod_slots[key & POSITION_MASK]
-            if fit_pod(terms.memory, plan.strategy, model.num_layers, index.pod_free_bytes(slot)) is None:
+            if not _members_hold_shares(index, slot, plan, terms):
                 split_failures += 1
                 continue
             warm = model.model_id in slot.warm
@@ -114,6 +115,17 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
             if score >= best.floor:
                 best.offer(slot.position, (score, slot.position, free, fit, speed, warm, decode, plan.strategy))
     return scored, split_failures
+
+
+def _members_hold_shares(index: FleetIndex, slot: PodSlot, plan: TopologyPlan, terms: JobTerms) -> bool:
+    """Exactly fit_pod's answer; tensor shares are equal, so a minimum decides without splitting."""
+    smallest = min(member.free for member in slot.members)
+    if smallest < plan.member_min_bytes:
+        return False
+    if plan.strategy is Strategy.TENSOR:
+        return True
+    free = index.pod_free_bytes(slot)
+    return fit_pod(terms.memory, plan.strategy, terms.job.model.num_layers, free) is not None
 
 
 def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from coordinator.placement.candidates import JobRequest
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.memory import MemoryEstimate, estimate_job_memory
+from coordinator.placement.memory import (
+    MemoryEstimate, estimate_job_memory, pipeline_shares_bytes, tensor_shares_bytes,
+)
 from coordinator.placement.pods import PodTopology, can_split, pod_speed_profile, pod_strategy
 from coordinator.placement.scoring import speed_score, speed_target
 from coordinator.placement.speed import SpeedProfile, bytes_read_per_token, decode_tokens_per_s
@@ -53,6 +55,8 @@ class TopologyPlan:
     hops: int
     hop_latency_s: float
     need_bytes: int
+    # The least every member must have free: its tensor share, or one layer's share in a pipeline.
+    member_min_bytes: int
 
 
 def plan_topology(topology: PodTopology, terms: JobTerms, config: PlacementConfig) -> TopologyPlan | None:
@@ -61,8 +65,13 @@ def plan_topology(topology: PodTopology, terms: JobTerms, config: PlacementConfi
     if not can_split(strategy, terms.job.model, topology.members):
         return None
     profile = pod_speed_profile(topology, strategy, 0, config.speed)
+    memory, layers = terms.memory, terms.job.model.num_layers
+    if strategy is Strategy.TENSOR:
+        member_min = tensor_shares_bytes(memory, topology.members)[0]
+    else:
+        member_min = pipeline_shares_bytes(memory, layers, (1,))[0]
     return TopologyPlan(strategy, profile.parallel_speedup, profile.hops, profile.hop_latency_s,
-                        terms.memory.pod_total_bytes(topology.members))
+                        memory.pod_total_bytes(topology.members), member_min)
 
 
 def plan_pod(topology: PodTopology, slowest_step: int, terms: JobTerms, config: PlacementConfig) -> PodPlan | None:
