@@ -16,7 +16,7 @@ from coordinator.errors import InvalidRequest
 from coordinator.node_registry import Registration
 from coordinator.node_reports import HeartbeatReport
 from coordinator.placement.decision import Placement, Unplaceable
-from coordinator.records import ERROR_PROMPT_TOO_LONG, PROMPT_CHAT, JobRecord, JobStatus, TokenChunk
+from coordinator.records import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, TokenChunk
 from coordinator.service import JobView
 from coordinator.submission import Submission
 from protos.mlxnet.v1 import common_pb2, job_pb2, node_pb2
@@ -165,8 +165,8 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         job_id=job.job_id, model=model_spec_to_pb(spec), prompt=job.prompt,
         sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
         strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
-        layer_split=list(job.layer_split), chat=job.prompt_format == PROMPT_CHAT,
-        stop=list(job.stop), logprobs=job.top_logprobs >= 0, top_logprobs=max(0, job.top_logprobs))
+        layer_split=list(job.layer_split), logprobs=job.top_logprobs >= 0,
+        top_logprobs=max(0, job.top_logprobs))
     if pod is not None:  # members and their layers in the pod's rank order
         declaration, layers = pod
         del message.pod_node_ids[:], message.layer_split[:]

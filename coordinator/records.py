@@ -37,6 +37,7 @@ PROMPT_CHAT = "chat"
 # jobs.error_code: why a job failed, for callers that map it (the gateway's HTTP codes).
 ERROR_PROMPT_TOO_LONG = "prompt_too_long"  # the node found prompt + max_tokens over the context
 ERROR_CANCELLED = "cancelled"  # the consumer cancelled it (or went away mid-stream)
+ERROR_STOP_SEQUENCE = "stop_sequence"  # ended at a stop sequence the consumer asked for
 ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
 
 

@@ -124,17 +124,22 @@ class CoordinatorService:
                            tuple(n.hardware.chip for n in nodes), text, signer,
                            sum(len(chunk.token_ids) for chunk in chunks))
 
-    def cancel_job(self, job_id: str, caller: Caller | None = None) -> JobView:
-        """Fail the job; the consumer is charged for the tokens it streamed, and no more."""
+    def cancel_job(self, job_id: str, caller: Caller | None = None, *,
+                   at_stop_sequence: bool = False) -> JobView:
+        """End the job now; the consumer is charged for the tokens it streamed, and no more.
+
+        at_stop_sequence: its output reached a stop sequence the consumer asked for.
+        """
         now = self.clock.now_ms()
+        error, code = (("stopped at a stop sequence", records.ERROR_STOP_SEQUENCE)
+                       if at_stop_sequence else ("cancelled by the consumer", records.ERROR_CANCELLED))
         with self.db.transaction() as session:
             job = self._own_job(session, job_id, caller)
             if job.status in records.TERMINAL_STATUSES:
                 raise AlreadyDone(f"job {job_id} is already {job.status.value}")
             moved = records.transition_job(
                 session, job_id, frozenset({job.status}), status=JobStatus.FAILED,
-                error="cancelled by the consumer", error_code=records.ERROR_CANCELLED,
-                finished_at_ms=now)
+                error=error, error_code=code, finished_at_ms=now)
             freed = records.release_assignments(session, job_id)
             if moved:
                 billing.close_job(session, records.job_by_id(session, job_id), now)  # type: ignore[arg-type]

@@ -167,7 +167,8 @@ class NodeAgent:
         request = GenerationRequest(
             model_path=str(self._paths[assignment.model.model_id]), prompt=assignment.prompt,
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
-            top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id)
+            top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
+            top_logprobs=assignment.top_logprobs)
         sender = TokenSender(self._client, assignment.job_id)
         keep_going = self._hooks.keep_going
 
@@ -175,10 +176,12 @@ class NodeAgent:
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
         try:
-            result = self._engine.generate(request, assignment.model.max_context_tokens, on_token)
+            result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
+                                           sender.note_prompt_tokens, sender.note_logprob)
         except PromptTooLong as error:
             sender.close()
-            self._retry(lambda: self._client.report_failure(assignment.job_id, str(error)))
+            self._retry(lambda: self._client.report_failure(assignment.job_id, str(error),
+                                                            prompt_too_long=True))
             self._hooks.job_finished(assignment.job_id, None)
             return
         chunks = sender.close()

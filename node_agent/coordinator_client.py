@@ -18,6 +18,7 @@ import grpc
 
 from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import HardwareReport
+from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration
@@ -74,6 +75,29 @@ class Assignment:
     pod_leader_node_id: str = ""
     pod_node_ids: tuple[str, ...] = ()  # rank order, the leader first
     layer_split: tuple[int, ...] = ()  # layers per member, aligned with pod_node_ids
+    top_logprobs: int = -1  # -1: no logprobs; k >= 0: send each token's, and the k likeliest
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive generated tokens, as one StreamTokens message."""
+
+    first_index: int
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token, or none
+    prompt_tokens: int = 0  # on the job's first chunk
+
+    def merged(self, following: Chunk) -> Chunk:
+        return Chunk(self.first_index, self.token_ids + following.token_ids,
+                     self.text + following.text, self.logprobs + following.logprobs,
+                     self.prompt_tokens)
+
+
+def _logprob_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
+    return common_pb2.TokenLogprob(logprob=entry.logprob, text=entry.text, top=[
+        common_pb2.TopLogprob(token_id=t.token_id, text=t.text, logprob=t.logprob)
+        for t in entry.top])
 
 
 def _hardware_pb(hardware: HardwareReport) -> node_pb2.Hardware:
@@ -212,16 +236,20 @@ class CoordinatorClient:
                                  strategy=message.strategy or "single", pod_id=message.pod_id,
                                  pod_leader_node_id=message.pod_leader_node_id,
                                  pod_node_ids=tuple(message.pod_node_ids),
-                                 layer_split=tuple(message.layer_split))
+                                 layer_split=tuple(message.layer_split),
+                                 top_logprobs=message.top_logprobs if message.logprobs else -1)
         except grpc.RpcError as error:
             raise _translate(error) from error
         finally:
             stream.cancel()
 
-    def stream_tokens(self, job_id: str, chunks: Iterator[tuple[int, tuple[int, ...], str]]) -> int:
-        """Send (first_index, token_ids, text) chunks in one call; returns tokens accepted."""
-        requests = (node_pb2.StreamTokensRequest(job_id=job_id, first_index=first, token_ids=ids,
-                                                 text=text) for first, ids, text in chunks)
+    def stream_tokens(self, job_id: str,
+                      chunks: Iterator[Chunk | tuple[int, tuple[int, ...], str]]) -> int:
+        """Send chunks (or (first_index, token_ids, text) tuples) in one call; returns tokens accepted."""
+        requests = (node_pb2.StreamTokensRequest(
+            job_id=job_id, first_index=c.first_index, token_ids=c.token_ids, text=c.text,
+            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens)
+            for c in (chunk if isinstance(chunk, Chunk) else Chunk(*chunk) for chunk in chunks))
         try:
             response = self._stub.StreamTokens(requests, metadata=self._metadata())
         except grpc.RpcError as error:
@@ -238,10 +266,13 @@ class CoordinatorClient:
             raise _translate(error) from error
         return response.credited_base_units
 
-    def report_failure(self, job_id: str, reason: str, handed_back: bool = False) -> None:
+    def report_failure(self, job_id: str, reason: str, handed_back: bool = False,
+                       prompt_too_long: bool = False) -> None:
         """The job failed here; with handed_back it is unfinished and goes to another Mac."""
-        request = node_pb2.ReportResultRequest(job_id=job_id, failure_reason=reason,
-                                               handed_back=handed_back)
+        request = node_pb2.ReportResultRequest(
+            job_id=job_id, failure_reason=reason, handed_back=handed_back,
+            failure=(node_pb2.JOB_FAILURE_PROMPT_TOO_LONG if prompt_too_long
+                     else node_pb2.JOB_FAILURE_UNSPECIFIED))
         try:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:

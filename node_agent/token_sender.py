@@ -8,15 +8,16 @@ the coordinator stores each first index once.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Iterator
 
+from contracts.logprobs import TokenLogprob
 from node_agent.coordinator_client import (
-    CallRejected, CoordinatorCallError, CoordinatorClient,
+    CallRejected, Chunk, CoordinatorCallError, CoordinatorClient,
 )
 
-Chunk = tuple[int, tuple[int, ...], str]  # (first_index, token_ids, text)
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
 
@@ -28,6 +29,8 @@ class TokenSender:
         self._queue: queue.Queue[Chunk | None] = queue.Queue()
         self.sent: list[Chunk] = []  # as yielded to the call, merged or not
         self.error: CoordinatorCallError | None = None
+        self._prompt_tokens = 0
+        self._logprobs: dict[int, TokenLogprob] = {}  # noted by generation, sent with the token
         self._thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
         self._thread.start()
 
@@ -38,7 +41,7 @@ class TokenSender:
             chunk = self._queue.get()
             if chunk is _DONE:
                 return
-            while len(chunk[1]) < CHUNK_TOKENS_MAX:
+            while len(chunk.token_ids) < CHUNK_TOKENS_MAX:
                 try:
                     following = self._queue.get_nowait()
                 except queue.Empty:
@@ -46,7 +49,7 @@ class TokenSender:
                 if following is _DONE:
                     done = True
                     break
-                chunk = (chunk[0], chunk[1] + following[1], chunk[2] + following[2])
+                chunk = chunk.merged(following)
             self.sent.append(chunk)
             yield chunk
 
@@ -61,9 +64,20 @@ class TokenSender:
         """The coordinator refused the job's tokens: cancelled or handed back, so stop."""
         return isinstance(self.error, CallRejected)
 
+    def note_prompt_tokens(self, count: int) -> None:
+        """The prompt's length, sent with the first chunk (before any offer)."""
+        self._prompt_tokens = count
+
+    def note_logprob(self, index: int, logprob: TokenLogprob) -> None:
+        """Token `index`'s logprobs, sent with it once offered."""
+        self._logprobs[index] = logprob
+
     def offer(self, index: int, token_id: int, text: str) -> bool:
         """Queue one token; False tells generation to stop."""
-        self._queue.put((index, (token_id,), text))
+        logprob = self._logprobs.pop(index, None)
+        self._queue.put(Chunk(index, (token_id,), text,
+                              () if logprob is None else (dataclasses.replace(logprob, text=text),),
+                              self._prompt_tokens if index == 0 else 0))
         return not self.rejected
 
     def close(self) -> list[Chunk]:

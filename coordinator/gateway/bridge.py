@@ -88,14 +88,15 @@ class Bridge:
                                 "retry shortly", retry_after_s=1)
         return JobEvents(self.service, job_id, caller, self._streams.release)
 
-    def cancel_soon(self, job_id: str, caller: Caller) -> None:
-        """Cancel a job whose client went away, without blocking the event loop."""
-        self._cancels.submit(self._cancel, job_id, caller)
+    def cancel_soon(self, job_id: str, caller: Caller, at_stop_sequence: bool = False) -> None:
+        """End a job (its client went away, or it reached a stop sequence) off the event loop."""
+        self._cancels.submit(self._cancel, job_id, caller, at_stop_sequence)
 
-    def _cancel(self, job_id: str, caller: Caller) -> None:
+    def _cancel(self, job_id: str, caller: Caller, at_stop_sequence: bool) -> None:
         try:
-            self.service.cancel_job(job_id, caller)
-            log.info("job %s cancelled: its client went away", job_id)
+            self.service.cancel_job(job_id, caller, at_stop_sequence=at_stop_sequence)
+            log.info("job %s ended: %s", job_id,
+                     "a stop sequence" if at_stop_sequence else "its client went away")
         except (AlreadyDone, NotFound):
             pass  # it ended on its own meanwhile
 

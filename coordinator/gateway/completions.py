@@ -22,7 +22,9 @@ from coordinator.api_keys import Caller
 from coordinator.errors import JobFailed, PromptTooLong
 from coordinator.gateway.bridge import Bridge, JobEvents
 from coordinator.gateway.errors import JOB_ID_HEADER, JobError, body_for
-from coordinator.gateway.render import DONE_EVENT, StreamRenderer, final_body, finish_reason, job_usage, sse
+from coordinator.gateway.render import (
+    DONE_EVENT, StreamRenderer, ended_well, final_body, finish_reason, job_usage, sse,
+)
 from coordinator.gateway.requests import ResponsePlan
 from coordinator.gateway.stops import StopScanner
 from coordinator.records import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, TokenChunk
@@ -76,11 +78,18 @@ def failure_error(job: JobRecord) -> JobFailed | PromptTooLong:
     return JobFailed(f"job {job.job_id} failed: {job.error}")
 
 
-async def _collect(events: JobEvents, first: TokenChunk | JobView) -> tuple[JobView, list[TokenChunk]]:
+async def _collect(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
+                   first: TokenChunk | JobView, caller: Caller) -> tuple[JobView, list[TokenChunk]]:
+    """Every chunk and the final view; ends the job early once a stop sequence appears."""
     chunks: list[TokenChunk] = []
+    scanner = StopScanner(plan.stop)
     item = first
     while isinstance(item, TokenChunk):
         chunks.append(item)
+        if not scanner.stopped:
+            scanner.feed(item.text)
+            if scanner.stopped:  # the node need not generate further
+                bridge.cancel_soon(events.job_id, caller, at_stop_sequence=True)
         item = await events.next()
     return item, chunks
 
@@ -101,8 +110,8 @@ async def run_completion(bridge: Bridge, request: Request, caller: Caller,
             created_s = view.job.created_at_ms // 1000
             return EventStreamResponse(_events(bridge, plan, events, first, caller, created_s),
                                        headers=headers)
-        final, chunks = await _until_disconnect(request, _collect(events, first))
-        if final.job.status is JobStatus.FAILED:
+        final, chunks = await _until_disconnect(request, _collect(bridge, plan, events, first, caller))
+        if not ended_well(final.job):
             raise JobError(failure_error(final.job), job_id)
         return JSONResponse(final_body(plan, final.job, chunks), headers=headers)
     except ClientGone:
@@ -126,11 +135,14 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
             yield renderer.role_chunk()
         while isinstance(item, TokenChunk):
             streamed += len(item.token_ids)
-            offset = scanner.shown_chars
-            text = scanner.feed(item.text)
-            logprobs = item.logprobs if plan.logprobs and not scanner.stopped else ()
-            if text or logprobs:
-                yield renderer.content_chunk(text, logprobs, offset)
+            if not scanner.stopped:
+                offset = scanner.shown_chars
+                text = scanner.feed(item.text)
+                logprobs = item.logprobs if plan.logprobs else ()
+                if text or logprobs:
+                    yield renderer.content_chunk(text, logprobs, offset)
+                if scanner.stopped:  # the node need not generate further
+                    bridge.cancel_soon(events.job_id, caller, at_stop_sequence=True)
             item = await events.next()
         finished = True
         yield _ending(renderer, scanner, item.job, streamed)
@@ -142,7 +154,7 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
 
 
 def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, streamed: int) -> str:
-    if job.status is JobStatus.FAILED:
+    if not ended_well(job):
         return sse(body_for(failure_error(job)))
     ending = ""
     if rest := scanner.flush():

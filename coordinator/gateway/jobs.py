@@ -10,8 +10,7 @@ from contracts.receipts import ReceiptFormatError, decode_receipt
 from coordinator.billing import JobCost
 from coordinator.capacity import ModelCapacity
 from coordinator.errors import NotFound
-from coordinator.gateway.render import job_usage
-from coordinator.records import JobStatus
+from coordinator.gateway.render import ended_well, finish_reason, job_usage
 from coordinator.service import JobView
 from ledger.units import BASE_UNITS_PER_MLX
 
@@ -38,10 +37,7 @@ def model_json(capacity: ModelCapacity) -> dict:
 
 
 def _finish_reason(view: JobView) -> str | None:
-    job = view.job
-    if job.status is not JobStatus.COMPLETED:
-        return None
-    return "length" if job.completion_tokens >= job.max_tokens else "stop"
+    return finish_reason(view.job, False) if ended_well(view.job) else None
 
 
 def _timing(view: JobView) -> dict:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from contracts.logprobs import TokenLogprob
 from coordinator.gateway.requests import ResponsePlan
 from coordinator.gateway.stops import cut_at_stop
-from coordinator.records import JobRecord, TokenChunk
+from coordinator.records import ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk
 
 DONE_EVENT = "data: [DONE]\n\n"
 
@@ -29,10 +29,16 @@ def job_usage(job: JobRecord, streamed_tokens: int) -> dict:
     return usage(job.prompt_tokens, job.completion_tokens or streamed_tokens)
 
 
+def ended_well(job: JobRecord) -> bool:
+    """Completed, or ended by the gateway at a stop sequence the consumer asked for."""
+    return job.status is JobStatus.COMPLETED or job.error_code == ERROR_STOP_SEQUENCE
+
+
 def finish_reason(job: JobRecord, stopped_by_sequence: bool) -> str:
-    if stopped_by_sequence or job.completion_tokens < job.max_tokens:
-        return "stop"  # a stop sequence or the model's end-of-sequence token
-    return "length"
+    if stopped_by_sequence or job.error_code == ERROR_STOP_SEQUENCE:
+        return "stop"
+    # Fewer tokens than allowed means the model sampled its end-of-sequence token.
+    return "stop" if job.completion_tokens < job.max_tokens else "length"
 
 
 def response_id(plan: ResponsePlan, job_id: str) -> str:
