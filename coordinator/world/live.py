@@ -3,8 +3,8 @@
 One thread reads the fleet's fingerprint and the totals (one short transaction
 per tick) however many browsers watch, and hands each subscriber the events:
 `fleet` when a Mac joined, left or changed state (pages refetch what they show),
-`totals` when the network's figures moved, `epoch` when an epoch closed (operator
-pages refetch their earnings and proofs). Subscribers are asyncio queues fed
+`totals` when the network's figures moved, `epoch` when an epoch closed or its root
+reached the chain (operator pages refetch their earnings and proofs). Subscribers are asyncio queues fed
 with call_soon_threadsafe; one that falls behind is dropped (its browser
 reconnects by itself).
 """
@@ -52,7 +52,7 @@ class Subscriber:
 class Snapshot:
     fingerprint: tuple[int, ...]  # changes when the fleet does (queries.fleet_version)
     totals: Totals
-    last_epoch: int | None  # the newest closed epoch
+    epochs: tuple[int, int]  # (the newest closed epoch or -1, roots anchored on chain)
 
 
 class TooManySubscribers(Exception):
@@ -78,7 +78,7 @@ class WorldFeed:
         self._thread: threading.Thread | None = None
         self._fingerprint: tuple[int, ...] | None = None
         self._totals_json: dict[str, object] | None = None
-        self._last_epoch: int | None = None
+        self._epochs: tuple[int, int] = (-1, 0)  # what a page opened before the first read was told
         self.version = 0  # counts fleet changes seen by this process
 
     def start(self) -> None:
@@ -122,7 +122,7 @@ class WorldFeed:
         events = [Event("fleet", {"version": self.version})]
         if self._totals_json is not None:
             events.append(Event("totals", self._totals_json))
-        events.append(Event("epoch", {"last_closed": self._last_epoch}))
+        events.append(Event("epoch", _epoch_data(self._epochs)))
         return events
 
     def tick(self) -> list[Event]:
@@ -135,9 +135,9 @@ class WorldFeed:
                 self.version += 1
                 events.append(Event("fleet", {"version": self.version}))
             self._fingerprint = snapshot.fingerprint
-        if snapshot.last_epoch != self._last_epoch:
-            self._last_epoch = snapshot.last_epoch
-            events.append(Event("epoch", {"last_closed": snapshot.last_epoch}))
+        if snapshot.epochs != self._epochs:
+            self._epochs = snapshot.epochs
+            events.append(Event("epoch", _epoch_data(snapshot.epochs)))
         totals_json = snapshot.totals.to_json()
         if _changed(self._totals_json, totals_json):
             events.append(Event("totals", totals_json))
@@ -173,6 +173,11 @@ class WorldFeed:
                 watched = bool(self._subscribers)
             self._wake.wait(self._tick_s if watched else self._idle_tick_s)
             self._wake.clear()
+
+
+def _epoch_data(epochs: tuple[int, int]) -> dict[str, object]:
+    last, anchored = epochs
+    return {"last_closed": None if last < 0 else last, "anchored": anchored}
 
 
 def _changed(before: dict[str, object] | None, after: dict[str, object]) -> bool:

@@ -276,3 +276,10 @@ def display_names(session: Session, node_ids: Iterable[str]) -> dict[str, tuple[
     rows = session.execute(select(nodes.c.node_id, nodes.c.display_name, nodes.c.chip)
                            .where(nodes.c.node_id.in_(wanted)))
     return {node_id: (name, chip) for node_id, name, chip in rows}
+
+
+def epochs_version(session: Session) -> tuple[int, int]:
+    """(the newest closed epoch or -1, how many roots were anchored): moves when an operator's page should."""
+    last = session.execute(select(func.max(ledger_tables.epochs.c.number))).scalar()
+    anchored = session.execute(select(func.count()).select_from(ledger_tables.epoch_anchors)).scalar_one()
+    return (-1 if last is None else int(last), int(anchored))

@@ -65,9 +65,8 @@ class World:
         live = self.live()
 
         def work(session: Session) -> Snapshot:
-            last = epoch_store.last_epoch(session)
             return Snapshot(queries.fleet_version(session, live), queries.totals(session, live),
-                            None if last is None else last.number)
+                            queries.epochs_version(session))
         return self.read(work)
 
     # --- public ------------------------------------------------------------

@@ -141,7 +141,7 @@ def test_live_events_announce_a_new_mac_and_end_when_the_world_closes(world_env:
         while "totals" not in first:  # a new page gets the version and epoch at once, totals by the first read
             name, data = next(stream)
             first.setdefault(name, data)
-        assert set(first) == {"fleet", "totals", "epoch"} and first["epoch"]["last_closed"] is None
+        assert set(first) == {"fleet", "totals", "epoch"} and first["epoch"] == {"last_closed": None, "anchored": 0}
         version = first["fleet"]["version"]
         with world_env.session() as session:
             add_node(session, "Newcomer", "carol", world_env.clock.now)

@@ -19,7 +19,7 @@ def _totals(online: int, at_ms: int = 1) -> Totals:
 
 class Reads:
     def __init__(self) -> None:
-        self.next = Snapshot((1,), _totals(1), None)
+        self.next = Snapshot((1,), _totals(1), (-1, 0))
 
     def __call__(self) -> Snapshot:
         return self.next
@@ -34,12 +34,12 @@ def test_each_read_reports_only_what_changed() -> None:
     feed = WorldFeed(reads, TotalsHistory(interval_ms=1), background=False)
     assert _names(feed.tick()) == ["totals"]  # the first fingerprint is the baseline
     assert feed.tick() == []
-    reads.next = Snapshot((1,), _totals(1, at_ms=99), None)
+    reads.next = Snapshot((1,), _totals(1, at_ms=99), (-1, 0))
     assert feed.tick() == []  # only the timestamp moved
-    reads.next = Snapshot((2,), _totals(2), 7)
+    reads.next = Snapshot((2,), _totals(2), (7, 1))
     assert _names(feed.tick()) == ["fleet", "epoch", "totals"]
     assert feed.version == 1
-    assert [e.data for e in feed.current()] == [{"version": 1}, _totals(2).to_json(), {"last_closed": 7}]
+    assert [e.data for e in feed.current()] == [{"version": 1}, _totals(2).to_json(), {"last_closed": 7, "anchored": 1}]
     assert len(feed.history.samples()) >= 2
     assert Event("fleet", {"version": 1}).encode() == 'event: fleet\ndata: {"version":1}\n\n'
 
@@ -53,7 +53,7 @@ def test_subscribers_get_events_and_a_stalled_one_is_dropped() -> None:
         fast, slow = feed.subscribe(loop), feed.subscribe(loop)
         received: list[Event | None] = []
         for version in range(2, 2 + live.QUEUE_EVENTS_MAX + 5):
-            reads.next = Snapshot((version,), _totals(version), None)
+            reads.next = Snapshot((version,), _totals(version), (-1, 0))
             await asyncio.to_thread(feed.tick)
             await asyncio.sleep(0)  # let call_soon_threadsafe deliver
             while not fast.queue.empty():

@@ -140,16 +140,18 @@ export class OperatorView {
   epochsView(data) {
     const rows = data.epochs.map((epoch) => {
       const e = epoch.earnings;
-      const anchored = epoch.anchors?.length ? "on chain" : epoch.root ? "not anchored yet" : "";
+      const anchor = epoch.anchors?.[0];
+      const rootState = !epoch.closed ? "open" : anchor ? `on chain, block ${anchor.block_number}`
+        : epoch.root ? "not on chain yet" : "no payouts";
       return h("tr", { dataset: { epoch: epoch.epoch ?? "open" } },
         h("th", { scope: "row" }, epoch.closed ? `#${epoch.epoch}` : "open now",
           h("span", { class: "sub" }, epoch.closed ? ` closed ${when(epoch.window_end_us / 1000)}` : "")),
         h("td", {}, money(e.jobs)), h("td", { class: "seat" }, money(e.seat_reward)),
         h("td", { class: "seat" }, money(e.seat_bonus)), h("td", {}, money(e.held)), h("td", {}, money(e.rejected)),
         h("td", {}, money(e.paid_out)),
+        h("td", { class: `root-state${anchor ? " anchored" : ""}` }, rootState),
         h("td", {}, epoch.payout ? h("button", { type: "button", class: "proof-button",
-          onclick: () => this.showProof(epoch.epoch) }, "Proof") : h("span", { class: "muted" }, anchored || "–")),
-        );
+          onclick: () => this.showProof(epoch.epoch) }, "Proof") : h("span", { class: "muted" }, "–")));
     });
     const seats = data.epochs.flatMap((epoch) => (epoch.seats || []).map((seat) =>
       h("li", {}, `#${epoch.epoch} ${seat.node_id}: ${seat.reason}`)));
@@ -157,7 +159,7 @@ export class OperatorView {
       h("h3", { id: "op-epochs-title" }, "Earnings per epoch"),
       h("div", { class: "table-wrap" }, h("table", {},
         h("thead", {}, h("tr", {}, ["Epoch", "Jobs", "Ultra-seat reward", "Ultra-seat bonus", "Held", "Rejected",
-          "Paid out", "Payout proof"].map((t) => h("th", { scope: "col" }, t)))),
+          "Paid out", "Root", "Payout proof"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows))),
       seats.length ? h("details", {}, h("summary", {}, "Ultra-seat results"), h("ul", {}, seats)) : null);
     return this.epochsSection;
