@@ -45,6 +45,15 @@ def _parameter_count(files: list[Path], bits: int | None) -> int:
     return count
 
 
+def activation_bytes_per_element(files: list[Path]) -> int:
+    """Bytes of the model's float dtype, which its activations and KV cache use."""
+    for path in files:
+        for name, tensor in _safetensors_header(path).items():
+            if name != "__metadata__" and tensor["dtype"] in ("F32", "F16", "BF16"):
+                return _DTYPE_BYTES[tensor["dtype"]]
+    return 2
+
+
 def weights_digest(files: list[Path]) -> str:
     """sha256 over each weight file's name and bytes, in name order."""
     hasher = hashlib.sha256()
@@ -76,6 +85,6 @@ def describe_model(model_id: str, directory: Path) -> ModelSpec:
         num_kv_heads=config.get("num_key_value_heads", heads),
         head_dim=config.get("head_dim") or hidden // heads,
         max_context_tokens=config.get("max_position_embeddings", 2048),
-        kv_bytes_per_element=2,
+        kv_bytes_per_element=activation_bytes_per_element(files),
         weights_digest=weights_digest(files),
     )

@@ -23,9 +23,16 @@ class MemoryConfig:
     # An idle-lending Mac keeps max(min bytes, fraction of RAM) for its owner's apps.
     owner_reserve_min_bytes: int = 8 * GIB
     owner_reserve_fraction: float = 0.25
+    # Prefill runs in chunks (mlx-lm's prefill_step_size); each chunk holds attention scores
+    # over the whole context and hidden activations (bench/memory_calibration.py fits these).
+    prefill_chunk_tokens: int = 2048
+    activation_hidden_multiple: int = 16
+    # Metal's fused attention never holds the score matrix; MLX's CPU build does.
+    attention_scores_materialized: bool = False
 
     def __post_init__(self) -> None:
         assert self.overhead_fixed_bytes > 0, "every job needs some runtime memory"
+        assert self.prefill_chunk_tokens > 0 and self.activation_hidden_multiple >= 0
         assert 0.0 <= self.overhead_fraction_of_weights < 1.0
         assert self.owner_reserve_min_bytes >= 0 and 0.0 <= self.owner_reserve_fraction < 1.0
 

@@ -18,7 +18,7 @@ from coordinator.placement.config import MemoryConfig
 class MemoryEstimate:
     weights_bytes: int
     kv_cache_bytes: int
-    overhead_bytes: int  # fixed runtime allowance plus a fraction of the weights
+    overhead_bytes: int  # fixed runtime allowance, prefill activations, a fraction of the weights
     total_bytes: int
     fixed_overhead_bytes: int = 0  # the part of overhead every pod member pays in full
 
@@ -42,11 +42,25 @@ def kv_cache_bytes_per_token(model: ModelSpec) -> int:
     return 2 * model.num_layers * model.num_kv_heads * model.head_dim * model.kv_bytes_per_element
 
 
+SCORE_BYTES_PER_ELEMENT = 4  # softmax runs in fp32 even for fp16 models (measured)
+
+
+def prefill_activation_bytes(model: ModelSpec, context_tokens: int, config: MemoryConfig) -> int:
+    """Peak activations of one prefill chunk: attention scores over the context, hidden states."""
+    chunk = min(context_tokens, config.prefill_chunk_tokens)
+    hidden = model.num_attention_heads * model.head_dim
+    scores = (model.num_attention_heads * context_tokens * SCORE_BYTES_PER_ELEMENT
+              if config.attention_scores_materialized else 0)
+    hidden_states = config.activation_hidden_multiple * hidden * model.kv_bytes_per_element
+    return chunk * (scores + hidden_states)
+
+
 def estimate_job_memory(model: ModelSpec, context_tokens: int,
                         config: MemoryConfig = MemoryConfig()) -> MemoryEstimate:
     assert context_tokens > 0
     kv = kv_cache_bytes_per_token(model) * context_tokens
-    overhead = config.overhead_fixed_bytes + math.ceil(model.weights_bytes * config.overhead_fraction_of_weights)
+    overhead = (config.overhead_fixed_bytes + prefill_activation_bytes(model, context_tokens, config)
+                + math.ceil(model.weights_bytes * config.overhead_fraction_of_weights))
     return MemoryEstimate(weights_bytes=model.weights_bytes, kv_cache_bytes=kv, overhead_bytes=overhead,
                           total_bytes=model.weights_bytes + kv + overhead,
                           fixed_overhead_bytes=config.overhead_fixed_bytes)
