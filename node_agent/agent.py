@@ -207,22 +207,24 @@ class NodeAgent:
         outcome: PodJobResult = self._hooks.run_pod_job(assignment, sender)
         chunks = sender.close()
         if outcome.failure_reason is not None:
-            self._retry(lambda: self._client.report_failure(assignment.job_id, outcome.failure_reason))
+            self._retry(lambda: self._client.report_failure(
+                assignment.job_id, outcome.failure_reason, prompt_too_long=outcome.prompt_too_long))
             self._hooks.job_finished(assignment.job_id, None)
             return
         if outcome.handed_back_reason is not None:
             self._hand_back(assignment.job_id, outcome.handed_back_reason)
             return
-        if sender.rejected:
+        result = outcome.result
+        if sender.rejected or result is None or result.stopped_early:
             log.info("pod job %s stopped: %s", assignment.job_id, sender.error)
             return
         if sender.error is not None:
             self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
-        body = encode_receipt(self._receipt(assignment, outcome))  # type: ignore[arg-type]
+        body = encode_receipt(self._receipt(assignment, result))
         credited = self._retry(lambda: self._client.report_receipt(
             assignment.job_id, body, self.settings.identity.sign(body)))
         log.info("pod job %s done: %d tokens, credited %s base units", assignment.job_id,
-                 len(outcome.token_ids), credited)
+                 len(result.token_ids), credited)
         self._hooks.job_finished(assignment.job_id, credited)
 
     def _receipt(self, assignment: Assignment, result: GenerationResult) -> Receipt:

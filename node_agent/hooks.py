@@ -8,20 +8,21 @@ node_agent.operator_hooks.OperatorHooks is the real one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from node_agent.coordinator_client import Assignment, NodeStatus
+from node_agent.inference.engine import GenerationResult
 from node_agent.token_sender import TokenSender
 
 
+@dataclass(frozen=True)
 class PodJobResult:
-    """What a pod run ended with: tokens (then a receipt is due) or a reason to hand back."""
+    """How a pod run ended: a result (a receipt is due), a failure, or a reason to hand back."""
 
-    def __init__(self, token_ids: tuple[int, ...] = (), text: str = "", prompt_tokens: int = 0,
-                 started_at_ms: int = 0, finished_at_ms: int = 0,
-                 handed_back_reason: str | None = None, failure_reason: str | None = None) -> None:
-        self.token_ids, self.text, self.prompt_tokens = token_ids, text, prompt_tokens
-        self.started_at_ms, self.finished_at_ms = started_at_ms, finished_at_ms
-        self.handed_back_reason = handed_back_reason  # put the job back in the queue
-        self.failure_reason = failure_reason  # the job itself cannot run (e.g. prompt too long)
+    result: GenerationResult | None = None  # rank 0's, as one Mac's Engine.generate returns it
+    handed_back_reason: str | None = None  # put the job back in the queue (a member died)
+    failure_reason: str | None = None  # the job itself cannot run
+    prompt_too_long: bool = False
 
 
 class AgentHooks:
@@ -44,8 +45,8 @@ class AgentHooks:
     def hand_back_reason(self) -> str:
         return "handed back by the node"
 
-    def run_pod_job(self, assignment: Assignment, sender: TokenSender) -> PodJobResult | None:
-        """Run a pod job as its leader; None when this node does not lead it (nothing to do)."""
+    def run_pod_job(self, assignment: Assignment, sender: TokenSender) -> PodJobResult:
+        """Run a pod job as its leader: start every rank, stream rank 0's tokens through sender."""
         return PodJobResult(failure_reason="this node runs no pods")
 
     def idle_work(self) -> None:

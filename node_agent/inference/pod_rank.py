@@ -2,9 +2,11 @@
 
 RUN_DIR/request.json says what to run (written by node_agent.pods.runner).
 Every rank loads its shard (tensor parallel: `model.shard`; pipeline: a run of
-layers per rank, `model.model.pipeline(group, split)`), then all ranks decode
-together; each samples the same token because the logits are reduced across
-ranks. Rank 0 prints each step as a `MLXNET-STEP {json}` line on stdout. Every
+layers per rank, `model.model.pipeline(group, split)`), then all ranks run the
+node's own Engine in step, so a pod job yields the same tokens, activation
+commitment and receipt fields as one Mac; every rank samples the same token
+because the logits are reduced across ranks. Rank 0 prints the prompt length
+and each token (already one step late, as Engine hands them) on stdout. Every
 rank ends by writing RUN_DIR/rank-<r>.json: mlx.launch exits 0 even when a rank
 fails, so the leader trusts only these files.
 """
@@ -15,21 +17,29 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm import stream_generate
-from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import load_model, load_tokenizer, sharded_load
+
+from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong
 
 log = logging.getLogger("pod_rank")
 
 STEP_PREFIX = "MLXNET-STEP "
+PROMPT_PREFIX = "MLXNET-PROMPT "
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+class ShardEngine(Engine):
+    """The node's engine over a model this rank has already loaded and sharded."""
+
+    def __init__(self, model_dir: Path, model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self._shard_path, self._shard = str(model_dir), (model, tokenizer)
+
+    def _model(self, path: str) -> tuple:
+        assert path == self._shard_path, "a pod rank holds one model"
+        return self._shard
 
 
 def load_shard(model_dir: Path, strategy: str, group: mx.distributed.Group,
@@ -48,35 +58,42 @@ def load_shard(model_dir: Path, strategy: str, group: mx.distributed.Group,
     return model, tokenizer
 
 
+def _emit(prefix: str, payload: object) -> None:
+    sys.stdout.write(prefix + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
 def run(run_dir: Path) -> dict[str, object]:
     request = json.loads((run_dir / "request.json").read_text(encoding="utf-8"))
     group = mx.distributed.init(strict=True, backend=request["backend"])
     assert group.size() == request["ranks"], f"expected {request['ranks']} ranks, got {group.size()}"
-    model, tokenizer = load_shard(Path(request["model_dir"]), request["strategy"], group,
-                                  request["layer_split"])
-    prompt_tokens = len(tokenizer.encode(request["prompt"]))
-    if prompt_tokens + request["max_tokens"] > request["max_context_tokens"]:
-        return {"ok": False, "prompt_too_long": True, "error":
-                f"prompt is {prompt_tokens} tokens; with max_tokens {request['max_tokens']} that "
-                f"exceeds the model's context of {request['max_context_tokens']}"}
-    mx.random.seed(request["seed"])
-    sampler = make_sampler(temp=request["temperature"], top_p=request["top_p"])
-    started = _now_ms()
-    token_ids: list[int] = []
-    for response in stream_generate(model, tokenizer, request["prompt"],
-                                    max_tokens=request["max_tokens"], sampler=sampler):
-        if response.finish_reason != "stop":  # an end-of-sequence token is not output
-            token_ids.append(int(response.token))
-        if group.rank() == 0:
-            step = {"token": int(response.token), "text": response.text,
-                    "finish_reason": response.finish_reason}
-            sys.stdout.write(STEP_PREFIX + json.dumps(step) + "\n")
-            sys.stdout.flush()
+    model_dir = Path(request["model_dir"])
+    engine = ShardEngine(model_dir, *load_shard(model_dir, request["strategy"], group,
+                                                request["layer_split"]))
+    leader = group.rank() == 0
+    generation = GenerationRequest(
+        model_path=str(model_dir), prompt=request["prompt"], max_tokens=request["max_tokens"],
+        temperature=request["temperature"], top_p=request["top_p"], seed=request["seed"],
+        job_id=request["job_id"])
+
+    def on_token(index: int, token_id: int, text: str) -> bool:
+        if leader:
+            _emit(STEP_PREFIX, {"index": index, "token": token_id, "text": text})
+        return True
+
+    try:
+        result = engine.generate(generation, request["max_context_tokens"], on_token,
+                                 lambda count: _emit(PROMPT_PREFIX, count) if leader else None)
+    except PromptTooLong as error:
+        return {"ok": False, "prompt_too_long": True, "error": str(error)}
     # Decoding runs a step ahead: wait for every rank before any exits and closes its sockets.
     mx.synchronize()
     mx.eval(mx.distributed.all_sum(mx.array(1.0), stream=mx.cpu))
-    return {"ok": True, "rank": group.rank(), "token_ids": token_ids,
-            "prompt_tokens": prompt_tokens, "started_at_ms": started, "finished_at_ms": _now_ms()}
+    return {"ok": True, "rank": group.rank(), "token_ids": list(result.token_ids),
+            "text": result.text, "prompt_tokens": result.prompt_tokens,
+            "started_at_ms": result.started_at_ms, "finished_at_ms": result.finished_at_ms,
+            "finish_reason": int(result.finish_reason), "first_token_at_ms": result.first_token_at_ms,
+            "activation_commitment": result.activation_commitment.hex()}
 
 
 def main(argv: list[str]) -> int:

@@ -31,14 +31,17 @@ from pathlib import Path
 from contracts.hardware import LinkKind
 from contracts.ids import NodeId
 from contracts.pods import PodCable, PodDeclaration
+from contracts.receipts import FinishReason
 from node_agent.coordinator_client import Assignment
 from node_agent.hooks import PodJobResult
+from node_agent.inference.engine import GenerationResult
 from node_agent.lending.config import PodConfig
 from node_agent.token_sender import TokenSender
 
 log = logging.getLogger(__name__)
 
 STEP_PREFIX = "MLXNET-STEP "  # node_agent.inference.pod_rank prints these
+PROMPT_PREFIX = "MLXNET-PROMPT "
 RUN_TIMEOUT_S = 3600.0
 EXIT_WAIT_S = 30.0
 WATCH_INTERVAL_S = 0.5
@@ -150,7 +153,8 @@ class PodRun:
         run_dir.mkdir(parents=True)
         _prune(self.runs_dir)
         request = dict(
-            backend=backend, ranks=len(self.config.members), strategy=assignment.strategy,
+            job_id=assignment.job_id, backend=backend, ranks=len(self.config.members),
+            strategy=assignment.strategy,
             layer_split=list(assignment.layer_split) if assignment.strategy == "pipeline" else [],
             model_dir=str(self.model_dirs[assignment.model.model_id]), prompt=assignment.prompt,
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
@@ -175,11 +179,11 @@ class PodRun:
         if not keep_going():
             return PodJobResult(handed_back_reason="the pod stopped: the owner's hand-back bound ran out")
         if streamed.stopped_by_sender:  # the coordinator refused more tokens (cancelled)
-            return PodJobResult(token_ids=streamed.token_ids, text=streamed.text)
+            return PodJobResult()
         results = [_rank_result(run_dir, rank) for rank in range(len(self.config.members))]
         for rank, result in enumerate(results):
             if result.get("prompt_too_long"):
-                return PodJobResult(failure_reason=str(result["error"]))
+                return PodJobResult(failure_reason=str(result["error"]), prompt_too_long=True)
             if not result.get("ok"):
                 host = self.config.hosts[rank]
                 return PodJobResult(handed_back_reason=f"pod rank {rank} on {host} failed: "
@@ -187,45 +191,43 @@ class PodRun:
         for rank, result in enumerate(results):
             if tuple(result["token_ids"]) != streamed.token_ids:  # type: ignore[arg-type]
                 return PodJobResult(handed_back_reason=f"pod rank {rank} decoded other tokens "
-                                    "than rank 0; the ranks disagree")
+                                    "than rank 0 streamed; the ranks disagree")
         first = results[0]
-        return PodJobResult(token_ids=streamed.token_ids, text=streamed.text,
-                            prompt_tokens=int(first["prompt_tokens"]),
-                            started_at_ms=int(first["started_at_ms"]),
-                            finished_at_ms=int(first["finished_at_ms"]))
+        return PodJobResult(result=GenerationResult(
+            token_ids=streamed.token_ids, text=str(first["text"]),
+            prompt_tokens=int(first["prompt_tokens"]),  # type: ignore[call-overload]
+            started_at_ms=int(first["started_at_ms"]),  # type: ignore[call-overload]
+            finished_at_ms=int(first["finished_at_ms"]),  # type: ignore[call-overload]
+            stopped_early=False, finish_reason=FinishReason(int(first["finish_reason"])),  # type: ignore[call-overload]
+            first_token_at_ms=int(first["first_token_at_ms"]),  # type: ignore[call-overload]
+            activation_commitment=bytes.fromhex(str(first["activation_commitment"]))))
 
 
 @dataclass(frozen=True)
 class _Streamed:
     token_ids: tuple[int, ...]
-    text: str
     stopped_by_sender: bool
 
 
 def _stream_steps(process: subprocess.Popen, sender: TokenSender,
                   keep_going: Callable[[], bool]) -> _Streamed:
-    """Rank 0's steps to the coordinator, one step late (as Engine.generate), EOS not sent."""
+    """Rank 0's tokens to the coordinator as they come (already one step late, as Engine hands them)."""
     assert process.stdout is not None
     token_ids: list[int] = []
-    texts: list[str] = []
     stopped = False
     for line in process.stdout:
-        if not line.startswith(STEP_PREFIX) or stopped:
+        if stopped:
             continue
-        step = json.loads(line[len(STEP_PREFIX):])
-        if step["finish_reason"] == "stop":
-            if texts:
-                texts[-1] += step["text"]
-            continue
-        if texts and not (sender.offer(len(texts) - 1, token_ids[-1], texts[-1]) and keep_going()):
-            stopped = True
-            _kill(process)
-            continue
-        token_ids.append(int(step["token"]))
-        texts.append(step["text"])
-    if texts and not stopped:
-        sender.offer(len(texts) - 1, token_ids[-1], texts[-1])
-    return _Streamed(tuple(token_ids), "".join(texts), stopped)
+        if line.startswith(PROMPT_PREFIX):
+            sender.note_prompt_tokens(int(line[len(PROMPT_PREFIX):]))
+        elif line.startswith(STEP_PREFIX):
+            step = json.loads(line[len(STEP_PREFIX):])
+            if not (sender.offer(int(step["index"]), int(step["token"]), step["text"]) and keep_going()):
+                stopped = True
+                _kill(process)
+                continue
+            token_ids.append(int(step["token"]))
+    return _Streamed(tuple(token_ids), stopped)
 
 
 def _rank_result(run_dir: Path, rank: int) -> dict[str, object]:

@@ -51,6 +51,11 @@ class Sender:
     def __init__(self) -> None:
         self.offered: list[tuple[int, int, str]] = []
 
+        self.prompt_tokens: int | None = None
+
+    def note_prompt_tokens(self, count: int) -> None:
+        self.prompt_tokens = count
+
     def offer(self, index: int, token_id: int, text: str) -> bool:
         self.offered.append((index, token_id, text))
         return True
@@ -68,7 +73,7 @@ def test_a_rank_that_dies_hands_the_job_back_though_mlx_launch_exits_0(
                             "local", "node-a", ("node-a", "node-b"), (4, 4))
     result = run(assignment, Sender(), lambda: True)  # type: ignore[arg-type]
     assert result.handed_back_reason is not None and "rank" in result.handed_back_reason
-    assert result.failure_reason is None and result.token_ids == ()
+    assert result.failure_reason is None and result.result is None
     assert os.path.exists(tmp_path / "runs" / "job-dies" / "launch.log")
 
 
