@@ -5,6 +5,7 @@
     mlxnet node --coordinator A   lend this Mac: run a node agent
     mlxnet submit ...             submit a job and stream its tokens
     mlxnet jobs get|explain JOB   a job's status, or why it went where it did
+    mlxnet checks --job J|--node N   why a job was or was not paid; a node's trust record
     mlxnet place --dry-run ...    where a job would go now, and why
     mlxnet db upgrade             apply database migrations
     mlxnet model build-tiny DIR   build the project's small test model
@@ -159,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(handler=_build_tiny)
 
-    from mlxnet import jobs_cli, keys_cli, ledger_cli
+    from mlxnet import checks_view, jobs_cli, keys_cli, ledger_cli
 
+    checks_view.add_subcommands(commands)
     jobs_cli.add_subcommands(commands)
     keys_cli.add_subcommands(commands)
     ledger_cli.add_subcommands(commands)

@@ -3,7 +3,8 @@
 It builds the tiny model, starts a coordinator on SQLite and three node
 agents as separate processes declaring different simulated Macs, submits a
 handful of jobs at once, and shows where each ran and why, its text, its
-verified receipt, and what each operator was credited.
+verified receipt, the coordinator's replay check of its proof, and what each
+operator was credited once the checks passed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlxnet.checks_view import render_check, wait_for_checks
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.explain_view import render_explanation
 from mlxnet.processes import Child, start_coordinator, start_nodes
@@ -73,7 +75,8 @@ def _show(result: DemoResult, names: dict[str, str], out) -> bool:  # type: igno
                                   result.prompt, result.token_ids)
     verdict = "verified" if check.ok else "REJECTED " + "; ".join(check.problems)
     out.write(f"  receipt {verdict}; {job.prompt_tokens}+{job.completion_tokens} tokens in "
-              f"{result.seconds:.2f}s; operator credited {job.credited_base_units} base units\n")
+              f"{result.seconds:.2f}s; {job.credited_base_units} base units held for the operator "
+              f"until the proof is checked\n")
     return check.ok
 
 
@@ -94,7 +97,9 @@ def _show_balances(database_url: str, operators: list[str], out) -> None:  # typ
 
 
 def _start_fleet(work_dir: Path, model_dir: Path) -> list[Child]:
-    coordinator = start_coordinator(work_dir, allow_anonymous=True)
+    # The coordinator runs a verifier worker that replays sampled jobs (all of a new node's).
+    coordinator = start_coordinator(work_dir, allow_anonymous=True,
+                                    verify_models=(f"{MODEL_ID}={model_dir}",))
     try:
         nodes = start_nodes(work_dir, coordinator.extra["address"], [
             (name, [f"{MODEL_ID}={model_dir}"], profile, operator)
@@ -129,8 +134,12 @@ def run(args: argparse.Namespace) -> int:
             seconds = max(r.seconds for r in results)
             out.write(f"\n{len(results)} jobs, {tokens} tokens in {seconds:.2f}s wall "
                       f"({tokens / seconds:.1f} tokens/s across the fleet)\n")
-            _show_balances(f"sqlite:///{work_dir / 'coordinator' / 'coordinator.db'}",
-                           [op for _, _, op in NODES], out)
+            database_url = f"sqlite:///{work_dir / 'coordinator' / 'coordinator.db'}"
+            completed = [r.job.job_id for r in results if r.job.status == job_pb2.JOB_STATUS_COMPLETED]
+            out.write("\nproof of completion (the verifier replays each sampled job in one pass):\n")
+            for check in wait_for_checks(database_url, completed):
+                out.write(f"  {check.job_id}: {render_check(check)}\n")
+            _show_balances(database_url, [op for _, _, op in NODES], out)
         finally:
             for child in reversed(children):
                 child.stop()

@@ -83,22 +83,24 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
 
 def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
                       heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
-                      http_port: int = 0, allow_anonymous: bool = False) -> Child:
-    """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's."""
+                      http_port: int = 0, allow_anonymous: bool = False,
+                      verify_models: tuple[str, ...] = ()) -> Child:
+    """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's.
+
+    verify_models ("ID=PATH") run a verifier worker that replays sampled jobs of those models.
+    """
     argv = ["coordinator", "--port", str(port), "--data-dir", str(work_dir / "coordinator"),
             "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port)]
     if database_url:
         argv += ["--database-url", database_url]
     if allow_anonymous:
         argv.append("--allow-anonymous")
+    for model in verify_models:
+        argv += ["--verify-model", model]
     child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
     try:
         child.ready_line = _wait_for_line(child, "coordinator listening on", READY_TIMEOUT_S)
-        # Written and flushed with the line above, so it may already sit in the read buffer,
-        # where select() would not see it.
-        gateway_line = child.process.stdout.readline().strip() if child.process.stdout else ""
-        if not gateway_line.startswith("gateway listening on"):
-            raise ProcessStartError(f"coordinator did not report its HTTP gateway; see {child.log_path}")
+        gateway_line = _wait_for_line(child, "gateway listening on", READY_TIMEOUT_S)
     except ProcessStartError:
         child.stop()
         raise

@@ -19,6 +19,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk, encode_commitment
 from contracts.ids import JobId, node_id_from_public_key
 from contracts.receipts import Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.receipt_check import ExpectedJob, check_receipt
@@ -151,6 +152,17 @@ class HonestNode:
         result = generate(self.engine, self.model_dir, job)
         receipt = receipt_for(job, self.identity, MODEL_ID, self.weights_digest, result)
         return signed(receipt, self.identity, result.token_ids), result
+
+
+def prefill_commitment(engine: Engine, model_dir: Path, job: Job, tokens: tuple[int, ...]) -> bytes:
+    """A commitment for any tokens, made the cheap way: one prefill pass over prompt and tokens.
+
+    What a cheater with the right model can make for output it did not decode.
+    """
+    replay = engine.replay(str(model_dir), job.prompt, tokens, lambda step, logits: None)
+    chunks = tuple(commit_chunk(c, chunk_key(job.job_id, n + 1)) for n, c in enumerate(replay.generated))
+    return encode_commitment(ActivationCommitment(commit_chunk(replay.prompt, chunk_key(job.job_id, 0)),
+                                                  chunks))
 
 
 def with_tokens(receipt: Receipt, tokens: tuple[int, ...], **changes: object) -> Receipt:

@@ -36,7 +36,8 @@ class Network:
             self.coordinator.stop()
         self.coordinator = start_coordinator(self.work_dir, database_url=self.database_url,
                                              port=port, heartbeat_interval_ms=500,
-                                             allow_anonymous=True)
+                                             allow_anonymous=True,
+                                             verify_models=(f"{MODEL_ID}={self.model_dir}",))
 
     def stop(self) -> None:
         for child in [*self.nodes, self.coordinator]:
@@ -57,8 +58,10 @@ def network(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 def _run_network(tmp_path: Path, tiny_model_dir: Path, database_url: str) -> Iterator[Network]:
+    # The coordinator's verifier worker replays sampled jobs: every job of these new nodes.
     coordinator = start_coordinator(tmp_path, database_url=database_url, heartbeat_interval_ms=500,
-                                    allow_anonymous=True)
+                                    allow_anonymous=True,
+                                    verify_models=(f"{MODEL_ID}={tiny_model_dir}",))
     net = Network(tmp_path, database_url, tiny_model_dir, coordinator, [])
     try:
         model = [f"{MODEL_ID}={tiny_model_dir}"]

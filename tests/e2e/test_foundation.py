@@ -10,9 +10,11 @@ from mlx_lm import load, stream_generate
 
 from contracts.ids import OperatorId
 from coordinator.database import Database
+from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
 from ledger.jobs import operator_account_id
 from ledger.policy import price_job
+from mlxnet.checks_view import wait_for_checks
 from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
 from mlxnet.receipt_view import check_receipt_locally
 from node_agent.model_files import describe_model
@@ -72,12 +74,16 @@ def test_jobs_stream_real_mlx_text_with_verified_receipts_and_credits(network: N
         assert job.credited_base_units == price.operator_credit > 0
         operator = node_operator[job.node_ids[0]]
         credited_by_operator[operator] = credited_by_operator.get(operator, 0) + price.operator_credit
+    # New nodes have every job replayed by the verifier; credits are posted once checks pass.
+    checks = wait_for_checks(network.database_url, [job.job_id for job, _ in results])
+    assert all(c.status is CheckStatus.PASSED and c.credit_state is CreditState.POSTED for c in checks)
     for operator in ("alice", "bob"):
         assert _operator_balance(network.database_url, operator) == credited_by_operator.get(operator, 0)
 
 
 def test_coordinator_crash_loses_no_job_and_no_credit(network: Network) -> None:
     done, _ = _run(network.address, "And Abraham")
+    wait_for_checks(network.database_url, [done.job_id])  # its credit is posted, not held
     with JobClient(network.address) as client:
         # Nodes are busy with nothing, so this one may be queued, assigned or running at the crash.
         in_flight = client.submit(MODEL_ID, "And God blessed", max_tokens=200)
@@ -91,6 +97,8 @@ def test_coordinator_crash_loses_no_job_and_no_credit(network: Network) -> None:
         final = [i for i in client.stream(in_flight.job_id) if not isinstance(i, StreamedTokens)][0]
     # A job cut off mid-stream by the crash fails cleanly; one not yet streaming completes.
     assert final.status in (job_pb2.JOB_STATUS_COMPLETED, job_pb2.JOB_STATUS_FAILED)
+    if final.status == job_pb2.JOB_STATUS_COMPLETED:  # checked by the restarted coordinator
+        assert wait_for_checks(network.database_url, [in_flight.job_id])[0].status is CheckStatus.PASSED
     after = {op: _operator_balance(network.database_url, op) for op in ("alice", "bob")}
     assert sum(after.values()) - sum(balances.values()) == (
         final.credited_base_units if final.status == job_pb2.JOB_STATUS_COMPLETED else 0)
