@@ -30,6 +30,17 @@ class PayState(StrEnum):
 
 
 @dataclass(frozen=True)
+class CheckFacts:
+    """A job's proof check as coordinator.verification recorded it."""
+
+    status: str  # waiting / passed / failed / unchecked
+    sampled: bool
+    reason: str | None  # why unchecked, or why it failed
+    hold_until_ms: int  # the check window closes
+    checked_at_ms: int | None
+
+
+@dataclass(frozen=True)
 class JobPay:
     state: PayState
     amount: int  # base units credited (posted, held, or voided)
@@ -37,8 +48,8 @@ class JobPay:
 
 
 def job_pay(job_id: str, job_status: str, job_error: str | None, receipt_verified: bool,
-            transfers: Sequence[Transfer], operator_account: str) -> JobPay:
-    """The operator's pay for one job, from the job's transfers in chain order."""
+            transfers: Sequence[Transfer], operator_account: str, check: CheckFacts | None = None) -> JobPay:
+    """The operator's pay for one job, from the job's transfers in chain order (and its check, if any)."""
     credit_id = job_transfer_id(job_id, JobStep.CREDIT)
     credit = next((t for t in transfers if t.id == credit_id and t.credit_account == operator_account),
                   None)
@@ -48,15 +59,26 @@ def job_pay(job_id: str, job_status: str, job_error: str | None, receipt_verifie
         return JobPay(PayState.PAID, credit.amount, "credited when the receipt verified")
     resolution = next((t for t in transfers if t.pending_id == credit.id), None)
     if resolution is None:
-        return JobPay(PayState.HELD, credit.amount,
-                      "held until the job's proof check passes or its check window closes")
+        return JobPay(PayState.HELD, credit.amount, _held_reason(check))
     if resolution.state is TransferState.POSTED:
-        return JobPay(PayState.PAID, resolution.amount, "released after the check window")
+        passed = check is not None and check.status == "passed"
+        return JobPay(PayState.PAID, resolution.amount,
+                      "released: the job passed its replay check" if passed
+                      else "released when the check window closed")
     if resolution.state is TransferState.VOIDED:
-        detail = f": {job_error}" if job_error else ""
-        return JobPay(PayState.REJECTED, credit.amount,
-                      f"not paid: the job failed its proof check{detail}; the consumer was refunded")
+        detail = (check.reason if check is not None and check.reason else job_error) or ""
+        return JobPay(PayState.REJECTED, credit.amount, "not paid: the job failed its proof check"
+                      + (f" ({detail})" if detail else "") + "; the consumer was refunded")
     return JobPay(PayState.EXPIRED, credit.amount, "not paid: the held credit expired unresolved")
+
+
+def _held_reason(check: CheckFacts | None) -> str:
+    if check is not None and check.status == "waiting":
+        return "held: sampled for a replay check; paid when it passes"
+    if check is not None and check.status == "unchecked":
+        why = f" ({check.reason})" if check.reason else ""
+        return f"held until its check window closes{why}; then paid"
+    return "held until the job's proof check passes or its check window closes"
 
 
 def _unpaid_reason(job_status: str, job_error: str | None, receipt_verified: bool) -> str:

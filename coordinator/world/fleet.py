@@ -113,17 +113,6 @@ def node_status(last_heartbeat_ms: int, left_at_ms: int | None, active_jobs: int
     return NodeStatus.BUSY if active_jobs > 0 else NodeStatus.ONLINE
 
 
-def reputation(verified_jobs: int, failed_jobs: int, benchmark_flagged: bool) -> float:
-    """Share of the Mac's finished jobs that ended with a verified receipt, from a 1-in-2 prior.
-
-    The prior (one success, one failure) keeps a new Mac at 0.5 rather than 0 or 1;
-    a benchmark that does not fit the claimed chip halves it.
-    """
-    assert verified_jobs >= 0 and failed_jobs >= 0
-    score = (verified_jobs + 1) / (verified_jobs + failed_jobs + 2)
-    return round(score / 2 if benchmark_flagged else score, 4)
-
-
 def lendable_bytes(gpu_working_set_bytes: int, memory_cap_bytes: int | None) -> int:
     """What the network may use of a Mac: its GPU budget, capped by the operator."""
     if memory_cap_bytes is None:
@@ -163,6 +152,14 @@ class NodeStats:
     jobs_served: int = 0  # completed with a verified receipt
     jobs_failed: int = 0  # ended failed while placed on this Mac
     tokens_generated: int = 0
+    # From the proof checks (coordinator.verification): the reputation placement itself uses.
+    reputation: float = 1.0
+    checks_passed: int = 0
+    checks_failed: int = 0
+    quarantined: bool = False
+
+    def __post_init__(self) -> None:
+        assert 0.0 <= self.reputation <= 1.0
 
 
 def fleet_row(node: NodeFacts, stats: NodeStats, region: str | None, pod_id: str | None,
@@ -191,7 +188,10 @@ def fleet_row(node: NodeFacts, stats: NodeStats, region: str | None, pod_id: str
         "models": list(node.served_models[:WARM_MODELS_SHOWN_MAX]),
         "jobs_served": stats.jobs_served,
         "tokens_generated": stats.tokens_generated,
-        "reputation": reputation(stats.jobs_served, stats.jobs_failed, node.benchmark_flagged),
+        "jobs_failed": stats.jobs_failed,
+        "reputation": round(stats.reputation, 4),
+        "checks": {"passed": stats.checks_passed, "failed": stats.checks_failed,
+                   "quarantined": stats.quarantined},
         "pod_id": pod_id,
         "joined_at_ms": node.registered_at_ms,
         "last_seen_ms": node.last_heartbeat_ms,

@@ -12,7 +12,8 @@ from coordinator import records
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.records import JobRecord
 from coordinator.tables import job_assignments, nodes
-from coordinator.world.earnings import JobPay, job_pay
+from coordinator.verification import store as check_store
+from coordinator.world.earnings import CheckFacts, JobPay, job_pay
 from coordinator.world.public_job import PlacedNode, public_job
 from coordinator.world.queries import display_names
 from ledger import book
@@ -37,13 +38,20 @@ def signer_node_id(job: JobRecord) -> str | None:
     return job.node_ids[0] if job.node_ids else None
 
 
-def pay_of(session: Session, job: JobRecord) -> JobPay:
+def check_of(session: Session, job_id: str) -> CheckFacts | None:
+    check = check_store.check_by_job(session, job_id)
+    if check is None:
+        return None
+    return CheckFacts(check.status.value, check.sampled, check.reason, check.hold_until_ms, check.checked_at_ms)
+
+
+def pay_of(session: Session, job: JobRecord, check: CheckFacts | None) -> JobPay:
     signer = signer_node_id(job)
     operator = None if signer is None else session.execute(
         select(nodes.c.operator_id).where(nodes.c.node_id == signer)).scalar()
     account = "" if operator is None else operator_account_id(operator)
     return job_pay(job.job_id, job.status.value, job.error, job.receipt_verified,
-                   book.transfers_for_job(session, job.job_id), account)
+                   book.transfers_for_job(session, job.job_id), account, check)
 
 
 def _layers(session: Session, job: JobRecord) -> dict[str, int]:
@@ -75,4 +83,5 @@ def job_json(session: Session, job_id: str) -> dict[str, object]:
         public_key = session.execute(select(nodes.c.public_key)
                                      .where(nodes.c.node_id == signer)).scalar() or b""
     names = {node_id: name for node_id, (name, _) in known.items()}
-    return public_job(job, placed, names, public_key, pay_of(session, job))
+    check = check_of(session, job.job_id)
+    return public_job(job, placed, names, public_key, pay_of(session, job, check), check)

@@ -15,6 +15,7 @@ from coordinator.tables import job_assignments, jobs, nodes
 from coordinator.world.earnings import (
     ChainRoot, JobPay, earnings_json, epoch_earnings, job_pay, money,
 )
+from coordinator.world.job_lookup import check_of
 from coordinator.world.queries import Liveness, display_names, node_rows
 from ledger import book, epoch_store
 from ledger import tables as ledger_tables
@@ -70,8 +71,9 @@ def jobs_json(session: Session, operator_id: str, page: int, page_size: int) -> 
     account = operator_account_id(operator_id)  # type: ignore[arg-type]
     items = []
     for row in rows:
+        check = check_of(session, row.job_id)
         pay: JobPay = job_pay(row.job_id, row.status, row.error, row.receipt_verified,
-                              book.transfers_for_job(session, row.job_id), account)
+                              book.transfers_for_job(session, row.job_id), account, check)
         items.append({
             "job_id": row.job_id, "model_id": row.model_id, "status": row.status,
             "error": row.error, "receipt_verified": row.receipt_verified,
@@ -79,6 +81,9 @@ def jobs_json(session: Session, operator_id: str, page: int, page_size: int) -> 
             "created_at_ms": row.created_at_ms, "finished_at_ms": row.finished_at_ms,
             "nodes": placed.get(row.job_id, []),
             "pay_state": pay.state.value, "pay": money(pay.amount), "pay_reason": pay.reason,
+            "check": None if check is None else {"status": check.status, "reason": check.reason,
+                                                 "hold_until_ms": check.hold_until_ms,
+                                                 "checked_at_ms": check.checked_at_ms},
         })
     return {"page": page, "page_size": page_size, "total": total,
             "pages": max(1, -(-total // page_size)), "jobs": items}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from contracts.receipts import Receipt, ReceiptFormatError, decode_receipt
 from coordinator.records import JobRecord
-from coordinator.world.earnings import JobPay, money
+from coordinator.world.earnings import CheckFacts, JobPay, money
 
 # Failure texts the coordinator writes itself; anything else came from a node.
 _OWN_ERROR_PREFIXES = ("unplaceable:", "cancelled", "heartbeats stopped", "node left")
@@ -95,7 +95,7 @@ def receipt_json(job: JobRecord, signer_public_key: bytes) -> dict[str, object] 
     }
 
 
-def check_json(job: JobRecord, pay: JobPay) -> dict[str, object]:
+def check_json(job: JobRecord, pay: JobPay, check: CheckFacts | None = None) -> dict[str, object]:
     if job.receipt_body is None:
         summary = "no receipt yet" if job.status in ("queued", "assigned", "running") else "no receipt"
     elif not job.receipt_verified:
@@ -106,12 +106,16 @@ def check_json(job: JobRecord, pay: JobPay) -> dict[str, object]:
                    "rejected": "receipt verified, but the proof check failed",
                    "expired": "receipt verified; the held pay expired",
                    "unpaid": "receipt verified; nothing paid"}[pay.state.value]
+    # The check's status and times only: its reason and evidence name output tokens.
+    proof_check = None if check is None else {
+        "status": check.status, "sampled": check.sampled, "hold_until_ms": check.hold_until_ms,
+        "checked_at_ms": check.checked_at_ms}
     return {"receipt_verified": job.receipt_verified, "pay_state": pay.state.value,
-            "pay": money(pay.amount), "summary": summary}
+            "pay": money(pay.amount), "summary": summary, "proof_check": proof_check}
 
 
 def public_job(job: JobRecord, placed: tuple[PlacedNode, ...], names: Mapping[str, str],
-               signer_public_key: bytes, pay: JobPay) -> dict[str, object]:
+               signer_public_key: bytes, pay: JobPay, check: CheckFacts | None = None) -> dict[str, object]:
     """The public JSON of a job (coordinator/world/API.md)."""
     receipt = None
     if job.receipt_body is not None:
@@ -130,5 +134,5 @@ def public_job(job: JobRecord, placed: tuple[PlacedNode, ...], names: Mapping[st
             "explanation": explanation_json(job.explanation_json, names),
         },
         "receipt": receipt_json(job, signer_public_key),
-        "check": check_json(job, pay),
+        "check": check_json(job, pay, check),
     }

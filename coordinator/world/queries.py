@@ -17,6 +17,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from contracts.hardware import LinkKind
 from coordinator.tables import job_assignments, jobs, nodes, pods
+from coordinator.verification.policy import TrustPolicy, TrustRecord, is_quarantined, reputation
+from coordinator.verification.store import node_trust
 from coordinator.world.fleet import (
     FleetQuery, FleetSort, NodeFacts, NodeStats, NodeStatus, PodLinkFacts, fleet_row,
 )
@@ -37,6 +39,7 @@ BUSY_NODES_READ_MAX = 100_000
 class Liveness:
     now_ms: int
     offline_after_ms: int
+    trust: TrustPolicy = TrustPolicy()  # the coordinator's, so reputations match placement's
 
     @property
     def fresh_since_ms(self) -> int:
@@ -136,7 +139,7 @@ def fleet_page(session: Session, query: FleetQuery, live: Liveness) -> tuple[int
 
 def rows_json(session: Session, rows: list, live: Liveness) -> list[dict[str, object]]:  # type: ignore[type-arg]
     node_ids = [row.node_id for row in rows]
-    stats = node_stats(session, node_ids)
+    stats = node_stats(session, node_ids, live.trust)
     pod_of = pod_membership(session)
     return [fleet_row(_facts(row), stats.get(row.node_id, NodeStats()), row.region,
                       pod_of.get(row.node_id), live.now_ms, live.offline_after_ms) for row in rows]
@@ -151,10 +154,17 @@ def node_rows(session: Session, node_ids: Iterable[str], live: Liveness) -> dict
     return {row["node_id"]: row for row in rows_json(session, rows, live)}  # type: ignore[misc]
 
 
-def node_stats(session: Session, node_ids: list[str]) -> dict[str, NodeStats]:
-    """Jobs served, failed and tokens generated on each Mac, over its current-attempt assignments."""
+def _trust(session: Session, node_ids: list[str]) -> dict[str, tuple[TrustRecord, bool]]:
+    rows = session.execute(select(node_trust).where(node_trust.c.node_id.in_(node_ids)))
+    return {row.node_id: (TrustRecord(row.checks_passed, row.checks_failed, row.passed_since_failure),
+                          row.quarantined_at_ms is not None) for row in rows}
+
+
+def node_stats(session: Session, node_ids: list[str], policy: TrustPolicy) -> dict[str, NodeStats]:
+    """Per Mac: jobs served, failed and tokens generated (current-attempt assignments) and its trust."""
     if not node_ids:
         return {}
+    trust = _trust(session, node_ids)
     own_failure = and_(jobs.c.status == "failed",
                        not_(func.coalesce(jobs.c.error, "").like("cancelled%")),
                        not_(func.coalesce(jobs.c.error, "").like("unplaceable%")))
@@ -168,8 +178,17 @@ def node_stats(session: Session, node_ids: list[str]) -> dict[str, NodeStats]:
                                                           jobs.c.attempt == job_assignments.c.attempt)))
              .where(job_assignments.c.node_id.in_(node_ids))
              .group_by(job_assignments.c.node_id))
-    return {node_id: NodeStats(int(active or 0), int(done or 0), int(failed or 0), int(tokens or 0))
-            for node_id, active, done, failed, tokens in session.execute(query)}
+    counts = {node_id: (int(active or 0), int(done or 0), int(failed or 0), int(tokens or 0))
+              for node_id, active, done, failed, tokens in session.execute(query)}
+    stats = {}
+    for node_id in node_ids:
+        record, quarantined = trust.get(node_id, (TrustRecord(), False))
+        quarantined = quarantined or is_quarantined(record, policy)
+        stats[node_id] = NodeStats(*counts.get(node_id, (0, 0, 0, 0)),
+                                   reputation=0.0 if quarantined else reputation(record, policy),
+                                   checks_passed=record.checks_passed, checks_failed=record.checks_failed,
+                                   quarantined=quarantined)
+    return stats
 
 
 def pod_membership(session: Session) -> dict[str, str]:

@@ -51,7 +51,8 @@ class World:
         self._trees_lock = threading.Lock()
 
     def live(self) -> queries.Liveness:
-        return queries.Liveness(self.service.clock.now_ms(), self.service.config.node_offline_after_ms)
+        config = self.service.config
+        return queries.Liveness(self.service.clock.now_ms(), config.node_offline_after_ms, config.trust)
 
     def read(self, work: Callable[[Session], T]) -> T:
         with self.service.db.transaction() as session:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.world.earnings import (
-    LEAF_ENCODING, ChainRoot, EpochEarnings, PayState, earnings_json, epoch_earnings, job_pay, money,
+    LEAF_ENCODING, ChainRoot, CheckFacts, EpochEarnings, PayState, earnings_json, epoch_earnings, job_pay, money,
     proof_json,
 )
 from ledger.merkle import PayoutLeaf, build_tree, leaf_hash, verify_proof
@@ -42,6 +42,23 @@ def test_a_held_credit_then_its_resolutions() -> None:
     assert rejected.state is PayState.REJECTED and "tokens differ from the replay" in rejected.reason
     expired = _transfer("job-1:expire", 500, state=TransferState.EXPIRED, pending_id="job-1:credit")
     assert job_pay("job-1", "completed", None, True, [held, expired], OPERATOR).state is PayState.EXPIRED
+
+
+def test_the_check_says_why_pay_is_held_released_or_refused() -> None:
+    held = _transfer("job-1:credit", 500, state=TransferState.PENDING, debit="escrow:consumers")
+    waiting = CheckFacts("waiting", True, None, 99, None)
+    assert "sampled for a replay check" in job_pay("job-1", "completed", None, True, [held], OPERATOR,
+                                                    waiting).reason
+    unchecked = CheckFacts("unchecked", False, "not sampled (rate 3%)", 99, None)
+    assert "not sampled (rate 3%)" in job_pay("job-1", "completed", None, True, [held], OPERATOR, unchecked).reason
+    released = _transfer("job-1:release", 500, pending_id="job-1:credit")
+    passed = CheckFacts("passed", True, None, 99, 50)
+    assert "passed its replay check" in job_pay("job-1", "completed", None, True, [held, released], OPERATOR,
+                                                passed).reason
+    voided = _transfer("job-1:reject", 500, state=TransferState.VOIDED, pending_id="job-1:credit")
+    failed = CheckFacts("failed", True, "token 3: the replay would not pick 812", 99, 50)
+    refused = job_pay("job-1", "completed", None, True, [held, voided], OPERATOR, failed)
+    assert refused.state is PayState.REJECTED and "would not pick 812" in refused.reason
 
 
 def test_unpaid_jobs_say_why() -> None:

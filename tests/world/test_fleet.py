@@ -12,7 +12,7 @@ from coordinator.errors import InvalidRequest
 from coordinator.world.fleet import (
     PAGE_SIZE_MAX, FleetQuery, FleetSort, NodeFacts, NodeStats, NodeStatus, PodLinkFacts,
     fleet_row, lendable_bytes, node_status, page_payload, parse_fleet_query, pod_payload,
-    pod_strategy, reputation,
+    pod_strategy,
 )
 
 OFFLINE_AFTER_MS = 10_000
@@ -68,19 +68,6 @@ def test_status_follows_the_schedulers_online_rule() -> None:
     assert node_status(NOW_MS, NOW_MS - 5, 1, NOW_MS, OFFLINE_AFTER_MS) is NodeStatus.OFFLINE
 
 
-@given(st.integers(0, 10_000), st.integers(0, 10_000), st.booleans())
-def test_reputation_is_a_fraction_that_rises_with_verified_jobs(verified: int, failed: int, flagged: bool) -> None:
-    score = reputation(verified, failed, flagged)
-    assert 0 < score < 1
-    assert reputation(verified + 1, failed, flagged) >= score
-    assert reputation(verified, failed + 1, flagged) <= score
-    assert reputation(verified, failed, True) <= reputation(verified, failed, False)
-
-
-def test_a_new_mac_starts_at_one_half() -> None:
-    assert reputation(0, 0, False) == 0.5
-
-
 @given(st.integers(1, 2**45), st.one_of(st.none(), st.integers(1, 2**45)))
 def test_lendable_memory_never_exceeds_the_gpu_budget_or_the_cap(budget: int, cap: int | None) -> None:
     lendable = lendable_bytes(budget, cap)
@@ -89,12 +76,13 @@ def test_lendable_memory_never_exceeds_the_gpu_budget_or_the_cap(budget: int, ca
 
 
 def test_a_row_shows_the_public_fields_and_nothing_else() -> None:
-    row = fleet_row(_facts(memory_cap_bytes=100 << 30), NodeStats(active_jobs=1, jobs_served=7, jobs_failed=1,
-                                                                  tokens_generated=900),
-                    "Europe/Lisbon", "desk-pod", NOW_MS, OFFLINE_AFTER_MS)
+    stats = NodeStats(active_jobs=1, jobs_served=7, jobs_failed=1, tokens_generated=900, reputation=0.987654,
+                      checks_passed=6, checks_failed=0)
+    row = fleet_row(_facts(memory_cap_bytes=100 << 30), stats, "Europe/Lisbon", "desk-pod", NOW_MS, OFFLINE_AFTER_MS)
     assert row["status"] == "busy" and row["region"] == "Europe/Lisbon" and row["pod_id"] == "desk-pod"
     assert row["lendable_bytes"] == 100 << 30 and row["jobs_served"] == 7 and row["tokens_generated"] == 900
-    assert row["reputation"] == reputation(7, 1, False)
+    assert row["reputation"] == 0.9877
+    assert row["checks"] == {"passed": 6, "failed": 0, "quarantined": False}
     assert not {"operator_id", "public_key", "session_token_sha256", "prompt", "hardware_json"} & set(row)
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from coordinator.errors import InvalidRequest, NotFound, PermissionDenied, Unauthenticated
 from coordinator.records import JobStatus
+from coordinator.verification import store as check_store
+from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 from coordinator.world import operator_keys
 from coordinator.world.world import World
 from ledger.anchor import ChainError
@@ -162,3 +164,17 @@ def test_the_root_comes_from_the_chain_then_the_anchor_then_the_ledger(world_env
     assert (down["root_source"], down["block_number"], down["root"]) == ("anchor", 12, ledger_root)
     unpublished = World(world_env.service, FakeChain(None)).operator_proof(alice, number)
     assert unpublished["root_source"] == "anchor"
+
+
+def test_an_operator_reads_why_a_check_held_or_refused_their_pay(world_env: WorldEnv) -> None:
+    ids = _two_operators(world_env)
+    now = world_env.clock.now
+    with world_env.session() as session:
+        check_store.insert_check(session, CheckRecord(
+            job_id=ids["alice_job"], node_id=ids["mini"], operator_id="alice", status=CheckStatus.UNCHECKED,
+            check_rate=0.03, sampled=False, operator_credit=5, credit_state=CreditState.PENDING,
+            hold_until_ms=now + 60_000, completed_at_ms=now, reason="not sampled at a 3% check rate"))
+    alice = world_env.world.authenticate(_key(world_env, "alice"))
+    job = next(j for j in world_env.world.operator_jobs(alice, {})["jobs"] if j["job_id"] == ids["alice_job"])
+    assert job["check"] == {"status": "unchecked", "reason": "not sampled at a 3% check rate",
+                            "hold_until_ms": now + 60_000, "checked_at_ms": None}

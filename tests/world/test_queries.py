@@ -13,6 +13,9 @@ from contracts.pods import PodCable, PodDeclaration
 from coordinator import node_records
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.records import JobStatus
+from coordinator.verification import store as check_store
+from coordinator.verification.policy import TrustRecord, reputation
+from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
 from coordinator.world import operator_keys
 from tests.world.conftest import OFFLINE_AFTER_MS, SECRET_OUTPUT, SECRET_PROMPT, WorldEnv, add_job, add_node
 
@@ -159,3 +162,28 @@ def test_a_job_page_shows_placement_timing_receipt_and_pay_but_no_secrets(world_
         world_env.world.job("job-unknown")
     with pytest.raises(InvalidRequest):
         world_env.world.job("x" * 65)
+
+
+def test_reputation_and_checks_come_from_the_proof_checks(world_env: WorldEnv) -> None:
+    ids = _fleet(world_env)
+    policy = world_env.service.config.trust
+    now = world_env.clock.now
+    with world_env.session() as session:
+        check_store.save_node_trust(session, NodeTrust(ids["Office mini"], TrustRecord(12, 0, None)), now)
+        check_store.save_node_trust(session, NodeTrust(ids["Desk mini"], TrustRecord(3, 2, 0), now - 5, "cheated"),
+                                    now)
+        job_id = add_job(session, (ids["Office mini"],), now, operator="op0")
+        check_store.insert_check(session, CheckRecord(
+            job_id=job_id, node_id=ids["Office mini"], operator_id="op0", status=CheckStatus.FAILED, check_rate=1.0,
+            sampled=True, operator_credit=5, credit_state=CreditState.VOIDED, hold_until_ms=now + 3_600_000,
+            completed_at_ms=now, reason=f"token 2: the replay would not pick it ({SECRET_OUTPUT})",
+            checked_at_ms=now + 10))
+    rows = {n["name"]: n for n in world_env.world.fleet_page({"page_size": "200"})["nodes"]}
+    assert rows["Office mini"]["reputation"] == round(reputation(TrustRecord(12, 0, None), policy), 4)
+    assert rows["Office mini"]["checks"] == {"passed": 12, "failed": 0, "quarantined": False}
+    assert rows["Desk mini"]["reputation"] == 0.0 and rows["Desk mini"]["checks"]["quarantined"] is True
+    assert rows["Attic Studio"]["reputation"] == round(reputation(TrustRecord(), policy), 4)  # a new Mac: the prior
+    check = world_env.world.job(job_id)["check"]
+    assert check["proof_check"] == {"status": "failed", "sampled": True, "hold_until_ms": now + 3_600_000,
+                                    "checked_at_ms": now + 10}
+    assert SECRET_OUTPUT not in json.dumps(world_env.world.job(job_id))  # the check's reason stays private

@@ -208,6 +208,9 @@ export class FleetView {
       cell("warm", node.warm_models.length ? node.warm_models.join(", ") : h("span", { class: "muted" }, "none")),
       cell("jobs num", count(node.jobs_served)),
       cell("tokens num", count(node.tokens_generated)),
-      cell("reputation num", node.reputation.toFixed(2)));
+      h("div", { class: "cell reputation num", role: "cell",
+        title: `${node.checks.passed} proof checks passed, ${node.checks.failed} failed` +
+          (node.checks.quarantined ? "; quarantined" : "") },
+      node.checks.quarantined ? h("span", { class: "pill status-offline" }, "quarantined") : node.reputation.toFixed(2)));
   }
 }

@@ -8,7 +8,7 @@ function definitions(pairs) {
     [h("dt", {}, term), h("dd", {}, value ?? "–")]));
 }
 
-function explanationSection(explanation, chosenNames) {
+function explanationSection(explanation, chosenIds) {
   if (!explanation) return h("p", { class: "muted" }, "No placement decision was recorded.");
   const memory = explanation.memory;
   const macs = explanation.macs;
@@ -26,8 +26,8 @@ function explanationSection(explanation, chosenNames) {
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Candidate"), h("th", { scope: "col" }, "Total"),
         scoreNames.map((name) => h("th", { scope: "col" }, name.replaceAll("_", " "))),
         h("th", { scope: "col" }, "Predicted tok/s"), h("th", { scope: "col" }, "Free"))),
-      h("tbody", {}, explanation.top_candidates.map((c) => h("tr", { class: chosenNames.has(c.id) ? "chosen" : "" },
-        h("th", { scope: "row" }, c.name, chosenNames.has(c.id) ? h("span", { class: "pill chosen-pill" }, "chosen") : null,
+      h("tbody", {}, explanation.top_candidates.map((c) => h("tr", { class: chosenIds.has(c.id) ? "chosen" : "" },
+        h("th", { scope: "row" }, c.name, chosenIds.has(c.id) ? h("span", { class: "pill chosen-pill" }, "chosen") : null,
           h("span", { class: "sub" }, ` ${c.kind}, ${c.strategy}`)),
         h("td", {}, c.total.toFixed(3)),
         scoreNames.map((name) => h("td", {}, c.scores[name] === undefined ? "–" : c.scores[name].toFixed(2))),
@@ -50,6 +50,14 @@ function receiptSection(receipt) {
     ["Signature", h("code", { class: "wrap" }, receipt.signature)],
     ["Signer key", h("code", { class: "wrap" }, receipt.signer_public_key)],
   ]);
+}
+
+function proofCheck(proof) {
+  if (!proof) return "none recorded";
+  if (proof.status === "passed") return `passed: replayed by the verifier ${when(proof.checked_at_ms)}`;
+  if (proof.status === "failed") return `failed: the replay did not match (checked ${when(proof.checked_at_ms)})`;
+  if (proof.status === "waiting") return "sampled: waiting for the verifier's replay";
+  return `not sampled: pay is held until ${when(proof.hold_until_ms)}`;
 }
 
 export class JobView {
@@ -116,6 +124,7 @@ export class JobView {
           h("h4", { id: "receipt-title" }, "Receipt and check"),
           definitions([
             ["Receipt verified", check.receipt_verified ? "yes: signature, model, sampling and tokens match" : "no"],
+            ["Proof check", proofCheck(check.proof_check)],
             ["Operator pay", `${check.pay.mlx} (${check.pay_state})`],
           ]),
           receiptSection(job.receipt))));

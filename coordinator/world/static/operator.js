@@ -95,16 +95,16 @@ export class OperatorView {
 
   balance(me) {
     this.balanceTiles = h("div", { class: "tiles small", id: "balance" },
-      this.tile("Available", money(me.balance.available), "swept to your payout address at each epoch's close"),
-      this.tile("Held", money(me.balance.held), "credits waiting for their proof check"),
-      this.tile("Earned, all time", money(me.balance.earned_all_time), ""),
-      this.tile("Payout address", me.payout_address ? shortHex(me.payout_address, 8) : "not set",
+      this.tile("available", "Available", money(me.balance.available), "swept to your payout address at each epoch's close"),
+      this.tile("held", "Held", money(me.balance.held), "credits waiting for their proof check"),
+      this.tile("earned", "Earned, all time", money(me.balance.earned_all_time), ""),
+      this.tile("address", "Payout address", me.payout_address ? shortHex(me.payout_address, 8) : "not set",
         me.payout_address ? "" : "set it with mlxnet ledger set-payout-address"));
     return this.balanceTiles;
   }
 
-  tile(label, value, detail) {
-    return h("div", { class: "tile" }, h("div", { class: "tile-label" }, label), h("div", { class: "tile-value" }, value),
+  tile(id, label, value, detail) {
+    return h("div", { class: "tile", id: `balance-${id}` }, h("div", { class: "tile-label" }, label), h("div", { class: "tile-value" }, value),
       h("div", { class: "tile-detail" }, detail));
   }
 
