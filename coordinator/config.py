@@ -24,6 +24,7 @@ class CoordinatorConfig:
     # the network pays for anonymous jobs.
     allow_anonymous: bool = False
     busy_retry_after_s: int = 2  # Retry-After when no Mac can take a job now
+    admission_wait_s: float = 10.0  # how long an HTTP job may queue for a Mac before a 503
     # Proof of completion: which share of a node's jobs is replayed, how long credits stay
     # held, when a node is quarantined (coordinator.verification.policy), and how far an
     # honest replay may stray (coordinator.verification.tolerances).

@@ -49,6 +49,7 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
     if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
         raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
                              f"{TOKENS_PER_CHUNK_MAX} token ids")
+    records.lock_job(session, job_id)  # a cancel that ends the job counts every stored token
     job = _own_active_job(session, node, job_id)
     expected_index = records.token_count(session, job_id)
     if chunk.first_index > expected_index:

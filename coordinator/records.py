@@ -38,6 +38,7 @@ PROMPT_CHAT = "chat"
 ERROR_PROMPT_TOO_LONG = "prompt_too_long"  # the node found prompt + max_tokens over the context
 ERROR_CANCELLED = "cancelled"  # the consumer cancelled it (or went away mid-stream)
 ERROR_STOP_SEQUENCE = "stop_sequence"  # ended at a stop sequence the consumer asked for
+ERROR_NO_CAPACITY = "no_capacity"  # no Mac took it within the gateway's admission wait
 ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
 
 
@@ -294,6 +295,11 @@ def insert_job(session: Session, job: JobRecord) -> bool:
     except IntegrityError:
         return False
     return True
+
+
+def lock_job(session: Session, job_id: str) -> None:
+    """Row-lock a job on PostgreSQL, so its status and its tokens change in one order."""
+    session.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id).with_for_update())
 
 
 def job_by_id(session: Session, job_id: str) -> JobRecord | None:

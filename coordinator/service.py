@@ -7,6 +7,7 @@ knows about gRPC.
 from __future__ import annotations
 
 import logging
+import time
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,6 +46,13 @@ class JobView:
     text: str
     signer_public_key: bytes
     streamed_tokens: int = 0
+
+
+_END_REASONS = {  # why cancel_job ended a job, by its error code
+    records.ERROR_CANCELLED: "cancelled by the consumer",
+    records.ERROR_STOP_SEQUENCE: "stopped at a stop sequence",
+    records.ERROR_NO_CAPACITY: "no Mac could take it within the admission wait",
+}
 
 
 class CoordinatorService:
@@ -125,14 +133,13 @@ class CoordinatorService:
                            sum(len(chunk.token_ids) for chunk in chunks))
 
     def cancel_job(self, job_id: str, caller: Caller | None = None, *,
-                   at_stop_sequence: bool = False) -> JobView:
+                   code: str = records.ERROR_CANCELLED) -> JobView:
         """End the job now; the consumer is charged for the tokens it streamed, and no more.
 
-        at_stop_sequence: its output reached a stop sequence the consumer asked for.
+        code says why: the consumer cancelled (or left), a stop sequence, or no Mac in time.
         """
         now = self.clock.now_ms()
-        error, code = (("stopped at a stop sequence", records.ERROR_STOP_SEQUENCE)
-                       if at_stop_sequence else ("cancelled by the consumer", records.ERROR_CANCELLED))
+        error = _END_REASONS[code]
         with self.db.transaction() as session:
             job = self._own_job(session, job_id, caller)
             if job.status in records.TERMINAL_STATUSES:
@@ -146,6 +153,18 @@ class CoordinatorService:
         self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
         self.run_scheduler()
         return self.get_job(job_id)
+
+    def wait_until_placed(self, job_id: str, caller: Caller | None, timeout_s: float) -> JobView:
+        """The job once it leaves the queue, or still queued after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        topic = job_topic(job_id)
+        while True:
+            seen = self.notifier.version(topic)
+            view = self.get_job(job_id, caller)
+            remaining = deadline - time.monotonic()
+            if view.job.status is not JobStatus.QUEUED or remaining <= 0:
+                return view
+            self.notifier.wait(topic, seen, min(remaining, self.config.stream_poll_interval_s))
 
     def stream_job(self, job_id: str, is_active: Callable[[], bool],
                    caller: Caller | None = None) -> Iterator[TokenChunk | JobView]:
@@ -321,6 +340,12 @@ class CoordinatorService:
             self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in node_ids))
         self.notifier.notify(*(job_topic(j) for j in result.failed))
         return result
+
+    def close_billing(self, job_id: str) -> bool:
+        """Resolve one ended job's reservation now rather than at the next sweep."""
+        with self.db.transaction() as session:
+            job = records.job_by_id(session, job_id)
+            return job is not None and billing.close_job(session, job, self.clock.now_ms())
 
     def close_ended_billing(self) -> list[JobId]:
         """Resolve the reservations of jobs that ended (see coordinator.billing)."""

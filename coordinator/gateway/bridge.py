@@ -20,7 +20,7 @@ import anyio
 
 from coordinator.api_keys import Caller
 from coordinator.errors import AlreadyDone, CoordinatorError, NoCapacityNow, NotFound
-from coordinator.records import TokenChunk
+from coordinator.records import ERROR_CANCELLED, TokenChunk
 from coordinator.service import CoordinatorService, JobView
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,15 @@ class Bridge:
         self._streams_max = streams_max
         self._cancels = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-cancel")
 
-    async def call(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
-        """Run a blocking service call on a worker thread."""
+    async def call(self, function: Callable[..., T], *args: object,
+                   abandon_on_cancel: bool = False, **kwargs: object) -> T:
+        """Run a blocking service call on a worker thread.
+
+        abandon_on_cancel: a cancelled caller stops waiting (for calls that only wait).
+        """
         return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs),
-                                              limiter=self._limiter)
+                                              limiter=self._limiter,
+                                              abandon_on_cancel=abandon_on_cancel)
 
     def open_events(self, job_id: str, caller: Caller) -> JobEvents:
         if not self._streams.acquire(blocking=False):
@@ -88,15 +93,14 @@ class Bridge:
                                 "retry shortly", retry_after_s=1)
         return JobEvents(self.service, job_id, caller, self._streams.release)
 
-    def cancel_soon(self, job_id: str, caller: Caller, at_stop_sequence: bool = False) -> None:
+    def cancel_soon(self, job_id: str, caller: Caller, code: str = ERROR_CANCELLED) -> None:
         """End a job (its client went away, or it reached a stop sequence) off the event loop."""
-        self._cancels.submit(self._cancel, job_id, caller, at_stop_sequence)
+        self._cancels.submit(self.cancel, job_id, caller, code)
 
-    def _cancel(self, job_id: str, caller: Caller, at_stop_sequence: bool) -> None:
+    def cancel(self, job_id: str, caller: Caller, code: str = ERROR_CANCELLED) -> None:
         try:
-            self.service.cancel_job(job_id, caller, at_stop_sequence=at_stop_sequence)
-            log.info("job %s ended: %s", job_id,
-                     "a stop sequence" if at_stop_sequence else "its client went away")
+            self.service.cancel_job(job_id, caller, code=code)
+            log.info("job %s ended early: %s", job_id, code)
         except (AlreadyDone, NotFound):
             pass  # it ended on its own meanwhile
 

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from coordinator.api_keys import Caller
-from coordinator.errors import JobFailed, PromptTooLong
+from coordinator.errors import JobFailed, NoCapacityNow, PromptTooLong
 from coordinator.gateway.bridge import Bridge, JobEvents
 from coordinator.gateway.errors import JOB_ID_HEADER, JobError, body_for
 from coordinator.gateway.render import (
@@ -27,7 +27,9 @@ from coordinator.gateway.render import (
 )
 from coordinator.gateway.requests import ResponsePlan
 from coordinator.gateway.stops import StopScanner
-from coordinator.records import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, TokenChunk
+from coordinator.records import (
+    ERROR_NO_CAPACITY, ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk,
+)
 from coordinator.service import JobView
 from coordinator.submission import Submission
 
@@ -89,20 +91,42 @@ async def _collect(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
         if not scanner.stopped:
             scanner.feed(item.text)
             if scanner.stopped:  # the node need not generate further
-                bridge.cancel_soon(events.job_id, caller, at_stop_sequence=True)
+                bridge.cancel_soon(events.job_id, caller, ERROR_STOP_SEQUENCE)
         item = await events.next()
     return item, chunks
 
 
+async def _admitted(bridge: Bridge, request: Request, caller: Caller, view: JobView) -> JobView:
+    """The job once a Mac took it; a 503 when none did within the admission wait."""
+    if view.job.status is not JobStatus.QUEUED:
+        return view
+    config = bridge.service.config
+    view = await _until_disconnect(request, bridge.call(
+        bridge.service.wait_until_placed, view.job.job_id, caller, config.admission_wait_s,
+        abandon_on_cancel=True))
+    if view.job.status is JobStatus.QUEUED:
+        await bridge.call(bridge.cancel, view.job.job_id, caller, ERROR_NO_CAPACITY)
+        raise JobError(NoCapacityNow(
+            f"no Mac could take this job within {config.admission_wait_s:g} s; retry after the "
+            "Retry-After seconds", retry_after_s=config.busy_retry_after_s), view.job.job_id)
+    return view
+
+
 async def run_completion(bridge: Bridge, request: Request, caller: Caller,
                          submission: Submission, plan: ResponsePlan) -> Response:
-    view = await bridge.call(bridge.service.submit_job, submission, caller, place_now=True)
+    view = await bridge.call(bridge.service.submit_job, submission, caller)
     job_id = view.job.job_id
+    try:
+        view = await _admitted(bridge, request, caller, view)
+    except ClientGone:
+        bridge.cancel_soon(job_id, caller)
+        return Response(status_code=499)
     events = bridge.open_events(job_id, caller)
     handed_over = False
     try:
         first = await _until_disconnect(request, events.next())
-        if isinstance(first, JobView) and first.job.status is JobStatus.FAILED:
+        if isinstance(first, JobView) and not ended_well(first.job):
+            await bridge.call(bridge.service.close_billing, job_id)
             raise JobError(failure_error(first.job), job_id)
         headers = {JOB_ID_HEADER: job_id}
         if plan.stream:
@@ -112,6 +136,7 @@ async def run_completion(bridge: Bridge, request: Request, caller: Caller,
                                        headers=headers)
         final, chunks = await _until_disconnect(request, _collect(bridge, plan, events, first, caller))
         if not ended_well(final.job):
+            await bridge.call(bridge.service.close_billing, job_id)
             raise JobError(failure_error(final.job), job_id)
         return JSONResponse(final_body(plan, final.job, chunks), headers=headers)
     except ClientGone:
@@ -142,9 +167,11 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
                 if text or logprobs:
                     yield renderer.content_chunk(text, logprobs, offset)
                 if scanner.stopped:  # the node need not generate further
-                    bridge.cancel_soon(events.job_id, caller, at_stop_sequence=True)
+                    bridge.cancel_soon(events.job_id, caller, ERROR_STOP_SEQUENCE)
             item = await events.next()
         finished = True
+        if not ended_well(item.job):  # settle before the client reads the error and looks
+            await bridge.call(bridge.service.close_billing, events.job_id)
         yield _ending(renderer, scanner, item.job, streamed)
         yield DONE_EVENT
     finally:

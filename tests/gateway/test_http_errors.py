@@ -36,7 +36,7 @@ class Harness:
 
 @pytest.fixture
 def harness(database_url: str, tmp_path: Path) -> Iterator[Harness]:
-    service = make_service(database_url)
+    service = make_service(database_url, admission_wait_s=0.2)
     node = register_node(service, load_or_create_identity(tmp_path / "node.pem"), 1)
     gateway = start_gateway(service)
     yield Harness(service, gateway, node)
