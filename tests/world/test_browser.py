@@ -213,6 +213,7 @@ def test_the_payout_proof_verifies_in_the_browser_and_a_tampered_one_does_not(wo
         row = page.locator("#epochs tr", has=page.locator("td.root-state.anchored")).filter(
             has=page.locator(".proof-button")).first
         row.wait_for()
+        _shoot(page, world_network, "operator")
         row.locator(".proof-button").click()
         page.locator("#proof-root").wait_for()
         assert "published on chain" in page.locator("#proof").inner_text()

@@ -19,6 +19,7 @@ export class OperatorView {
     this.key = sessionStorage.getItem(KEY_STORAGE);
     this.jobsPage = 1;
     this.epochsSection = null;
+    this.showEmptyEpochs = false;
     // An epoch closed: earnings moved to "paid out" and a new proof exists.
     this.unsubscribe = feed.on("epoch", () => this.refreshMoney());
   }
@@ -138,7 +139,10 @@ export class OperatorView {
   }
 
   epochsView(data) {
-    const rows = data.epochs.map((epoch) => {
+    const active = (epoch) => !epoch.closed || epoch.payout || epoch.seats?.length ||
+      Object.values(epoch.earnings).some((amount) => amount.base_units !== "0");
+    const hidden = data.epochs.filter((epoch) => !active(epoch)).length;
+    const rows = data.epochs.filter((epoch) => this.showEmptyEpochs || active(epoch)).map((epoch) => {
       const e = epoch.earnings;
       const anchor = epoch.anchors?.[0];
       const rootState = !epoch.closed ? "open" : anchor ? `on chain, block ${anchor.block_number}`
@@ -157,6 +161,11 @@ export class OperatorView {
       h("li", {}, `#${epoch.epoch} ${seat.node_id}: ${seat.reason}`)));
     this.epochsSection = h("section", { "aria-labelledby": "op-epochs-title", id: "epochs" },
       h("h3", { id: "op-epochs-title" }, "Earnings per epoch"),
+      hidden || this.showEmptyEpochs ? h("label", { class: "sub toggle" },
+        h("input", { type: "checkbox", checked: this.showEmptyEpochs, onchange: (event) => {
+          this.showEmptyEpochs = event.target.checked;
+          this.refreshMoney();
+        } }), ` show ${hidden} epoch${hidden === 1 ? "" : "s"} without earnings`) : null,
       h("div", { class: "table-wrap" }, h("table", {},
         h("thead", {}, h("tr", {}, ["Epoch", "Jobs", "Ultra-seat reward", "Ultra-seat bonus", "Held", "Rejected",
           "Paid out", "Root", "Payout proof"].map((t) => h("th", { scope: "col" }, t)))),
@@ -175,8 +184,8 @@ export class OperatorView {
       return replace(this.proofSection, h("h3", { id: "op-proof-title" }, "Payout proof"),
         h("p", { class: "error", role: "alert" }, error.message));
     }
-    const field = (id, label, value, attrs = {}) => h("label", { class: "proof-field" }, h("span", {}, label),
-      h("input", { id, type: "text", value, spellcheck: "false", autocomplete: "off", ...attrs }));
+    const field = (id, label, value, attrs = {}, wide = false) => h("label", { class: `proof-field${wide ? " wide" : ""}` },
+      h("span", {}, label), h("input", { id, type: "text", value, spellcheck: "false", autocomplete: "off", ...attrs }));
     const proofText = h("textarea", { id: "proof-siblings", rows: String(Math.max(2, proof.proof.length)), spellcheck: "false" },
       proof.proof.join("\n"));
     const result = h("p", { id: "proof-result", role: "status", class: "proof-result" });
@@ -205,7 +214,7 @@ export class OperatorView {
         field("proof-address", "Payout address", proof.address),
         field("proof-amount", "Amount (base units)", proof.amount.base_units, { inputmode: "numeric" }),
         h("label", { class: "proof-field wide" }, h("span", {}, "Proof (sibling hashes, one per line)"), proofText),
-        field("proof-root", "Root", proof.root, { class: "wide" })),
+        field("proof-root", "Root", proof.root, {}, true)),
       h("p", { class: "sub" }, `Root source: ${source}. Amount: ${proof.amount.mlx}.`),
       h("button", { type: "button", id: "verify-proof", onclick: verify }, "Verify in this browser"),
       result);
