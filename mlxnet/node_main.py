@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import signal
 import sys
 import threading
@@ -109,7 +110,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         agent.stop()
     (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
-    return 0
+    # MLX's and gRPC's native threads may still be winding down; tearing the interpreter
+    # down under them can abort the process, so a finished agent exits here, cleanly.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def _models(flags: list[str], config: NodeConfig) -> list[tuple[ModelSpec, Path]] | None:

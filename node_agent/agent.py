@@ -88,6 +88,7 @@ class NodeAgent:
     def stop(self) -> None:
         self.stopping.set()
         self._heartbeat_wake.set()
+        self._client.close()  # ends the assignment stream the main loop is blocked on
 
     def heartbeat_now(self) -> None:
         """Send a heartbeat at once, e.g. when the owner came back and the node stops taking work."""
