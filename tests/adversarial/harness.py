@@ -54,12 +54,12 @@ class Job:
     seed: int = 0
 
 
-def varied_jobs(count: int, seed: int, max_tokens_max: int = 48) -> list[Job]:
+def varied_jobs(count: int, seed: int, max_tokens_max: int = 48, words_max: int = 40) -> list[Job]:
     """Jobs with varied prompts, lengths, seeds, temperatures and top_p, fixed by `seed`."""
     rng = random.Random(seed)
     jobs = []
     for number in range(count):
-        words = rng.randint(1, 40)
+        words = rng.randint(1, words_max)
         start = rng.randrange(len(WORDS))
         prompt = " ".join(WORDS[(start + i * rng.choice((1, 1, 2, 3))) % len(WORDS)] for i in range(words))
         jobs.append(Job(job_id=f"job-{seed}-{number}", prompt=prompt,
