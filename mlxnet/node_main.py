@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     hooks.monitor.on_change = lambda _state: agent.heartbeat_now()
+    hooks.benchmark_ready = agent.heartbeat_now
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(
         target=drain_and_leave, args=(agent, hooks), daemon=True, name="leave").start())
@@ -126,7 +127,7 @@ def _models(flags: list[str], config: NodeConfig) -> list[tuple[ModelSpec, Path]
     for flag in flags:
         try:
             if is_hub_id(flag):
-                directory = cache.fetch(flag)
+                directory = cache.fetch(flag, _log_progress())
                 models.append((describe_model(flag, directory), directory))
                 continue
             model_id, directory = parse_model_flag(flag)
@@ -135,6 +136,18 @@ def _models(flags: list[str], config: NodeConfig) -> list[tuple[ModelSpec, Path]
             log.error("cannot serve %s: %s", flag, error)
             return None
     return models
+
+
+def _log_progress():  # type: ignore[no-untyped-def]
+    """A download progress line in the log at every tenth (the agent runs without a terminal)."""
+    reported = [-1]
+
+    def progress(name: str, done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth != reported[0]:
+            reported[0] = tenth
+            log.info("downloading %s: %d%% of %.1f MiB", name, tenth * 10, total / 2**20)
+    return progress
 
 
 def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings) -> OperatorHooks:

@@ -44,6 +44,7 @@ class OperatorHooks(AgentHooks):
         self._unsent_benchmark: BenchmarkResult | None = None
         self._next_benchmark_at = 0.0  # monotonic seconds; 0 runs one as soon as the worker is idle
         self._current_job: str | None = None
+        self.benchmark_ready: Callable[[], None] | None = None  # the agent heartbeats it out at once
         self._day, self._jobs, self._earned, self._unfinished = self._today_from_file()
 
     def _today_from_file(self) -> tuple[str, int, int, int]:
@@ -95,6 +96,8 @@ class OperatorHooks(AgentHooks):
         with self._lock:
             self._latest_benchmark = self._unsent_benchmark = result
         self.write_status()
+        if self.benchmark_ready is not None:
+            self.benchmark_ready()
 
     @property
     def latest_benchmark(self) -> BenchmarkResult | None:

@@ -144,17 +144,31 @@ def test_lending_state_reaches_the_placement_snapshot(
     client.close()
 
 
-def test_a_spoofed_ultra_benchmark_is_flagged(tmp_path: Path,
-                                              coordinator: RunningCoordinator) -> None:
-    m4_level = BenchmarkResult(memory_bandwidth_gb_s=105.0, decode_tokens_per_s=300.0,
-                               prefill_tokens_per_s=4000.0, reference_model="tiny",
-                               reference_weights_bytes=12_000_000, measured_at_ms=5,
-                               run_time_ms=800)
-    identity, client = _join(tmp_path, coordinator, "studio", ULTRA,
-                             NodeStatus(benchmark=m4_level))
+@pytest.fixture(scope="module")
+def measured_here(tmp_path_factory: pytest.TempPathFactory) -> BenchmarkResult:
+    """A real self-benchmark of this machine (MLX on a shared CPU: far below any Ultra)."""
+    from node_agent.inference.benchmark import run_benchmark
+    from node_agent.inference.tiny_model import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("reference") / "tiny")
+    return run_benchmark(model, "mlxnet/tiny-llama (reference)", buffer_bytes=64 * 2**20)
+
+
+def test_a_spoofed_ultra_benchmark_is_flagged(tmp_path: Path, coordinator: RunningCoordinator,
+                                              measured_here: BenchmarkResult) -> None:
+    # Claim an Ultra rated well above what this host measured (on any machine but a real
+    # Ultra, the M3 Ultra's own 819 GB/s already is).
+    rated = max(819.0, 4 * measured_here.memory_bandwidth_gb_s)
+    claim = dataclasses.replace(ULTRA, memory_bandwidth_gb_s=rated)
+    identity, client = _join(tmp_path, coordinator, "studio", claim,
+                             NodeStatus(benchmark=measured_here))
     node = _node(coordinator, identity)
-    assert node.benchmark_flag is not None and "819 GB/s" in node.benchmark_flag
-    assert node.measured_bandwidth_gb_s == 105.0  # placement now plans with what was measured
+    assert node.benchmark_flag is not None and f"{rated:.0f} GB/s" in node.benchmark_flag
+    # Placement now plans with what was measured, not what was claimed.
+    assert node.measured_bandwidth_gb_s == measured_here.memory_bandwidth_gb_s
+    with coordinator.service.db.transaction() as session:
+        fleet, _ = snapshot(session, coordinator.service.clock.now_ms(), coordinator.service.config)
+    assert fleet.macs[0].measured_bandwidth_gb_s == measured_here.memory_bandwidth_gb_s
     client.close()
 
 
