@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
 from node_agent.agent import AgentSettings, NodeAgent
@@ -84,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
     identity = load_or_create_identity(args.data_dir / "identity.pem")
     hardware = (simulated_profile(args.profile) if args.profile
                 else discover_host(device_info=device_info()))
+    problem = _setup_problem(config, args, identity.node_id, hardware)
+    if problem is not None:
+        log.error("%s", problem)
+        return 2
     models = _models(model_flags, config)
     if models is None:
         return 2
@@ -96,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     agent = NodeAgent(settings, Engine(), hooks)
     hooks.monitor.on_change = lambda _state: agent.heartbeat_now()
     hooks.benchmark_ready = agent.heartbeat_now
+    # SIGTERM (a service stop) stops at once: the coordinator hands running work back.
+    # SIGUSR1 (`mlxnet node leave`) drains first: finish or hand back, deregister, stop.
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(
         target=drain_and_leave, args=(agent, hooks), daemon=True, name="leave").start())
@@ -116,6 +123,19 @@ def run(args: argparse.Namespace) -> int:
     logging.shutdown()
     sys.stdout.flush()
     os._exit(0)
+
+
+def _setup_problem(config: NodeConfig, args: argparse.Namespace, node_id: str,
+                   hardware: HardwareReport) -> str | None:
+    """What in node.toml cannot work on this node, said so the operator can fix it before joining."""
+    mode = LendingMode(args.mode) if args.mode else config.lending.mode
+    if mode is LendingMode.ULTRA_SEAT and hardware.chip_tier is not ChipTier.ULTRA:
+        return (f"mode ultra_seat needs an Ultra chip and this is {hardware.chip!r}; run "
+                "`mlxnet node config --mode dedicated`")
+    if config.pod is not None and config.pod.members[0] != node_id:
+        return (f"[pod] members must start with this node, the pod's leader ({node_id}); "
+                "only the leader declares a pod")
+    return None
 
 
 def _models(flags: list[str], config: NodeConfig) -> list[tuple[ModelSpec, Path]] | None:

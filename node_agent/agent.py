@@ -95,8 +95,16 @@ class NodeAgent:
         self._heartbeat_wake.set()
 
     def leave(self) -> int | None:
-        """Deregister (after draining); the number of jobs the coordinator handed back."""
-        return self._retry(lambda: self._client.leave("the operator ran mlxnet node leave"))
+        """Deregister (after draining): one attempt, since the agent stops either way.
+
+        Returns the number of jobs the coordinator handed back, or None when it
+        could not be told (it then hands them back once heartbeats stop).
+        """
+        try:
+            return self._client.leave("the operator ran mlxnet node leave")
+        except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
+            log.warning("could not deregister (%s); the coordinator will notice the silence", error)
+            return None
 
     def _warm_model_ids(self) -> tuple[str, ...]:
         by_path = {str(path): model_id for model_id, path in self._paths.items()}

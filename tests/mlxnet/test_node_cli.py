@@ -85,3 +85,10 @@ def test_pod_propose_prints_a_pod_section(tmp_path: Path, capsys: pytest.Capture
                  str(member("node-b", "U2", "U1")), "--pod-id", "desk"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("[pod]") and 'id = "desk"' in out and 'kind = "rdma_tb5"' in out
+
+
+def test_the_agent_refuses_terms_it_cannot_honour_before_joining(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    code = main(["node", "--data-dir", str(tmp_path), "--coordinator", "127.0.0.1:9",
+                 "--model", str(tmp_path), "--profile", "m4-pro-64", "--mode", "ultra_seat"])
+    assert code == 2 and "needs an Ultra chip" in caplog.text
