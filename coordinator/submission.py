@@ -56,9 +56,6 @@ def _validate_messages(messages: tuple[ChatMessage, ...]) -> None:
         if message.role not in ROLES:
             raise InvalidRequest(f"messages[{index}].role must be one of {', '.join(ROLES)}",
                                  param=f"messages[{index}].role")
-    if not any(m.content.strip() for m in messages):
-        raise InvalidRequest("every message is empty: send the conversation to continue",
-                             param="messages")
 
 
 def _validate_prompt(sub: Submission, config: CoordinatorConfig) -> None:

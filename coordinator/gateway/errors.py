@@ -82,10 +82,17 @@ class JobError(Exception):
 
 
 def _location(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    """("body", "messages", 0, "role") -> "messages[0].role"; union-member tags are dropped."""
+    if loc and loc[0] == "header":
+        return ".".join(str(part) for part in loc[1:])
     text = ""
-    for part in parts:
-        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    for part in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif str(part).isidentifier():
+            text += f".{part}" if text else str(part)
+        else:
+            break  # pydantic names the union member it tried ("constrained-str"): not a field
     return text
 
 

@@ -7,15 +7,23 @@ clients that send extra options keep working; options we cannot honour are refus
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.chat import MESSAGES_MAX
 from contracts.logprobs import TOP_LOGPROBS_MAX
+from coordinator.config import CoordinatorConfig
 from coordinator.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
 
 MODEL_CHARS_MAX = 512
+JSON_SAFE_INT_MAX = 2**53 - 1  # seeds above this lose digits in many JSON clients
+assert JSON_SAFE_INT_MAX <= SEED_MAX
+# The coordinator's default limits, published in the spec; a coordinator configured
+# otherwise still answers 400 naming the field.
+_DEFAULTS = CoordinatorConfig(database_url="")
+MAX_TOKENS_MAX = _DEFAULTS.max_tokens_max
+PROMPT_CHARS_MAX = _DEFAULTS.prompt_chars_max
 
 
 class _Request(BaseModel):
@@ -37,16 +45,19 @@ class ChatMessageIn(_Request):
     name: str | None = None
 
 
-Stop = str | list[str] | None
+StopText = Annotated[str, Field(min_length=1, max_length=STOP_CHARS_MAX)]
+Stop = StopText | Annotated[list[StopText], Field(max_length=STOP_SEQUENCES_MAX)] | None
+PromptText = Annotated[str, Field(min_length=1, max_length=PROMPT_CHARS_MAX, pattern=r"\S",
+                                  description="text to complete, not only whitespace")]
 
 
 class _Generation(_Request):
     model: str = Field(min_length=1, max_length=MODEL_CHARS_MAX)
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    stop: Stop = Field(default=None, max_length=STOP_SEQUENCES_MAX)
+    seed: int | None = Field(default=None, ge=0, le=JSON_SAFE_INT_MAX)
+    stop: Stop = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(default=None, ge=1, le=1, description="only 1 is supported")
@@ -54,18 +65,23 @@ class _Generation(_Request):
 
 
 class ChatCompletionRequest(_Generation):
+    # As OpenAI: top_logprobs only with logprobs true (published for spec-driven clients).
+    model_config = ConfigDict(json_schema_extra={"dependentSchemas": {"top_logprobs": {
+        "required": ["logprobs"], "properties": {"logprobs": {"const": True}}}}})
+
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=MESSAGES_MAX)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
 
 
 class CompletionRequest(_Generation):
-    prompt: str | list[str] = Field(description="one prompt; a list must hold exactly one")
+    prompt: PromptText | Annotated[list[PromptText], Field(min_length=1, max_length=1)] = Field(
+        description="one prompt; a list must hold exactly one")
     logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
-    echo: bool | None = Field(default=False, description="not supported: must be false")
+    echo: Literal[False] | None = Field(default=False, description="not supported: must be false")
     best_of: int | None = Field(default=None, ge=1, le=1, description="only 1 is supported")
-    suffix: str | None = Field(default=None, description="not supported")
+    suffix: None = Field(default=None, description="not supported")
 
 
 # --- responses -------------------------------------------------------------

@@ -7,9 +7,10 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import openai
 import pytest
 
 from coordinator.api_keys import KeyLimits
@@ -30,6 +31,7 @@ class GatewayNetwork:
     coordinator: Child
     nodes: list[Child]
     db: Database
+    clients: list[openai.OpenAI] = field(default_factory=list)  # closed with the network
 
     @property
     def base_url(self) -> str:
@@ -44,7 +46,15 @@ class GatewayNetwork:
                                  deposit_amount=deposit_mlx * BASE_UNITS_PER_MLX)
         return key
 
+    def client(self, key: str) -> openai.OpenAI:
+        """The official client, unchanged, pointed at the gateway (no retries, so errors show)."""
+        client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=120)
+        self.clients.append(client)
+        return client
+
     def stop(self) -> None:
+        for client in self.clients:
+            client.close()
         for node in self.nodes:  # ask them all at once: each may take a while to wind down
             if node.process.poll() is None:
                 node.process.terminate()

@@ -33,7 +33,7 @@ MLX = 10**9
 
 
 def _client(network: GatewayNetwork, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=network.base_url, api_key=key, max_retries=0, timeout=60)
+    return network.client(key)
 
 
 def _direct_chat_text(network: GatewayNetwork, max_tokens: int) -> str:
