@@ -51,23 +51,31 @@ def _nucleus_bounds(probs: np.ndarray, top_p: float, slack: float) -> tuple[np.n
 
 def token_is_plausible(logits: np.ndarray, token: int, step: int, sampling: Sampling,
                        tolerances: Tolerances) -> tuple[bool, int]:
-    """(the sampler could have picked `token` here, the replay's own pick)."""
+    """(the sampler could have picked `token` here, the replay's own pick).
+
+    The replay's own pick is computed only when the token fails (it is evidence), so
+    an honest token costs one softmax and the noise of the tokens surely in the nucleus.
+    """
     if not 0 <= token < logits.size:
         return False, int(np.argmax(logits))
     if sampling.temperature == 0.0:
         best = int(np.argmax(logits))
         return bool(logits[token] >= logits[best] - tolerances.logit_slack), best
+    own_pick = lambda: sample_token(logits, sampling.temperature, sampling.top_p,  # noqa: E731
+                                    sampling.seed, step)
     probs = probabilities(logits, sampling.temperature)
     maybe, surely = _nucleus_bounds(probs, sampling.top_p, tolerances.mass_slack)
-    everyone = np.arange(logits.size)
-    scores = logits.astype(np.float64) / sampling.temperature + gumbel_noise(sampling.seed, step, everyone)
-    best = sample_token(logits, sampling.temperature, sampling.top_p, sampling.seed, step)
     if not maybe[token]:
-        return False, best
-    rivals = scores[surely]
+        return False, own_pick()
+    rivals = np.flatnonzero(surely)
     if rivals.size == 0:
-        return True, best
-    return bool(scores[token] >= rivals.max() - tolerances.logit_slack / sampling.temperature), best
+        return True, token
+    scale = 1.0 / sampling.temperature
+    racers = np.append(rivals, token)  # one draw of noise for the rivals and the claimed token
+    scores = logits[racers].astype(np.float64) * scale + gumbel_noise(sampling.seed, step, racers)
+    if scores[-1] >= float(scores[:-1].max()) - tolerances.logit_slack * scale:
+        return True, token
+    return False, own_pick()
 
 
 def make_token_check(output_ids: tuple[int, ...], finish_reason: FinishReason, sampling: Sampling,

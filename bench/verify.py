@@ -1,0 +1,158 @@
+"""Proof-of-completion figures: proof size, verification cost, detection and false rejections.
+
+    .venv/bin/python bench/verify.py [--jobs 30] [--max-tokens 128] [--blas bundled,openblas]
+
+For each BLAS (each in its own process: OpenBLAS is preloaded into a child when
+/usr/lib/x86_64-linux-gnu/openblas-pthread is present), it runs the same honest jobs on
+the project's tiny model, timing each job's generation (the node: decoding while
+recording and committing to its hidden states) and then its verification (the
+coordinator's verifier: one replay pass, token checks and commitment comparison),
+one after the other on this machine. It prints:
+
+- proof size: activation-commitment bytes per generated token;
+- verification time / generation time, per job (median, worst) and over all jobs;
+- the projected network-wide overhead: check rate x that ratio, at the default
+  TrustPolicy's steady-state rate and over a new node's first jobs;
+- detection per cheat (tests/adversarial/cheats.py) and false rejections, with counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coordinator.verification.policy import TrustPolicy, TrustRecord, check_rate  # noqa: E402
+
+OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
+WARMUP_JOBS = 2
+
+
+def time_jobs(model_dir: Path, count: int, max_tokens: int) -> list[dict]:
+    """Honest jobs, each generated then verified; returns per-job timings and sizes."""
+    from node_agent.inference.engine import Engine
+    from tests.adversarial.harness import Coordinator, HonestNode, varied_jobs
+
+    engine = Engine()
+    node, checks = HonestNode(engine, model_dir), Coordinator(engine, model_dir)
+    jobs = varied_jobs(count + WARMUP_JOBS, seed=99, max_tokens_max=max_tokens, words_max=40)
+    rows = []
+    for number, job in enumerate(jobs):
+        job = dataclasses.replace(job, max_tokens=max(job.max_tokens, max_tokens // 2))
+        started = time.perf_counter()
+        report, result = node.run(job)
+        generated = time.perf_counter()
+        outcome = checks.judge(job, node.identity, report)
+        verified = time.perf_counter()
+        if number < WARMUP_JOBS:
+            continue
+        rows.append({"tokens": len(result.token_ids), "prompt_tokens": result.prompt_tokens,
+                     "proof_bytes": len(result.activation_commitment),
+                     "generate_s": generated - started, "verify_s": verified - generated,
+                     "rejected": outcome.caught, "reasons": list(outcome.reasons)})
+    return rows
+
+
+def _run_child(mode: str, model_dir: Path, args: argparse.Namespace, out: Path) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    if mode == "openblas":
+        env.update(LD_PRELOAD=str(OPENBLAS), OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="1")
+    subprocess.run([sys.executable, __file__, "--child", str(model_dir), "--out", str(out),
+                    "--jobs", str(args.jobs), "--max-tokens", str(args.max_tokens)],
+                   env=env, check=True, timeout=3600)
+    return json.loads(out.read_text())
+
+
+def _report_timing(mode: str, rows: list[dict]) -> float:
+    ratios = [r["verify_s"] / r["generate_s"] for r in rows]
+    generated = sum(r["generate_s"] for r in rows)
+    verified = sum(r["verify_s"] for r in rows)
+    tokens = sum(r["tokens"] for r in rows)
+    proof = sum(r["proof_bytes"] for r in rows)
+    print(f"\n[{mode} BLAS] {len(rows)} honest jobs, {tokens} generated tokens "
+          f"({statistics.mean(r['prompt_tokens'] for r in rows):.0f} prompt tokens on average)")
+    print(f"  proof size: {proof / tokens:.2f} bytes per generated token "
+          f"({proof} bytes; 257 per 32-token chunk plus the prompt's chunk and a 7-byte header)")
+    print(f"  generation {generated:.2f}s ({tokens / generated:.0f} tokens/s), verification "
+          f"{verified:.2f}s")
+    print(f"  verification / generation: median {statistics.median(ratios):.3f}, worst "
+          f"{max(ratios):.3f}, over all jobs {verified / generated:.3f}")
+    print(f"  false rejections: {sum(r['rejected'] for r in rows)} of {len(rows)}")
+    return verified / generated
+
+
+def _report_projection(ratios: dict[str, float]) -> None:
+    policy = TrustPolicy()
+    first = [check_rate(TrustRecord(passed, 0), policy) for passed in range(100)]
+    print(f"\nprojected network-wide verification overhead (check rate x verification/generation):")
+    print(f"  default policy: a new node's first {policy.new_node_checks} jobs all checked; "
+          f"{sum(first) / len(first):.3f} of its first 100; steady state {policy.rate_min:.3f}")
+    for mode, ratio in ratios.items():
+        print(f"  [{mode}] steady state {policy.rate_min * ratio * 100:.2f}% of network compute; "
+              f"over a new node's first 100 jobs {sum(first) / len(first) * ratio * 100:.2f}%")
+
+
+def _report_detection(per_job: int) -> None:
+    from node_agent.inference.engine import Engine
+    from node_agent.inference.tiny_model import build_tiny_model
+    from tests.adversarial.cheats import CHEAT_JOBS, CHEATS, CheatContext
+    from tests.adversarial.harness import Coordinator, HonestNode, new_identity
+    from tests.adversarial.models import build_cheat_models
+
+    with tempfile.TemporaryDirectory() as scratch:
+        honest = build_tiny_model(Path(scratch) / "honest")
+        engine = Engine()
+        checks = Coordinator(engine, honest)
+        context = CheatContext(engine, honest, build_cheat_models(honest, Path(scratch) / "cheats"),
+                               new_identity(), HonestNode(engine, honest), checks.spec.weights_digest)
+        jobs = CHEAT_JOBS[:per_job]
+        print(f"\ndetection, {len(jobs)} jobs per cheat (greedy and sampled, 8 to 40 tokens):")
+        total = caught_total = 0
+        for name, cheat in CHEATS.items():
+            outcomes = [checks.judge(job, context.cheater, cheat(context, job)) for job in jobs]
+            caught = sum(o.caught for o in outcomes)
+            stages = sorted({o.stage for o in outcomes if o.caught})
+            total, caught_total = total + len(jobs), caught_total + caught
+            print(f"  {name:<40} caught {caught}/{len(jobs)}  at {', '.join(stages)}")
+        print(f"  all cheats: {caught_total}/{total} caught "
+              f"({100 * caught_total / total:.1f}%)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=30)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--blas", default="bundled,openblas", help="comma-separated: bundled, openblas")
+    parser.add_argument("--cheat-jobs", type=int, default=6, help="jobs per cheat (at most 6)")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        args.out.write_text(json.dumps(time_jobs(args.child, args.jobs, args.max_tokens)))
+        return
+    from node_agent.inference.tiny_model import build_tiny_model
+
+    modes = [m for m in args.blas.split(",") if m != "openblas" or OPENBLAS.exists()]
+    ratios = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        model_dir = build_tiny_model(Path(scratch) / "tiny")
+        print(f"tiny model (3.1M parameters, float32) on this CPU; jobs up to {args.max_tokens} "
+              f"tokens, prompts up to 40 words; generation then verification of each job in turn")
+        for mode in modes:
+            rows = _run_child(mode, model_dir, args, Path(scratch) / f"{mode}.json")
+            ratios[mode] = _report_timing(mode, rows)
+    _report_projection(ratios)
+    _report_detection(args.cheat_jobs)
+
+
+if __name__ == "__main__":
+    main()
