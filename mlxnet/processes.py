@@ -100,7 +100,11 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
     child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
     try:
         child.ready_line = _wait_for_line(child, "coordinator listening on", READY_TIMEOUT_S)
-        gateway_line = _wait_for_line(child, "gateway listening on", READY_TIMEOUT_S)
+        # Written and flushed with the line above, so it may already sit in the read buffer,
+        # where select() would not see it.
+        gateway_line = child.process.stdout.readline().strip() if child.process.stdout else ""
+        if not gateway_line.startswith("gateway listening on"):
+            raise ProcessStartError(f"coordinator did not report its HTTP gateway; see {child.log_path}")
     except ProcessStartError:
         child.stop()
         raise
