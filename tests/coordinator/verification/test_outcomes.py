@@ -1,0 +1,188 @@
+"""What follows a receipt: held credits, sampling, window release, audits and quarantine.
+
+Real databases (SQLite and PostgreSQL), a fake clock, fixed draws and no MLX: verdicts are
+handed in directly, as the verifier worker would write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contracts.hardware import ChipTier, HardwareReport
+from contracts.ids import JobId, OperatorId
+from contracts.models import ModelSpec
+from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
+from contracts.signing import register_challenge
+from coordinator import records
+from coordinator.config import CoordinatorConfig
+from coordinator.database import Database, upgrade_schema
+from coordinator.node_registry import Registration
+from coordinator.records import JobStatus, TokenChunk
+from coordinator.service import CoordinatorService
+from coordinator.submission import Submission
+from coordinator.verification import outcomes
+from coordinator.verification.judge import CheckVerdict
+from coordinator.verification.policy import TrustPolicy
+from coordinator.verification.store import CheckStatus, CreditState
+from ledger.book import balance
+from ledger.jobs import operator_account_id
+from node_agent.identity import Identity, load_or_create_identity
+from tests.proof_helpers import well_formed_commitment
+
+GIB = 1 << 30
+MODEL = ModelSpec(model_id="small", weights_bytes=GIB, parameter_count=500_000_000, num_layers=8,
+                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096,
+                  weights_digest="cd" * 32)
+HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
+                          memory_bytes=64 * GIB, gpu_working_set_bytes=48 * GIB, gpu_cores=40,
+                          memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
+WINDOW_S = 600
+# New nodes are not checked at rate 1 here, so a draw decides: 0.5 skips, 0.0 samples.
+POLICY = TrustPolicy(new_node_checks=0, prior_cheat_chance=1e-6, rate_min=0.01, check_window_s=WINDOW_S)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ms = 1_800_000_000_000
+
+    def now_ms(self) -> int:
+        return self.ms
+
+
+class FixedDraws:
+    def __init__(self) -> None:
+        self.next = 0.5
+
+    def random(self) -> float:
+        return self.next
+
+
+class HoldsTheModel:
+    """A replayer that is never asked to replay: verdicts come from the test."""
+
+    def held_models(self) -> frozenset[tuple[str, str]]:
+        return frozenset({(MODEL.model_id, MODEL.weights_digest)})
+
+
+@pytest.fixture
+def service(database_url: str) -> Iterator[CoordinatorService]:
+    upgrade_schema(database_url)
+    db = Database(database_url)
+    config = CoordinatorConfig(database_url=database_url, trust=POLICY)
+    yield CoordinatorService(db, FakeClock(), config, draws=FixedDraws())  # type: ignore[arg-type]
+    db.dispose()
+
+
+def _register(service: CoordinatorService, identity: Identity, operator: str) -> str:
+    now = service.clock.now_ms()
+    node_id, _ = service.register_node(Registration(
+        public_key=identity.public_key_raw, signature=identity.sign(register_challenge(identity.node_id, now)),
+        timestamp_ms=now, hardware=HARDWARE, models=(MODEL,), operator_id=operator,
+        display_name=operator, max_concurrent_jobs=4))
+    return node_id
+
+
+def _complete(service: CoordinatorService, identity: Identity, draw: float) -> str:
+    """Submit a job, have the node it lands on (identity's) stream and sign for it."""
+    service._draws.next = draw  # type: ignore[attr-defined]
+    job = service.submit_job(Submission(consumer_id="c", model_id=MODEL.model_id, prompt="Hello",
+                                        max_tokens=8, temperature=0.0, top_p=1.0, seed=0,
+                                        request_id="", min_decode_tokens_per_s=0.0)).job
+    with service.db.transaction() as session:
+        node = records.node_by_id(session, identity.node_id)
+        assert node is not None and records.job_by_id(session, job.job_id).node_ids == (node.node_id,)  # type: ignore[union-attr]
+    tokens = (5, 6, 7)
+    service.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "abc"), prompt_tokens=2)
+    now = service.clock.now_ms()
+    receipt = Receipt(JobId(job.job_id), identity.node_id, MODEL.model_id, MODEL.weights_digest,
+                      prompt_digest("Hello"), 0.0, 1.0, 0, 8, output_digest(tokens), 2, 3, now, now,
+                      well_formed_commitment(3), FinishReason.END_TOKEN, now)
+    body = encode_receipt(receipt)
+    service.accept_receipt(node, job.job_id, body, identity.sign(body))
+    return job.job_id
+
+
+def _posted(service: CoordinatorService, operator: str) -> int:
+    with service.db.transaction() as session:
+        found = balance(session, operator_account_id(OperatorId(operator)))
+        return found.net_posted if found else 0
+
+
+def _verdict(service: CoordinatorService, job_id: str, passed: bool) -> outcomes.VerdictOutcome | None:
+    verdict = CheckVerdict(passed, () if passed else ("tokens 0-2: forged",))
+    with service.db.transaction() as session:
+        return outcomes.record_verdict(session, job_id, verdict, "test-verifier", POLICY,
+                                       service.clock.now_ms())
+
+
+def test_an_unsampled_jobs_credit_is_held_until_its_window_closes(service: CoordinatorService,
+                                                                   tmp_path: Path) -> None:
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _register(service, alice, "alice")
+    job_id = _complete(service, alice, draw=0.5)
+    check = service.job_check(job_id)
+    assert check is not None and check.status is CheckStatus.UNCHECKED and not check.sampled
+    assert check.reason == "not sampled (check rate 0.010)" and check.credit_state is CreditState.PENDING
+    assert service.release_due_credits() == [] and _posted(service, "alice") == 0
+    service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+    assert service.release_due_credits() == [job_id]
+    assert _posted(service, "alice") == check.operator_credit > 0
+    assert service.job_check(job_id).credit_state is CreditState.POSTED  # type: ignore[union-attr]
+    assert service.release_due_credits() == []
+
+
+def test_a_sampled_job_nobody_can_replay_is_paid_at_window_close(service: CoordinatorService,
+                                                                 tmp_path: Path) -> None:
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _register(service, alice, "alice")
+    job_id = _complete(service, alice, draw=0.0)
+    check = service.job_check(job_id)
+    assert check is not None and check.sampled and check.status is CheckStatus.UNCHECKED
+    assert check.reason == "sampled, but no verifier holds small"
+
+
+def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: CoordinatorService,
+                                                                tmp_path: Path) -> None:
+    service.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    mallory = load_or_create_identity(tmp_path / "mallory.pem")
+    _register(service, mallory, "mallory")
+    unsampled = _complete(service, mallory, draw=0.5)
+    sampled = _complete(service, mallory, draw=0.0)
+    assert service.job_check(sampled).status is CheckStatus.WAITING  # type: ignore[union-attr]
+    outcome = _verdict(service, sampled, passed=False)
+    assert outcome is not None and not outcome.passed and outcome.audited_job_ids == (unsampled,)
+    assert _verdict(service, sampled, passed=True) is None  # decided once, never again
+    check = service.job_check(sampled)
+    assert check is not None and check.status is CheckStatus.FAILED
+    assert check.credit_state is CreditState.VOIDED and check.reason == "tokens 0-2: forged"
+    audited = service.job_check(unsampled)
+    assert audited is not None and audited.status is CheckStatus.WAITING  # checked before it is paid
+    service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+    assert service.release_due_credits() == []  # a waiting audit is never released unchecked
+    with service.db.transaction() as session:
+        rerun = records.job_by_id(session, check.rerun_job_id)  # type: ignore[arg-type]
+    assert rerun is not None and rerun.prompt == "Hello" and rerun.reserved_base_units == 0
+    assert _posted(service, "mallory") == 0
+
+
+def test_repeat_offenders_are_quarantined_and_never_placed(service: CoordinatorService,
+                                                          tmp_path: Path) -> None:
+    service.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    mallory = load_or_create_identity(tmp_path / "mallory.pem")
+    _register(service, mallory, "mallory")
+    first, second = (_complete(service, mallory, draw=0.0) for _ in range(2))
+    assert not _verdict(service, first, passed=False).quarantined  # type: ignore[union-attr]
+    assert _verdict(service, second, passed=False).quarantined  # type: ignore[union-attr]
+    trust, history = service.node_checks(mallory.node_id)
+    assert trust.quarantined_at_ms is not None and "failed 2 checks" in (trust.quarantine_reason or "")
+    assert [c.status for c in history] == [CheckStatus.FAILED, CheckStatus.FAILED]
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _register(service, alice, "alice")
+    service.run_scheduler()
+    with service.db.transaction() as session:
+        placed = [records.job_by_id(session, c.rerun_job_id) for c in history]  # type: ignore[arg-type]
+    assert all(job is not None and job.status is JobStatus.ASSIGNED and job.node_ids == (alice.node_id,)
+               for job in placed)
