@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, job_id_for_request
-from coordinator import records
+from coordinator import api_keys, records
 from coordinator.records import JobRecord, JobStatus, NodeRecord
 from coordinator.verification import store
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.policy import TrustPolicy, check_rate, is_quarantined, should_check
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
 from ledger import jobs as ledger_jobs
+from ledger.book import JobStep, get_transfer, job_transfer_id
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +109,21 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
         else trust.quarantine_reason), now_ms)
     if verdict.passed:
         return VerdictOutcome(job_id, check.node_id, True)
+    _refund_key_spend(session, job_id)
     audited = store.audit_unchecked(session, check.node_id)
     rerun = _queue_rerun(session, job_id, now_ms)
     if rerun is not None:
         store.update_check(session, job_id, frozenset({CheckStatus.FAILED}), rerun_job_id=rerun)
     log.warning("job %s failed its check on node %s: %s", job_id, check.node_id, _summary(verdict))
     return VerdictOutcome(job_id, check.node_id, False, rerun, newly_quarantined, tuple(audited))
+
+
+def _refund_key_spend(session: Session, job_id: str) -> None:
+    """The consumer was refunded in the ledger; its API key's spend forgets the charge too."""
+    job = records.job_by_id(session, job_id)
+    charge = get_transfer(session, job_transfer_id(job_id, JobStep.POST))
+    if job is not None and job.api_key_id and job.billing_closed_at_ms is not None and charge:
+        api_keys.refund_spend(session, job.api_key_id, charge.amount)
 
 
 def _queue_rerun(session: Session, job_id: str, now_ms: int) -> str | None:

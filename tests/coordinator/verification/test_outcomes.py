@@ -16,7 +16,8 @@ from contracts.ids import JobId, OperatorId
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from contracts.signing import register_challenge
-from coordinator import records
+from coordinator import api_keys, records
+from coordinator.api_keys import Caller, KeyLimits
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database, upgrade_schema
 from coordinator.node_registry import Registration
@@ -28,7 +29,9 @@ from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.policy import TrustPolicy
 from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
-from ledger.jobs import operator_account_id
+from ledger.jobs import (
+    consumer_account_id, deposit_for_consumer, open_consumer_account, operator_account_id,
+)
 from node_agent.identity import Identity, load_or_create_identity
 from tests.proof_helpers import well_formed_commitment
 
@@ -85,12 +88,16 @@ def _register(service: CoordinatorService, identity: Identity, operator: str) ->
     return node_id
 
 
-def _complete(service: CoordinatorService, identity: Identity, draw: float) -> str:
+def _complete(service: CoordinatorService, identity: Identity, draw: float,
+              caller: Caller | None = None) -> str:
     """Submit a job, have the node it lands on (identity's) stream and sign for it."""
     service._draws.next = draw  # type: ignore[attr-defined]
-    job = service.submit_job(Submission(consumer_id="c", model_id=MODEL.model_id, prompt="Hello",
+    job = service.submit_job(Submission(consumer_id=caller.consumer_id if caller else "c",
+                                        model_id=MODEL.model_id, prompt="Hello",
                                         max_tokens=8, temperature=0.0, top_p=1.0, seed=0,
-                                        request_id="", min_decode_tokens_per_s=0.0)).job
+                                        request_id="", min_decode_tokens_per_s=0.0,
+                                        api_key_id=caller.key.key_id if caller and caller.key else None),
+                             caller).job
     with service.db.transaction() as session:
         node = records.node_by_id(session, identity.node_id)
         assert node is not None and records.job_by_id(session, job.job_id).node_ids == (node.node_id,)  # type: ignore[union-attr]
@@ -186,3 +193,28 @@ def test_repeat_offenders_are_quarantined_and_never_placed(service: CoordinatorS
         placed = [records.job_by_id(session, c.rerun_job_id) for c in history]  # type: ignore[arg-type]
     assert all(job is not None and job.status is JobStatus.ASSIGNED and job.node_ids == (alice.node_id,)
                for job in placed)
+
+
+def test_a_paying_consumer_is_charged_nothing_for_a_job_that_failed_its_check(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    service.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    with service.db.transaction() as session:
+        key, _ = api_keys.create_key(session, "carol", KeyLimits(), "test", service.clock.now_ms())
+        open_consumer_account(session, "carol")  # type: ignore[arg-type]
+        deposit_for_consumer(session, "carol-deposit-1", "carol", 10**12)  # type: ignore[arg-type]
+    mallory = load_or_create_identity(tmp_path / "mallory.pem")
+    _register(service, mallory, "mallory")
+    job_id = _complete(service, mallory, draw=0.0, caller=Caller("carol", key))
+
+    def carol() -> tuple[int, int]:
+        with service.db.transaction() as session:
+            found = balance(session, consumer_account_id("carol"))  # type: ignore[arg-type]
+            spent = api_keys.keys_of(session, "carol")[0].spent_base_units
+        assert found is not None
+        return found.net_posted, spent
+
+    charged_balance, charged_spend = carol()
+    assert charged_balance < 10**12 and charged_spend > 0  # the job was charged at completion
+    assert not _verdict(service, job_id, passed=False).passed  # type: ignore[union-attr]
+    assert carol() == (10**12, 0)
+    assert _posted(service, "mallory") == 0
