@@ -29,7 +29,7 @@ class TrustPolicy:
     cheat_share: float = 0.2  # a cheater cheats on at least this share of its jobs
     false_failure_rate: float = 1e-4  # an honest job failing a check (none seen in calibration)
     rate_per_cheat_chance: float = 10.0  # check rate = this x chance the node cheats ...
-    rate_min: float = 0.03  # ... but never below this share (the network's steady state)
+    rate_min: float = 0.02  # ... but never below this share (the network's steady state)
     quarantine_failures: int = 2  # failed checks that take a node out of placement
     check_window_s: int = 3600  # unchecked credits stay held (slashable) this long
 
