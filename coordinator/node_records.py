@@ -15,7 +15,8 @@ from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import LinkKind
 from contracts.ids import NodeId
 from contracts.pods import PodCable, PodDeclaration
-from coordinator.records import JobRecord
+from coordinator import records
+from coordinator.records import JobRecord, TokenChunk
 from coordinator.tables import job_assignments, job_tokens, node_benchmarks, nodes, pods
 
 BENCHMARKS_KEPT_MAX = 32  # per node: enough history to see a trend, never unbounded
@@ -65,6 +66,34 @@ def benchmarks(session: Session, node_id: str) -> list[StoredBenchmark]:
 
 def delete_tokens(session: Session, job_id: str) -> None:
     session.execute(delete(job_tokens).where(job_tokens.c.job_id == job_id))
+
+
+def chunks_for_reader(session: Session, job_id: str, next_index: int,
+                      delivered_chars: int) -> list[TokenChunk]:
+    """The chunks a reader holding next_index tokens (delivered_chars of text) has not seen.
+
+    Normally these are the chunks from next_index on. After a node handed a job
+    back mid-stream, the next node's chunks may straddle next_index; such a chunk
+    is cut to its unseen tokens, and its text to what follows the characters
+    already delivered (the text of tokens 0..n is the same however they were chunked).
+    """
+    chunks = records.token_chunks(session, job_id, next_index)
+    if (chunks and chunks[0].first_index == next_index) or records.token_count(session, job_id) <= next_index:
+        return chunks
+    unseen: list[TokenChunk] = []
+    text = ""
+    for chunk in records.token_chunks(session, job_id, 0):
+        text += chunk.text
+        end = chunk.first_index + len(chunk.token_ids)
+        if end <= next_index:
+            continue
+        if chunk.first_index >= next_index:
+            unseen.append(chunk)
+            continue
+        cut = next_index - chunk.first_index
+        unseen.append(TokenChunk(next_index, chunk.token_ids[cut:], text[delivered_chars:],
+                                 chunk.logprobs[cut:] if chunk.logprobs else ()))
+    return unseen
 
 
 def mark_left(session: Session, node_id: str, now_ms: int) -> None:

@@ -169,15 +169,17 @@ class CoordinatorService:
     def stream_job(self, job_id: str, is_active: Callable[[], bool],
                    caller: Caller | None = None) -> Iterator[TokenChunk | JobView]:
         """Every token chunk from the first, as stored, then the final job view."""
-        next_index = 0
+        next_index = delivered_chars = 0
         topic = job_topic(job_id)
         while is_active():
             seen = self.notifier.version(topic)
             with self.db.transaction() as session:
                 job = self._own_job(session, job_id, caller)
-                chunks = records.token_chunks(session, job_id, next_index)
+                # Not token_chunks alone: after a mid-stream hand-back chunks may straddle next_index.
+                chunks = node_records.chunks_for_reader(session, job_id, next_index, delivered_chars)
             for chunk in chunks:
                 next_index = chunk.first_index + len(chunk.token_ids)
+                delivered_chars += len(chunk.text)
                 yield chunk
             if job.status in records.TERMINAL_STATUSES:
                 yield self.get_job(job_id, caller)

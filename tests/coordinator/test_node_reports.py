@@ -219,3 +219,21 @@ def test_thunderbolt_local_domain_uuid_survives_the_wire() -> None:
     hardware = dataclasses.replace(ULTRA, thunderbolt_links=(link,), chip_tier=ChipTier.ULTRA)
     wire = node_pb2.Hardware.FromString(_hardware_pb(hardware).SerializeToString())
     assert hardware_from_pb(wire) == hardware
+
+
+def test_a_reader_mid_stream_gets_exactly_the_unseen_tokens_after_a_hand_back(
+        tmp_path: Path, coordinator: RunningCoordinator) -> None:
+    _join(tmp_path, coordinator, "mini", MINI)
+    with JobClient(f"127.0.0.1:{coordinator.port}") as consumer:
+        job = consumer.submit(MODEL.model_id, "Hello", max_tokens=8)
+    with coordinator.service.db.transaction() as session:  # the first node's chunks, then dropped
+        records.append_tokens(session, job.job_id, records.TokenChunk(0, (1, 2, 3), "abc"))
+        assert node_records.chunks_for_reader(session, job.job_id, 0, 0)[0].text == "abc"
+        node_records.delete_tokens(session, job.job_id)
+        # The next node chunks the same tokens differently: one straddles the reader's place.
+        records.append_tokens(session, job.job_id, records.TokenChunk(0, (1, 2), "ab"))
+        records.append_tokens(session, job.job_id, records.TokenChunk(2, (3, 4), "cd"))
+        records.append_tokens(session, job.job_id, records.TokenChunk(4, (5,), "e"))
+        unseen = node_records.chunks_for_reader(session, job.job_id, 3, 3)
+        assert [(c.first_index, c.token_ids, c.text) for c in unseen] == [(3, (4,), "d"), (4, (5,), "e")]
+        assert node_records.chunks_for_reader(session, job.job_id, 5, 5) == []
