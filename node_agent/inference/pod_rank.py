@@ -66,7 +66,8 @@ def _emit(prefix: str, payload: object) -> None:
 def run(run_dir: Path) -> dict[str, object]:
     request = json.loads((run_dir / "request.json").read_text(encoding="utf-8"))
     group = mx.distributed.init(strict=True, backend=request["backend"])
-    assert group.size() == request["ranks"], f"expected {request['ranks']} ranks, got {group.size()}"
+    if group.size() != request["ranks"]:
+        raise RuntimeError(f"mlx.launch started {group.size()} ranks; the pod has {request['ranks']}")
     model_dir = Path(request["model_dir"])
     engine = ShardEngine(model_dir, *load_shard(model_dir, request["strategy"], group,
                                                 request["layer_split"]))
@@ -103,7 +104,7 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("MLX_RANK", "0"))  # set by mlx.launch for every rank
     try:
         result = run(run_dir)
-    except (OSError, ValueError, RuntimeError, KeyError, AssertionError) as error:
+    except (OSError, ValueError, RuntimeError, KeyError) as error:
         log.error("rank %d failed: %s", rank, error)
         result = {"ok": False, "error": f"{type(error).__name__}: {error}"}
     (run_dir / f"rank-{rank}.json").write_text(json.dumps(result), encoding="utf-8")
