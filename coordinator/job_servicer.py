@@ -12,8 +12,10 @@ import grpc
 from coordinator import convert
 from coordinator.api_keys import Caller
 from coordinator.grpc_errors import translate_errors, translate_stream_errors
-from coordinator.records import TokenChunk
+from coordinator.errors import AlreadyDone
+from coordinator.records import ERROR_STOP_SEQUENCE, TokenChunk
 from coordinator.service import CoordinatorService
+from coordinator.stops import StopScanner
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc
 
 CONSUMER_METADATA_KEY = "x-mlxnet-consumer"  # an anonymous caller's self-chosen name
@@ -55,14 +57,30 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     @translate_stream_errors
     def StreamJob(self, request, context):  # noqa: N802
+        """Every token; the text cut before the job's first stop sequence, which ends the job."""
         caller = self._caller(context)
+        scanner = StopScanner(self._service.get_job(request.job_id, caller).job.stop)
+        next_index = 0
         for item in self._service.stream_job(request.job_id, context.is_active, caller):
             if isinstance(item, TokenChunk):
+                next_index = item.first_index + len(item.token_ids)
+                stopped = scanner.stopped
+                text = scanner.feed(item.text)
                 yield job_pb2.StreamJobResponse(
-                    first_index=item.first_index, token_ids=list(item.token_ids), text=item.text,
+                    first_index=item.first_index, token_ids=list(item.token_ids), text=text,
                     logprobs=[convert.logprob_to_pb(entry) for entry in item.logprobs])
+                if scanner.stopped and not stopped:
+                    self._end_at_stop(request.job_id, caller)
             else:
+                if rest := scanner.flush():  # text held back in case a stop sequence followed
+                    yield job_pb2.StreamJobResponse(first_index=next_index, text=rest)
                 yield job_pb2.StreamJobResponse(final_job=convert.job_to_pb(item))
+
+    def _end_at_stop(self, job_id: str, caller: Caller) -> None:
+        try:
+            self._service.cancel_job(job_id, caller, code=ERROR_STOP_SEQUENCE)
+        except AlreadyDone:
+            pass  # it ended on its own meanwhile
 
     @translate_errors
     def ExplainPlacement(self, request, context):  # noqa: N802

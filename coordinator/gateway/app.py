@@ -32,7 +32,7 @@ from coordinator.gateway.schemas import (
     ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest, ErrorResponse, JobOut,
     ModelList, ModelOut, ReceiptOut,
 )
-from coordinator.service import CoordinatorService
+from coordinator.service import JobView
 from coordinator.world import mount_world
 
 API_VERSION = "1.0.0"
@@ -104,13 +104,15 @@ def create_app(bridge: Bridge) -> FastAPI:
             raise UnknownModel(f"model {model_id!r} is not served by any node")
         return views.model_json(found)
 
+    async def job_response(view: JobView, who: Caller) -> JSONResponse:
+        cost = await bridge.call(service.job_cost, view.job.job_id, who)
+        pod = await bridge.call(service.pod_assignment, view.job)
+        body = views.job_json(view, cost, pod[0].pod_id if pod else None)
+        return JSONResponse(body, headers={JOB_ID_HEADER: view.job.job_id})
+
     @app.get("/v1/jobs/{job_id}", response_model=JobOut, responses=_COMMON_ERRORS)
     async def get_job(job_id: str, who: Authenticated) -> JSONResponse:
-        view = await bridge.call(service.get_job, job_id, who)
-        cost = await bridge.call(service.job_cost, job_id, who)
-        pod = await bridge.call(service.pod_assignment, view.job)
-        body = views.job_json(view, cost, pod[0].pod_id if pod else None, view.streamed_tokens)
-        return JSONResponse(body, headers={JOB_ID_HEADER: job_id})
+        return await job_response(await bridge.call(service.get_job, job_id, who), who)
 
     @app.get("/v1/jobs/{job_id}/receipt", response_model=ReceiptOut, responses=_COMMON_ERRORS)
     async def get_receipt(job_id: str, who: Authenticated) -> JSONResponse:
@@ -120,10 +122,7 @@ def create_app(bridge: Bridge) -> FastAPI:
     @app.post("/v1/jobs/{job_id}/cancel", response_model=JobOut,
               responses={**_COMMON_ERRORS, 409: _ERROR})
     async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
-        view = await bridge.call(service.cancel_job, job_id, who)
-        cost = await bridge.call(service.job_cost, job_id, who)
-        body = views.job_json(view, cost, None, view.streamed_tokens)
-        return JSONResponse(body, headers={JOB_ID_HEADER: job_id})
+        return await job_response(await bridge.call(service.cancel_job, job_id, who), who)
 
     mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app

@@ -26,7 +26,7 @@ from coordinator.gateway.render import (
     DONE_EVENT, StreamRenderer, ended_well, final_body, finish_reason, job_usage, sse,
 )
 from coordinator.gateway.requests import ResponsePlan
-from coordinator.gateway.stops import StopScanner
+from coordinator.stops import StopScanner
 from coordinator.records import (
     ERROR_NO_CAPACITY, ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk,
 )
@@ -112,39 +112,38 @@ async def _admitted(bridge: Bridge, request: Request, caller: Caller, view: JobV
     return view
 
 
+async def _failed(bridge: Bridge, job: JobRecord) -> JobError:
+    """Settle a job that ended badly before the client reads the error, then the error."""
+    await bridge.call(bridge.service.close_billing, job.job_id)
+    return JobError(failure_error(job), job.job_id)
+
+
 async def run_completion(bridge: Bridge, request: Request, caller: Caller,
                          submission: Submission, plan: ResponsePlan) -> Response:
     view = await bridge.call(bridge.service.submit_job, submission, caller)
     job_id = view.job.job_id
+    headers = {JOB_ID_HEADER: job_id}
+    events: JobEvents | None = None
     try:
         view = await _admitted(bridge, request, caller, view)
-    except ClientGone:
-        bridge.cancel_soon(job_id, caller)
-        return Response(status_code=499)
-    events = bridge.open_events(job_id, caller)
-    handed_over = False
-    try:
+        events = bridge.open_events(job_id, caller)
         first = await _until_disconnect(request, events.next())
         if isinstance(first, JobView) and not ended_well(first.job):
-            await bridge.call(bridge.service.close_billing, job_id)
-            raise JobError(failure_error(first.job), job_id)
-        headers = {JOB_ID_HEADER: job_id}
+            raise await _failed(bridge, first.job)
         if plan.stream:
-            handed_over = True
-            created_s = view.job.created_at_ms // 1000
-            return EventStreamResponse(_events(bridge, plan, events, first, caller, created_s),
-                                       headers=headers)
+            stream = _events(bridge, plan, events, first, caller, view.job.created_at_ms // 1000)
+            events = None  # the stream owns it now
+            return EventStreamResponse(stream, headers=headers)
         final, chunks = await _until_disconnect(request, _collect(bridge, plan, events, first, caller))
         if not ended_well(final.job):
-            await bridge.call(bridge.service.close_billing, job_id)
-            raise JobError(failure_error(final.job), job_id)
+            raise await _failed(bridge, final.job)
         return JSONResponse(final_body(plan, final.job, chunks), headers=headers)
     except ClientGone:
         log.info("client of job %s went away before its answer", job_id)
         bridge.cancel_soon(job_id, caller)
         return Response(status_code=499)
     finally:
-        if not handed_over:
+        if events is not None:
             events.close()
 
 

@@ -58,13 +58,13 @@ def _cost(cost: JobCost) -> dict:
             "network_fee_base_units": cost.network_fee}
 
 
-def job_json(view: JobView, cost: JobCost, pod_id: str | None, streamed_tokens: int) -> dict:
+def job_json(view: JobView, cost: JobCost, pod_id: str | None) -> dict:
     job = view.job
     return {
         "id": job.job_id, "object": "mlxnet.job", "status": job.status.value,
         "model": job.model_id, "strategy": job.strategy, "pod_id": pod_id,
         "nodes": [{"node_id": node_id, "chip": chip} for node_id, chip in zip(job.node_ids, view.chips)],
-        "attempt": job.attempt, "timing": _timing(view), "usage": job_usage(job, streamed_tokens),
+        "attempt": job.attempt, "timing": _timing(view), "usage": job_usage(job, view.streamed_tokens),
         "cost": _cost(cost), "text": view.text, "finish_reason": _finish_reason(view),
         "receipt_available": job.receipt_body is not None, "receipt_verified": job.receipt_verified,
         "error": job.error, "error_code": job.error_code,

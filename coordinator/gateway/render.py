@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from contracts.logprobs import TokenLogprob
 from coordinator.gateway.requests import ResponsePlan
-from coordinator.gateway.stops import cut_at_stop
+from coordinator.stops import cut_at_stop
 from coordinator.records import ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk
 
 DONE_EVENT = "data: [DONE]\n\n"

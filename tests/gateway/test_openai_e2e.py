@@ -11,6 +11,8 @@ import asyncio
 import base64
 import hashlib
 
+import grpc
+
 import openai
 import pytest
 from mlx_lm import load, stream_generate
@@ -192,3 +194,26 @@ def test_grpc_takes_the_same_keys_and_shows_a_consumer_only_its_jobs(network: Ga
     assert streamed[-1].final_job.prompt_format == "chat"
     assert len(entries) == sum(len(m.token_ids) for m in streamed) > 0
     assert all(len(entry.top) == 2 for entry in entries)
+
+
+def test_grpc_stop_sequences_cut_the_text_and_end_the_job(network: GatewayNetwork) -> None:
+    key = network.new_key("stopper")
+    metadata = (("authorization", f"Bearer {key}"),)
+    with grpc.insecure_channel(network.grpc_address) as channel:
+        stub = job_pb2_grpc.JobServiceStub(channel)
+
+        def run(**fields: object) -> list[job_pb2.StreamJobResponse]:
+            job = stub.SubmitJob(job_pb2.SubmitJobRequest(
+                model=MODEL_ID, prompt="And God said",
+                sampling=common_pb2.SamplingParams(max_tokens=16), **fields),
+                metadata=metadata, timeout=30).job
+            return list(stub.StreamJob(job_pb2.StreamJobRequest(job_id=job.job_id),
+                                       metadata=metadata, timeout=60))
+
+        full = "".join(message.text for message in run())
+        stop = full.split()[2]
+        cut = run(stop=[stop])
+    assert "".join(message.text for message in cut) == full[:full.index(stop)]
+    assert cut[-1].final_job.error_code == "stop_sequence"
+    after = _balance(network, "stopper")
+    assert after.debits_pending == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.gateway.stops import StopScanner, cut_at_stop
+from coordinator.stops import StopScanner, cut_at_stop
 
 ALPHABET = "ab\n."
 

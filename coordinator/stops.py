@@ -1,8 +1,8 @@
 """Stop sequences over streamed text: pure, so the cut is the same however text arrives.
 
-The node stops generating at a stop sequence (node_agent/inference/engine.py); the
-gateway cuts the text before it, as OpenAI does, and never shows a prefix of a stop
-sequence until it knows the sequence does not follow.
+Both consumer edges (the HTTP gateway and the gRPC JobService) cut the text before
+the first stop sequence, as OpenAI does, never show a prefix of a stop sequence
+until they know it does not follow, and end the job there.
 """
 
 from __future__ import annotations
