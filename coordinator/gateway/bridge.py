@@ -73,19 +73,21 @@ class Bridge:
     def __init__(self, service: CoordinatorService, calls_max: int, streams_max: int) -> None:
         self.service = service
         self._limiter = anyio.CapacityLimiter(calls_max)
+        # Waits for a Mac last seconds; on their own threads they never starve the calls.
+        self._waits = anyio.CapacityLimiter(streams_max)
         self._streams = threading.BoundedSemaphore(streams_max)
         self._streams_max = streams_max
         self._cancels = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gateway-cancel")
 
-    async def call(self, function: Callable[..., T], *args: object,
-                   abandon_on_cancel: bool = False, **kwargs: object) -> T:
-        """Run a blocking service call on a worker thread.
-
-        abandon_on_cancel: a cancelled caller stops waiting (for calls that only wait).
-        """
+    async def call(self, function: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """Run a blocking service call on a worker thread."""
         return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs),
-                                              limiter=self._limiter,
-                                              abandon_on_cancel=abandon_on_cancel)
+                                              limiter=self._limiter)
+
+    async def wait(self, function: Callable[..., T], *args: object) -> T:
+        """Run a call that only waits (for a Mac); a cancelled caller stops waiting at once."""
+        return await anyio.to_thread.run_sync(functools.partial(function, *args),
+                                              limiter=self._waits, abandon_on_cancel=True)
 
     def open_events(self, job_id: str, caller: Caller) -> JobEvents:
         if not self._streams.acquire(blocking=False):

@@ -101,9 +101,8 @@ async def _admitted(bridge: Bridge, request: Request, caller: Caller, view: JobV
     if view.job.status is not JobStatus.QUEUED:
         return view
     config = bridge.service.config
-    view = await _until_disconnect(request, bridge.call(
-        bridge.service.wait_until_placed, view.job.job_id, caller, config.admission_wait_s,
-        abandon_on_cancel=True))
+    view = await _until_disconnect(request, bridge.wait(
+        bridge.service.wait_until_placed, view.job.job_id, caller, config.admission_wait_s))
     if view.job.status is JobStatus.QUEUED:
         await bridge.call(bridge.cancel, view.job.job_id, caller, ERROR_NO_CAPACITY)
         raise JobError(NoCapacityNow(
