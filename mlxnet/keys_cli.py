@@ -46,6 +46,7 @@ class Deposit:
     reference: str
     amount: int
     balance: int  # the consumer's available balance afterwards
+    repeated: bool = False  # this reference was deposited before: nothing moved now
 
 
 def _now_ms() -> int:
@@ -67,7 +68,8 @@ def deposit(db: Database, consumer_id: str, amount: int, reference: str = "") ->
             raise KeysError(f"reference {reference!r} was already used for another deposit")
         if not result.ok:
             raise KeysError(f"the ledger refused the deposit: {result.code}")
-        return Deposit(reference, amount, consumer_balance(session, consumer_id))
+        return Deposit(reference, amount, consumer_balance(session, consumer_id),
+                       result.code is ResultCode.EXISTS)
 
 
 def create(db: Database, consumer_id: str, limits: KeyLimits, label: str = "",
@@ -179,7 +181,8 @@ def _revoke(args: argparse.Namespace) -> int:
 def _deposit(args: argparse.Namespace) -> int:
     def action(db: Database) -> None:
         done = deposit(db, args.consumer, args.amount, args.reference)
-        sys.stdout.write(f"deposited {format_mlx(done.amount)} for {args.consumer} "
+        verb = "already deposited" if done.repeated else "deposited"
+        sys.stdout.write(f"{verb} {format_mlx(done.amount)} for {args.consumer} "
                          f"(reference {done.reference}); available {format_mlx(done.balance)}\n")
     return _run(args, action)
 
