@@ -32,7 +32,7 @@ FACETS_MAX = 200  # distinct chips or regions offered as filters
 # Jobs counted in the last minute's rates must also have been created in the last hour, so
 # the query stays on the (status, created_at_ms) index; an hour-long job is left out.
 RATE_CREATED_LOOKBACK_MS = 3_600_000
-BUSY_NODES_READ_MAX = 100_000
+IN_CHUNK = 500  # ids per IN (...) list
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,14 @@ def fleet_page(session: Session, query: FleetQuery, live: Liveness) -> tuple[int
     """(how many Macs match, the public rows of the requested page)."""
     conditions = _filters(query, live)
     total = session.execute(_with_regions(select(func.count())).where(*conditions)).scalar_one()
-    rows = session.execute(_with_regions(select(*_ROW_COLUMNS)).where(*conditions)
-                           .order_by(*_ORDER[query.sort]).limit(query.page_size)
-                           .offset(query.offset)).all()
+    # Sort and skip over the narrow columns only, then read the page's wide rows by id.
+    page_ids = list(session.execute(_with_regions(select(nodes.c.node_id)).where(*conditions)
+                                    .order_by(*_ORDER[query.sort]).limit(query.page_size)
+                                    .offset(query.offset)).scalars())
+    rows = session.execute(_with_regions(select(*_ROW_COLUMNS))
+                           .where(nodes.c.node_id.in_(page_ids))).all() if page_ids else []
+    position = {node_id: index for index, node_id in enumerate(page_ids)}
+    rows.sort(key=lambda row: position[row.node_id])
     return total, rows_json(session, rows, live)
 
 
@@ -208,12 +213,13 @@ def pod_facts(session: Session, limit: int) -> list[tuple[str, tuple[str, ...], 
 
 def facets(session: Session) -> dict[str, list[dict[str, object]]]:
     """The values the fleet's filters offer, with how many Macs have each."""
-    def counted(column):  # type: ignore[no-untyped-def]
-        statement = _with_regions(select(column, func.count())).where(column.is_not(None)) \
-            .group_by(column).order_by(func.count().desc(), column).limit(FACETS_MAX)
+    def counted(column, source):  # type: ignore[no-untyped-def]
+        statement = (select(column, func.count()).select_from(source).group_by(column)
+                     .order_by(func.count().desc(), column).limit(FACETS_MAX))
         return [{"value": value, "count": count} for value, count in session.execute(statement)]
-    return {"chips": counted(nodes.c.chip), "tiers": counted(nodes.c.chip_tier),
-            "modes": counted(nodes.c.lending_mode), "regions": counted(node_regions.c.region)}
+    regions = node_regions.join(nodes, nodes.c.node_id == node_regions.c.node_id)
+    return {"chips": counted(nodes.c.chip, nodes), "tiers": counted(nodes.c.chip_tier, nodes),
+            "modes": counted(nodes.c.lending_mode, nodes), "regions": counted(node_regions.c.region, regions)}
 
 
 def fleet_version(session: Session, live: Liveness) -> tuple[int, ...]:
@@ -231,36 +237,34 @@ def fleet_version(session: Session, live: Liveness) -> tuple[int, ...]:
     return tuple(int(value or 0) for value in (*counts, busy, *regions, *pod_count))
 
 
-def _committed_memory(session: Session) -> dict[str, int]:
-    rows = session.execute(select(job_assignments.c.node_id,
-                                  func.sum(job_assignments.c.reserved_memory_bytes))
-                           .where(job_assignments.c.active.is_(True))
-                           .group_by(job_assignments.c.node_id).limit(BUSY_NODES_READ_MAX))
-    return {node_id: int(memory) for node_id, memory in rows}
+def _free_bytes():  # type: ignore[no-untyped-def]
+    """(the join of nodes with their active reservations, free lendable memory per node)."""
+    reserved = (select(job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes)
+                       .label("reserved")).where(job_assignments.c.active.is_(True))
+                .group_by(job_assignments.c.node_id).subquery())
+    joined = nodes.outerjoin(reserved, reserved.c.node_id == nodes.c.node_id)
+    return joined, _lendable() - func.coalesce(reserved.c.reserved, 0)
 
 
-def _candidates(session: Session, live: Liveness, committed: dict[str, int]) -> list[Candidate]:
-    """The freest idle Mac, every busy Mac's remainder, and every pod whose members are all online."""
+def _candidates(session: Session, live: Liveness) -> list[Candidate]:
+    """The freest Mac, and every pod whose members are all online and accepting work."""
     accepting = and_(_online(live), nodes.c.accepting_jobs.is_(True))
+    joined, free = _free_bytes()
     found: list[Candidate] = []
-    idle = session.execute(select(nodes.c.display_name, _lendable()).where(
-        accepting, nodes.c.node_id.not_in(list(committed)) if committed else literal(True))
-        .order_by(_lendable().desc(), nodes.c.node_id).limit(1)).first()
-    if idle is not None:
-        found.append(Candidate(idle[0], "mac", int(idle[1])))
-    lendable_of: dict[str, int] = {}
+    best = session.execute(select(nodes.c.display_name, free).select_from(joined).where(accepting)
+                           .order_by(free.desc(), nodes.c.node_id).limit(1)).first()
+    if best is not None:
+        found.append(Candidate(best[0], "mac", max(0, int(best[1]))))
     pod_list = pod_facts(session, PODS_READ_MAX)
-    wanted = set(committed) | {m for _, members, _ in pod_list for m in members}
-    if wanted:
-        rows = session.execute(select(nodes.c.node_id, nodes.c.display_name, _lendable())
-                               .where(accepting, nodes.c.node_id.in_(sorted(wanted))))
-        for node_id, name, lendable in rows:
-            lendable_of[node_id] = max(0, int(lendable) - committed.get(node_id, 0))
-            if node_id in committed:
-                found.append(Candidate(name, "mac", lendable_of[node_id]))
-    for pod_id, members, _ in pod_list:
-        if all(member in lendable_of for member in members):
-            found.append(Candidate(f"pod {pod_id}", "pod", sum(lendable_of[m] for m in members)))
+    members = sorted({m for _, pod_members, _ in pod_list for m in pod_members})
+    free_of: dict[str, int] = {}
+    for start in range(0, len(members), IN_CHUNK):
+        rows = session.execute(select(nodes.c.node_id, free).select_from(joined)
+                               .where(accepting, nodes.c.node_id.in_(members[start:start + IN_CHUNK])))
+        free_of.update({node_id: max(0, int(value)) for node_id, value in rows})
+    for pod_id, pod_members, _ in pod_list:
+        if all(member in free_of for member in pod_members):
+            found.append(Candidate(f"pod {pod_id}", "pod", sum(free_of[m] for m in pod_members)))
     return found
 
 
@@ -270,8 +274,7 @@ def totals(session: Session, live: Liveness) -> Totals:
         func.count(), func.sum(case((online, 1), else_=0)),
         func.sum(case((and_(online, nodes.c.accepting_jobs.is_(True)), _lendable()), else_=0)))).one()
     busy = session.execute(select(func.count()).where(online, _busy())).scalar_one()
-    committed = _committed_memory(session)
-    candidates = _candidates(session, live, committed)
+    candidates = _candidates(session, live)
     since = live.now_ms - RATE_WINDOW_MS
     recent = session.execute(select(func.count(), func.sum(jobs.c.completion_tokens)).where(
         jobs.c.status == "completed", jobs.c.created_at_ms >= live.now_ms - RATE_CREATED_LOOKBACK_MS,

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.service import CoordinatorService
 from coordinator.world import fleet, job_lookup, operator_keys, operator_view, queries
+from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
 from coordinator.world.earnings import ChainRoot, proof_json
 from coordinator.world.live import Snapshot, WorldFeed
 from coordinator.world.operator_keys import OperatorKey
@@ -43,10 +44,12 @@ class EpochRootReader(Protocol):
 
 class World:
     def __init__(self, service: CoordinatorService, chain: EpochRootReader | None = None,
-                 history: TotalsHistory | None = None) -> None:
+                 history: TotalsHistory | None = None, cache_ttl_s: float = TTL_S_DEFAULT) -> None:
+        """cache_ttl_s bounds how stale a public answer may be (0: never cached)."""
         self.service = service
         self.chain = chain
         self.feed = WorldFeed(self.snapshot, history or TotalsHistory())
+        self.cache = AnswerCache(cache_ttl_s)
         self._trees: collections.OrderedDict[int, PayoutTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
 
@@ -74,14 +77,21 @@ class World:
 
     def fleet_page(self, params: dict[str, str]) -> dict[str, object]:
         query = fleet.parse_fleet_query(params)
-        live = self.live()
-        total, rows = self.read(lambda s: queries.fleet_page(s, query, live))
-        return fleet.page_payload(query, total, rows, self.feed.version)
+        version = self.feed.version
+
+        def compute() -> dict[str, object]:
+            live = self.live()
+            total, rows = self.read(lambda s: queries.fleet_page(s, query, live))
+            return fleet.page_payload(query, total, rows, version)
+        return self.cache.get(("fleet", query, version), compute)
 
     def facets(self) -> dict[str, object]:
-        return self.read(queries.facets)
+        return self.cache.get(("facets", self.feed.version), lambda: self.read(queries.facets))
 
     def pods(self) -> dict[str, object]:
+        return self.cache.get(("pods", self.feed.version), self._pods)
+
+    def _pods(self) -> dict[str, object]:
         live = self.live()
 
         def work(session: Session) -> dict[str, object]:

@@ -61,7 +61,7 @@ def world_env(database_url: str) -> Iterator[WorldEnv]:
     clock = FakeClock()
     config = CoordinatorConfig(database_url=database_url, node_offline_after_ms=OFFLINE_AFTER_MS)
     service = CoordinatorService(db, clock, config)
-    world = World(service)
+    world = World(service, cache_ttl_s=0)  # these tests read back what they just wrote
     try:
         yield WorldEnv(db, clock, service, world)
     finally:

@@ -8,6 +8,9 @@ const PAGE_SIZE = 100;
 const OVERSCAN_ROWS = 8;
 const SEARCH_DEBOUNCE_MS = 250;
 const FILTERS = ["q", "status", "chip", "tier", "mode", "region", "sort"];
+// A big fleet changes every second; a page refetches what it shows at most this often.
+const REFRESH_INTERVAL_MS = 1_500;
+const FACETS_INTERVAL_MS = 30_000;
 
 function rowHeight(element) {
   const value = getComputedStyle(element).getPropertyValue("--row-height");
@@ -28,11 +31,25 @@ export class FleetView {
     this.loading = new Set();
     this.generation = 0; // bumped when the filters change; late answers for older filters are dropped
     this.frame = null;
-    this.unsubscribe = feed.on("fleet", () => this.refresh());
+    this.refreshTimer = null;
+    this.lastRefresh = 0;
+    this.lastFacets = 0;
+    this.unsubscribe = feed.on("fleet", () => this.scheduleRefresh());
   }
 
   destroy() {
     this.unsubscribe();
+    clearTimeout(this.refreshTimer);
+  }
+
+  scheduleRefresh() {
+    if (this.refreshTimer !== null) return; // one is already due: it will fetch the latest
+    const wait = Math.max(0, this.lastRefresh + REFRESH_INTERVAL_MS - Date.now());
+    this.refreshTimer = setTimeout(() => {
+      this.refreshTimer = null;
+      this.lastRefresh = Date.now();
+      this.refresh();
+    }, wait);
   }
 
   async mount() {
@@ -49,7 +66,7 @@ export class FleetView {
     this.filters = h("form", { class: "filters", role: "search", "aria-label": "Filter Macs",
       onsubmit: (event) => event.preventDefault() });
     replace(this.root, h("h2", {}, "Fleet"), this.filters, this.summary, this.table);
-    this.renderFilters({ chips: [], regions: [] });
+    this.renderFilters();
     this.loadFacets();
     await this.reload();
   }
@@ -62,47 +79,62 @@ export class FleetView {
   }
 
   async loadFacets() {
+    this.lastFacets = Date.now();
     try {
       const facets = await get("/fleet/facets");
-      this.renderFilters({ chips: facets.chips, regions: facets.regions });
+      this.fillOptions(this.chipSelect, facets.chips);
+      this.fillOptions(this.regionSelect, facets.regions);
     } catch (error) {
       this.summary.textContent = `Could not load the filters: ${error.message}`;
     }
   }
 
-  renderFilters({ chips, regions }) {
+  fillOptions(select, values) {
+    // Only the options change: the form, its focus and what the user typed stay as they are.
+    const chosen = select.value;
+    replace(select, option("", "any", chosen), values.map((v) => option(v.value, `${v.value} (${count(v.count)})`, chosen)));
+    if (chosen && !values.some((v) => v.value === chosen)) select.append(option(chosen, chosen, chosen));
+  }
+
+  renderFilters() {
     const q = this.query;
-    const select = (name, label, options) => h("label", { class: "filter" }, h("span", {}, label),
-      h("select", { name, onchange: (event) => this.setFilter(name, event.target.value) },
-        option("", "any", q[name]), options));
+    const select = (name, options) => h("select", { name, onchange: (event) => this.setFilter(name, event.target.value) },
+      option("", "any", q[name]), options);
+    const labelled = (label, control) => h("label", { class: "filter" }, h("span", {}, label), control);
     const search = h("input", { type: "search", name: "q", value: q.q, placeholder: "name or node id",
       maxlength: "64", autocomplete: "off",
       oninput: (event) => {
         clearTimeout(this.searchTimer);
         this.searchTimer = setTimeout(() => this.setFilter("q", event.target.value.trim()), SEARCH_DEBOUNCE_MS);
       } });
+    this.chipSelect = select("chip", q.chip ? [option(q.chip, q.chip, q.chip)] : []);
+    this.regionSelect = select("region", q.region ? [option(q.region, q.region, q.region)] : []);
     const wide = window.matchMedia("(min-width: 641px)").matches;
-    const chosen = ["status", "tier", "chip", "mode", "region", "sort"].filter((name) => q[name]).length;
     replace(this.filters,
       h("label", { class: "filter filter-search" }, h("span", {}, "Search"), search),
-      h("details", { class: "more-filters", open: wide || this.filtersOpen },
-        h("summary", { onclick: () => { this.filtersOpen = !this.filtersOpen; } },
-          chosen ? `Filters and sort (${chosen} set)` : "Filters and sort"),
+      h("details", { class: "more-filters", open: wide },
+        this.filterSummary = h("summary", {}, this.filterLabel()),
         h("div", { class: "filter-set" },
-      select("status", "Status", ["online", "busy", "offline"].map((s) => option(s, s, q.status))),
-      select("tier", "Tier", ["base", "pro", "max", "ultra"].map((t) => option(t, t, q.tier))),
-      select("chip", "Chip", chips.map((c) => option(c.value, `${c.value} (${count(c.count)})`, q.chip))),
-      select("mode", "Mode", Object.entries(MODE_LABELS).map(([m, label]) => option(m, label, q.mode))),
-      select("region", "Region", regions.map((r) => option(r.value, `${r.value} (${count(r.count)})`, q.region))),
-      h("label", { class: "filter" }, h("span", {}, "Sort"),
-        h("select", { name: "sort", onchange: (event) => this.setFilter("sort", event.target.value) },
-          option("", "newest first", q.sort), option("name", "name", q.sort),
-          option("memory", "most memory", q.sort), option("bandwidth", "fastest memory", q.sort))))));
+          labelled("Status", select("status", ["online", "busy", "offline"].map((v) => option(v, v, q.status)))),
+          labelled("Tier", select("tier", ["base", "pro", "max", "ultra"].map((v) => option(v, v, q.tier)))),
+          labelled("Chip", this.chipSelect),
+          labelled("Mode", select("mode", Object.entries(MODE_LABELS).map(([v, label]) => option(v, label, q.mode)))),
+          labelled("Region", this.regionSelect),
+          h("label", { class: "filter" }, h("span", {}, "Sort"),
+            h("select", { name: "sort", onchange: (event) => this.setFilter("sort", event.target.value) },
+              option("", "newest first", q.sort), option("name", "name", q.sort),
+              option("memory", "most memory", q.sort), option("bandwidth", "fastest memory", q.sort))))));
+  }
+
+  filterLabel() {
+    const chosen = ["status", "tier", "chip", "mode", "region", "sort"].filter((name) => this.query[name]).length;
+    return chosen ? `Filters and sort (${chosen} set)` : "Filters and sort";
   }
 
   setFilter(name, value) {
     if (this.query[name] === value) return;
     this.query[name] = value;
+    this.filterSummary.textContent = this.filterLabel();
     const params = new URLSearchParams(Object.entries(this.query).filter(([, v]) => v));
     history.replaceState(null, "", `#/fleet${params.toString() ? "?" + params : ""}`);
     this.reload();
@@ -126,7 +158,7 @@ export class FleetView {
     for (const page of [...this.pages.keys()]) if (!visible.includes(page)) this.pages.delete(page);
     this.render();
     if (this.total > before) this.announce(`${this.total - before} Mac${this.total - before > 1 ? "s" : ""} joined`);
-    this.loadFacets();
+    if (Date.now() - this.lastFacets > FACETS_INTERVAL_MS) this.loadFacets();
   }
 
   async fetchPage(page, generation, force = false) {

@@ -4,6 +4,7 @@ import { get } from "./api.js";
 import { h, memory, replace, statusPill, svg } from "./dom.js";
 
 const SIZE = 220;
+const RELOAD_DELAY_MS = 5_000;
 const RADIUS = 72;
 
 function drawing(pod) {
@@ -52,11 +53,16 @@ function card(pod) {
 export class PodsView {
   constructor(root, feed) {
     this.root = root;
-    this.unsubscribe = feed.on("fleet", () => this.load());
+    this.timer = null;
+    // Fleet events come every second in a big network; pods change rarely, so reload at most every 5 s.
+    this.unsubscribe = feed.on("fleet", () => {
+      if (this.timer === null) this.timer = setTimeout(() => { this.timer = null; this.load(); }, RELOAD_DELAY_MS);
+    });
   }
 
   destroy() {
     this.unsubscribe();
+    clearTimeout(this.timer);
   }
 
   async mount() {
