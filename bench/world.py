@@ -7,7 +7,8 @@ Loads bench.fleet_sim's simulated fleet (Mac mix, pods, running jobs) as registe
 nodes into a fresh database (SQLite in a temporary directory unless --database-url
 names an empty one), then times, in this process: fleet pages (first, deep, filtered,
 searched, sorted) through World and over HTTP on a real uvicorn server, the facets,
-the totals and the live feed's per-tick read. Prints p50/p95/max in milliseconds.
+the totals and the live feed's per-tick read, all with the answer cache off (every request
+reads the database), and one cached page for comparison. Prints p50/p95/max in milliseconds.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def run(database_url: str, macs: int, pods: int, repeats: int) -> None:
     upgrade_schema(database_url)
     db = Database(database_url)
     config = CoordinatorConfig(database_url=database_url)
-    world = World(CoordinatorService(db, SystemClock(), config))
+    service = CoordinatorService(db, SystemClock(), config)
+    world = World(service, cache_ttl_s=0)  # every request reads the database: the cold cost
     now = SystemClock().now_ms()
     start = time.perf_counter()
     load_fleet(db, macs, pods, now)
@@ -162,9 +164,12 @@ def run(database_url: str, macs: int, pods: int, repeats: int) -> None:
     _report("facets", _timed(world.facets, repeats))
     _report("totals", _timed(world.totals, repeats))
     _report("live feed tick (fingerprint, totals, epoch)", _timed(world.snapshot, repeats))
+    cached = World(service)
+    _report("page 1 again within a second (answer cache)", _timed(lambda: cached.fleet_page({}), repeats))
+    cached.close()
     base, stop = _serve(world)
     try:
-        print("over HTTP (uvicorn on loopback, JSON included):")
+        print("over HTTP, uncached (uvicorn on loopback, JSON included):")
         size = len(_get(f"{base}/world/api/fleet?page_size=200"))
         for name, query in (("GET /world/api/fleet", ""), ("GET /world/api/fleet?page_size=200", "?page_size=200"),
                             ("GET /world/api/fleet?status=online&page=50", "?status=online&page=50"),

@@ -102,10 +102,13 @@ class World:
         return self.read(work)
 
     def totals(self) -> dict[str, object]:
+        self.feed.start()  # keeps the charts' history even while no page is open
+        return self.cache.get(("totals", self.feed.version), self._totals)
+
+    def _totals(self) -> dict[str, object]:
         live = self.live()
         current = self.read(lambda s: queries.totals(s, live))
         self.feed.history.offer(current)
-        self.feed.start()  # keeps the charts' history even while no page is open
         return {"totals": current.to_json(), "history": self.feed.history.to_json()}
 
     def job(self, job_id: str) -> dict[str, object]:
