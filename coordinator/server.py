@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from sqlalchemy.exc import DBAPIError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -60,7 +61,10 @@ def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> N
     """The verifier worker's thread: wakes when a check is opened (or to poll another coordinator's)."""
     while not stopping.is_set():
         seen = service.notifier.version(VERIFICATION_TOPIC)
-        service.run_verifications()
+        try:
+            service.run_verifications()
+        except DBAPIError as error:  # the database blinked: the checks wait in it for the next pass
+            log.warning("verifier pass failed: %s", error)
         service.notifier.wait(VERIFICATION_TOPIC, seen, service.config.stream_poll_interval_s)
 
 

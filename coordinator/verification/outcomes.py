@@ -83,7 +83,7 @@ def _summary(verdict: CheckVerdict) -> str:
 def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifier: str,
                    policy: TrustPolicy, now_ms: int) -> VerdictOutcome | None:
     """Apply a replay's verdict once; None if the check was already decided."""
-    check = store.check_by_job(session, job_id)
+    check = store.check_by_job(session, job_id, for_update=True)
     if check is None or check.status is not CheckStatus.WAITING:
         return None
     status = CheckStatus.PASSED if verdict.passed else CheckStatus.FAILED

@@ -113,8 +113,10 @@ def insert_check(session: Session, check: CheckRecord) -> None:
     session.execute(insert(job_checks).values(**values))
 
 
-def check_by_job(session: Session, job_id: str) -> CheckRecord | None:
-    row = session.execute(select(job_checks).where(job_checks.c.job_id == job_id)).first()
+def check_by_job(session: Session, job_id: str, *, for_update: bool = False) -> CheckRecord | None:
+    """for_update row-locks it on PostgreSQL, so two verifiers apply one verdict, not two."""
+    query = select(job_checks).where(job_checks.c.job_id == job_id)
+    row = session.execute(query.with_for_update() if for_update else query).first()
     return None if row is None else _check_from_row(row)
 
 
