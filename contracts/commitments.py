@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contracts.sampling import splitmix64
+
 COMMITMENT_VERSION = 1
 CHUNK_TOKENS = 32
 TOP_K = 128
@@ -100,12 +102,8 @@ def chunk_key(job_id: str, chunk_number: int) -> int:
 
 
 def _positions(key: int, indices: np.ndarray) -> np.ndarray:
-    z = indices.astype(np.uint64) ^ np.array([key], dtype=np.uint64)
-    z = z + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (z % np.uint64(PRIME)).astype(np.int64)
+    mixed = splitmix64(indices.astype(np.uint64) ^ np.array([key], dtype=np.uint64))
+    return (mixed % np.uint64(PRIME)).astype(np.int64)
 
 
 def strongest(candidates: TopCandidates, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ SEED_MAX = (1 << 64) - 1
 STEPS_MAX = 1 << 24
 
 
-def _splitmix64(values: np.ndarray) -> np.ndarray:
+def splitmix64(values: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser over uint64 arrays (wrapping arithmetic, no warnings)."""
     z = values + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _MIX_1
@@ -36,9 +36,9 @@ def _splitmix64(values: np.ndarray) -> np.ndarray:
 def uniform_noise(seed: int, step: int, token_ids: np.ndarray) -> np.ndarray:
     """Uniform draws in (0, 1), one per token id, fixed by (seed, step, token id)."""
     assert 0 <= seed <= SEED_MAX and 0 <= step < STEPS_MAX
-    base = _splitmix64(np.array([seed], dtype=np.uint64))
-    base = _splitmix64(base ^ (np.array([step], dtype=np.uint64) + _STEP_DOMAIN))
-    bits = _splitmix64(base ^ token_ids.astype(np.uint64))
+    base = splitmix64(np.array([seed], dtype=np.uint64))
+    base = splitmix64(base ^ (np.array([step], dtype=np.uint64) + _STEP_DOMAIN))
+    bits = splitmix64(base ^ token_ids.astype(np.uint64))
     return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53 + 2.0**-54
 
 

@@ -87,7 +87,3 @@ class VerifierWorker:
                      "" if outcome.passed else f": {'; '.join(verdict.reasons)}")
         return outcome
 
-    def has_waiting(self) -> bool:
-        with self.db.transaction() as session:
-            return bool(store.waiting_checks(session, 1))
-
