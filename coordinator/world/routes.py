@@ -24,7 +24,7 @@ from coordinator.errors import (
 from coordinator.service import CoordinatorService
 from coordinator.world.live import KEEPALIVE_S, STREAM_RETRY_MS, STREAM_S_MAX, TooManySubscribers
 from coordinator.world.operator_keys import OperatorKey
-from coordinator.world.world import EpochRootReader, World
+from coordinator.world.world import EpochRootReader, World, chain_reader_from_environment
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 REGION_BODY_BYTES_MAX = 1_024
@@ -196,10 +196,13 @@ def mount_world(app: FastAPI, service: CoordinatorService,
                 chain: EpochRootReader | None = None) -> World:
     """Serve MLX World at /world on the gateway's app.
 
+    Proofs are checked against the root read from `chain` (by default the real payout chain
+    when MLXNET_PAYOUT_RPC_URL is set), else against the root recorded when it was anchored.
+
     Call .close() on the result (also at app.state.world) before stopping the server: it
     ends the live event streams, which would otherwise hold a graceful shutdown open.
     """
-    world = World(service, chain)
+    world = World(service, chain if chain is not None else chain_reader_from_environment())
     app.include_router(build_router(world))
     app.mount("/world/static", StaticFiles(directory=STATIC_DIR), name="world-static")
     app.state.world = world

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -40,6 +41,40 @@ class EpochRootReader(Protocol):
     distributor_address: str
 
     def epoch_root(self, epoch: int) -> bytes | None: ...
+
+
+class ChainFromEnvironment:
+    """The payout chain the coordinator anchors on (MLXNET_PAYOUT_RPC_URL), connected on first use."""
+
+    def __init__(self) -> None:
+        self._chain: EpochRootReader | None = None
+        self._lock = threading.Lock()
+
+    def _connected(self) -> EpochRootReader:
+        with self._lock:
+            if self._chain is None:
+                from coordinator.epochs import payout_chain_from_environment  # web3 loads only now
+
+                self._chain = payout_chain_from_environment()
+            return self._chain
+
+    @property
+    def chain_id(self) -> int:
+        return self._connected().chain_id
+
+    @property
+    def distributor_address(self) -> str:
+        return self._connected().distributor_address
+
+    def epoch_root(self, epoch: int) -> bytes | None:
+        return self._connected().epoch_root(epoch)
+
+
+def chain_reader_from_environment() -> EpochRootReader | None:
+    """A reader of the real payout chain when one is configured; else None (roots come from anchors)."""
+    from coordinator.epochs import RPC_URL_ENV
+
+    return ChainFromEnvironment() if os.environ.get(RPC_URL_ENV) else None
 
 
 class World:
@@ -170,12 +205,11 @@ class World:
         if self.chain is not None:
             try:
                 root = self.chain.epoch_root(number)
-            except LedgerError as error:
-                log.warning("could not read epoch %d's root from the chain: %s", number, error)
-            else:
                 if root is not None:
                     return ChainRoot("0x" + root.hex(), "chain", self.chain.chain_id,
                                      self.chain.distributor_address)
+            except (LedgerError, ValueError) as error:  # unreachable or misconfigured: say so, use the anchor
+                log.warning("could not read epoch %d's root from the chain: %s", number, error)
         if anchors:
             return anchors[0]
         return ChainRoot(ledger_root, "ledger")

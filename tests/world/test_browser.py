@@ -240,13 +240,22 @@ def test_the_payout_proof_verifies_in_the_browser_and_a_tampered_one_does_not(wo
         _shoot(page, world_network, "operator-tampered")
 
 
+# Every control needs a name a screen reader can say; every drawing a text alternative.
+_UNNAMED = """() => [...document.querySelectorAll('input, select, textarea, button, [role=img], a')]
+  .filter((el) => !(el.labels?.length || el.getAttribute('aria-label') || el.getAttribute('aria-labelledby')
+                    || el.getAttribute('title') || el.textContent.trim()))
+  .map((el) => el.outerHTML.slice(0, 120))"""
+
+
 def test_public_pages_show_no_keys_prompts_or_outputs(world_network: WorldNetwork, pages) -> None:  # type: ignore[no-untyped-def]
     page = pages[SIZES[0]]
     page.goto(world_network.url + "#/pods")
     page.evaluate("sessionStorage.clear()")
-    for route in ("#/fleet", "#/pods", "#/jobs"):
+    for route in ("#/fleet", "#/pods", "#/jobs", "#/operator"):
         page.goto(world_network.url + route)
         page.locator("#view h2").wait_for()
+        assert page.evaluate(_UNNAMED) == [], route
+        assert page.evaluate("document.documentElement.lang") == "en"
         content = page.content()
         assert PROMPT not in content
         assert not any(key in content for key in world_network.keys.values())

@@ -11,7 +11,7 @@ from coordinator.records import JobStatus
 from coordinator.verification import store as check_store
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 from coordinator.world import operator_keys
-from coordinator.world.world import World
+from coordinator.world.world import World, chain_reader_from_environment
 from ledger.anchor import ChainError
 from ledger.epoch_store import AnchorRecord, insert_anchor
 from ledger.merkle import PayoutLeaf, verify_proof
@@ -178,3 +178,19 @@ def test_an_operator_reads_why_a_check_held_or_refused_their_pay(world_env: Worl
     job = next(j for j in world_env.world.operator_jobs(alice, {})["jobs"] if j["job_id"] == ids["alice_job"])
     assert job["check"] == {"status": "unchecked", "reason": "not sampled at a 3% check rate",
                             "hold_until_ms": now + 60_000, "checked_at_ms": None}
+
+
+def test_a_misconfigured_chain_falls_back_to_the_recorded_root(world_env: WorldEnv,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _two_operators(world_env)
+    with world_env.session() as session:
+        number = pay_out_epoch(session, {"alice": ALICE_ADDRESS})
+    alice = world_env.world.authenticate(_key(world_env, "alice"))
+    monkeypatch.delenv("MLXNET_PAYOUT_RPC_URL", raising=False)
+    assert chain_reader_from_environment() is None  # no real chain configured: anchors are the source
+    monkeypatch.setenv("MLXNET_PAYOUT_RPC_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("MLXNET_PAYOUT_DISTRIBUTOR", raising=False)  # the URL without its contract
+    reader = chain_reader_from_environment()
+    assert reader is not None
+    proof = World(world_env.service, reader).operator_proof(alice, number)
+    assert proof["root_source"] == "ledger"
