@@ -107,10 +107,18 @@ class EpochEarnings:
 
 
 def epoch_earnings(transfers: Iterable[Transfer], operator_account: str) -> EpochEarnings:
-    """Sum one window's transfers touching the operator's account, by what they were for."""
+    """Sum one window's transfers touching the operator's account, by what they were for.
+
+    A credit held in the window and resolved in it too shows once, as its resolution; one
+    still pending at the window's end shows as held.
+    """
+    window = list(transfers)
+    resolved = {t.pending_id for t in window if t.pending_id is not None}
     totals = dict.fromkeys(("jobs", "seat_reward", "seat_bonus", "held", "rejected", "paid_out",
                             "other_debits"), 0)
-    for transfer in transfers:
+    for transfer in window:
+        if transfer.state is TransferState.PENDING and transfer.id in resolved:
+            continue
         if transfer.credit_account == operator_account:
             totals[_credit_bucket(transfer)] += transfer.amount
         elif transfer.debit_account == operator_account and transfer.state is TransferState.POSTED:

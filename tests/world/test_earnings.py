@@ -92,6 +92,14 @@ def test_epoch_earnings_put_every_transfer_in_one_bucket() -> None:
     assert earnings_json(earnings)["seat_bonus"] == {"base_units": "3", "mlx": "0.000000003 MLX"}
 
 
+def test_a_credit_held_and_released_in_one_window_counts_once() -> None:
+    held = _transfer("job-1:credit", 500, state=TransferState.PENDING, debit="escrow:consumers")
+    released = _transfer("job-1:release", 500, pending_id="job-1:credit", debit="escrow:consumers")
+    assert epoch_earnings([held, released], OPERATOR) == EpochEarnings(jobs=500)
+    assert epoch_earnings([held], OPERATOR) == EpochEarnings(held=500)  # still held at the window's end
+    assert epoch_earnings([released], OPERATOR) == EpochEarnings(jobs=500)  # held in an earlier window
+
+
 @given(st.lists(st.tuples(st.sampled_from(list(TransferKind)), st.integers(1, 10**12),
                           st.sampled_from([OPERATOR, OTHER]), st.sampled_from([OPERATOR, OTHER, "pool:bonus"])),
                 max_size=30))

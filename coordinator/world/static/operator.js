@@ -96,9 +96,9 @@ export class OperatorView {
 
   balance(me) {
     this.balanceTiles = h("div", { class: "tiles small", id: "balance" },
-      this.tile("available", "Available", money(me.balance.available), "swept to your payout address at each epoch's close"),
-      this.tile("held", "Held", money(me.balance.held), "credits waiting for their proof check"),
-      this.tile("earned", "Earned, all time", money(me.balance.earned_all_time), ""),
+      this.tile("available", "Available", mlx(me.balance.available), "swept to your payout address at each epoch's close"),
+      this.tile("held", "Held", mlx(me.balance.held), "credits waiting for their proof check"),
+      this.tile("earned", "Earned, all time", mlx(me.balance.earned_all_time), ""),
       this.tile("address", "Payout address", me.payout_address ? shortHex(me.payout_address, 8) : "not set",
         me.payout_address ? "" : "set it with mlxnet ledger set-payout-address"));
     return this.balanceTiles;
