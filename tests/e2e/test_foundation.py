@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import grpc
 import pytest
@@ -116,15 +117,17 @@ def test_coordinator_crash_loses_no_job_and_no_credit(network: Network) -> None:
 def test_bad_submissions_get_clear_errors_and_write_nothing(network: Network, kwargs: dict,
                                                             code: str, needle: str) -> None:
     arguments = {"model": MODEL_ID, **kwargs}
+    request_id = f"bad-{code}-{needle}"
+    refused_at_ms = time.time_ns() // 1_000_000
     with JobClient(network.address) as client:
         with pytest.raises(JobRequestError) as raised:
             client.submit(arguments.pop("model"), arguments.pop("prompt"), **arguments,
-                          request_id="bad-request")
+                          request_id=request_id)
         assert raised.value.code == code and needle in raised.value.message
-        # The same request id is still free: nothing was half-written under it.
-        job = client.submit(MODEL_ID, "hello", max_tokens=4, request_id="bad-request")
-        assert job.status in (job_pb2.JOB_STATUS_QUEUED, job_pb2.JOB_STATUS_ASSIGNED,
-                              job_pb2.JOB_STATUS_RUNNING)
+        # The same request id is still free: nothing was half-written under it, so this
+        # submit creates a new job instead of returning a stored one.
+        job = client.submit(MODEL_ID, "hello", max_tokens=4, request_id=request_id)
+        assert job.created_at_ms >= refused_at_ms and job.status != job_pb2.JOB_STATUS_FAILED
 
 
 def test_retried_submit_returns_the_same_job(network: Network) -> None:
