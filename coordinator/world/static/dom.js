@@ -99,3 +99,13 @@ export function shortHex(text, keep = 10) {
   if (!text) return "–";
   return text.length <= keep * 2 + 1 ? text : `${text.slice(0, keep)}…${text.slice(-6)}`;
 }
+
+// Gives each body cell its column's name, so a phone can show a table as labelled stacks.
+export function stacked(table) {
+  table.classList.add("stack");
+  const names = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.querySelectorAll("tbody tr")) {
+    [...row.children].forEach((cell, i) => { if (names[i]) cell.dataset.label = names[i]; });
+  }
+  return table;
+}

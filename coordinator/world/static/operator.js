@@ -2,7 +2,7 @@
 // The key stays in this tab's sessionStorage and only ever travels in the Authorization header.
 
 import { ApiError, get, put } from "./api.js";
-import { count, h, mlx, MODE_LABELS, replace, shortHex, statusPill, when } from "./dom.js";
+import { count, h, mlx, MODE_LABELS, replace, shortHex, stacked, statusPill, when } from "./dom.js";
 import { verifyProof } from "./merkle.js";
 
 const KEY_STORAGE = "mlxworld.operatorKey";
@@ -112,14 +112,14 @@ export class OperatorView {
   nodesSection(nodes) {
     return h("section", { "aria-labelledby": "op-nodes-title" },
       h("h3", { id: "op-nodes-title" }, `Your Macs (${nodes.length})`),
-      h("div", { class: "table-wrap" }, h("table", {},
+      h("div", { class: "table-wrap" }, stacked(h("table", {},
         h("thead", {}, h("tr", {}, ["Mac", "Status", "Mode", "Jobs", "Tokens", "Reputation", "Region"].map((t) =>
           h("th", { scope: "col" }, t)))),
         h("tbody", {}, nodes.map((node) => h("tr", { dataset: { nodeId: node.node_id } },
           h("th", { scope: "row" }, node.name, h("span", { class: "sub" }, ` ${node.chip}`)),
           h("td", {}, statusPill(node.status)), h("td", {}, MODE_LABELS[node.mode] || node.mode),
           h("td", {}, count(node.jobs_served)), h("td", {}, count(node.tokens_generated)),
-          h("td", {}, node.reputation.toFixed(2)), h("td", {}, this.regionForm(node))))))));
+          h("td", {}, node.reputation.toFixed(2)), h("td", {}, this.regionForm(node)))))))));
   }
 
   regionForm(node) {
@@ -166,10 +166,10 @@ export class OperatorView {
           this.showEmptyEpochs = event.target.checked;
           this.refreshMoney();
         } }), ` show ${hidden} epoch${hidden === 1 ? "" : "s"} without earnings`) : null,
-      h("div", { class: "table-wrap" }, h("table", {},
+      h("div", { class: "table-wrap" }, stacked(h("table", {},
         h("thead", {}, h("tr", {}, ["Epoch", "Jobs", "Ultra-seat reward", "Ultra-seat bonus", "Held", "Rejected",
           "Paid out", "Root", "Payout proof"].map((t) => h("th", { scope: "col" }, t)))),
-        h("tbody", {}, rows))),
+        h("tbody", {}, rows)))),
       seats.length ? h("details", {}, h("summary", {}, "Ultra-seat results"), h("ul", {}, seats)) : null);
     return this.epochsSection;
   }
@@ -234,7 +234,7 @@ export class OperatorView {
       h("span", {}, `page ${page} of ${data.pages}`),
       h("button", { type: "button", disabled: page >= data.pages, onclick: () => this.loadJobs(page + 1) }, "Older"));
     replace(this.jobsSection, h("h3", { id: "op-jobs-title" }, `Jobs (${count(data.total)})`),
-      h("div", { class: "table-wrap" }, h("table", {},
+      h("div", { class: "table-wrap" }, stacked(h("table", {},
         h("thead", {}, h("tr", {}, ["Job", "Mac", "Status", "Tokens", "Pay", "Check and pay"].map((t) =>
           h("th", { scope: "col" }, t)))),
         h("tbody", {}, data.jobs.map((job) => h("tr", { dataset: { jobId: job.job_id }, class: `pay-${job.pay_state}` },
@@ -243,7 +243,7 @@ export class OperatorView {
           h("td", {}, job.nodes.map((n) => n.name).join(" + ")),
           h("td", {}, job.status), h("td", {}, count(job.completion_tokens)),
           h("td", {}, money(job.pay)),
-          h("td", {}, h("span", { class: `pill check-${job.pay_state}` }, job.pay_state), " ", job.pay_reason)))))),
+          h("td", {}, h("span", { class: `pill check-${job.pay_state}` }, job.pay_state), " ", job.pay_reason))))))),
       data.pages > 1 ? pager : null);
   }
 }
