@@ -1,7 +1,7 @@
 """MLX World benchmark: a 10,000-Mac fleet in the database, and how fast the fleet API pages through it.
 
-    .venv/bin/python -m bench.world [--macs 10000 --pods 200 --repeats 30]
-                                    [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
+    .venv/bin/python -m bench.world [--macs 10000 --pods 200 --repeats 30] [--browser]
+                                    [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/EMPTY_DB]
 
 Loads bench.fleet_sim's simulated fleet (Mac mix, pods, running jobs) as registered
 nodes into a fresh database (SQLite in a temporary directory unless --database-url
@@ -114,10 +114,10 @@ def _serve(world: World) -> tuple[str, Callable[[], None]]:
     import uvicorn
     from fastapi import FastAPI
 
-    from coordinator.world.routes import build_router
+    from coordinator.world.routes import attach_world
 
     app = FastAPI()
-    app.include_router(build_router(world))
+    attach_world(app, world)
     listener = socket.create_server(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
@@ -137,7 +137,40 @@ def _get(url: str) -> bytes:
         return response.read()
 
 
-def run(database_url: str, macs: int, pods: int, repeats: int) -> None:
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+
+
+def _browser_figures(base: str, macs: int, repeats: int) -> None:
+    """In Debian's Chromium: first rows after navigation, and a jump deep into the list."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        loads, jumps = [], []
+        for attempt in range(repeats):
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            start = time.perf_counter()
+            page.goto(f"{base}/world#/fleet")
+            page.locator(".fleet-rows .fleet-row[aria-rowindex='2'] .name").wait_for()
+            loads.append((time.perf_counter() - start) * 1000)
+            target = (attempt * 977) % macs
+            start = time.perf_counter()
+            page.evaluate("(i) => { const s = document.querySelector('.fleet-scroll'); s.scrollTop = i * "
+                          "parseFloat(getComputedStyle(document.querySelector('.fleet-table'))"
+                          ".getPropertyValue('--row-height')); }", target)
+            page.locator(f".fleet-rows .fleet-row[aria-rowindex='{target + 2}'] .name").wait_for()
+            jumps.append((time.perf_counter() - start) * 1000)
+            rows = page.locator(".fleet-rows .fleet-row").count()
+            page.close()
+        browser.close()
+    print(f"in Chromium ({macs} Macs; each sample a fresh page):")
+    _report("page load to first rows shown", loads)
+    _report("scroll jump to an unfetched row, shown", jumps)
+    print(f"  rows in the page's DOM: {rows} of {macs}")
+
+
+def run(database_url: str, macs: int, pods: int, repeats: int, browser: bool) -> None:
     upgrade_schema(database_url)
     db = Database(database_url)
     config = CoordinatorConfig(database_url=database_url)
@@ -178,6 +211,8 @@ def run(database_url: str, macs: int, pods: int, repeats: int) -> None:
             _report(name, _timed(lambda u=url: _get(u), repeats))
         print(f"  a 200-Mac page is {size / 1024:.0f} KiB of JSON; "
               f"{json.loads(_get(base + '/world/api/fleet'))['total']} Macs in all")
+        if browser:
+            _browser_figures(base, macs, min(repeats, 10))
     finally:
         world.close()
         stop()
@@ -190,12 +225,14 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--database-url", help="an EMPTY database (default: SQLite in a temporary directory)")
+    parser.add_argument("--browser", action="store_true",
+                        help="also time the web app in Debian's Chromium (/usr/bin/chromium, via Playwright)")
     args = parser.parse_args()
     if args.database_url:
-        run(args.database_url, args.macs, args.pods, args.repeats)
+        run(args.database_url, args.macs, args.pods, args.repeats, args.browser)
         return
     with tempfile.TemporaryDirectory() as directory:
-        run(f"sqlite:///{Path(directory) / 'world.db'}", args.macs, args.pods, args.repeats)
+        run(f"sqlite:///{Path(directory) / 'world.db'}", args.macs, args.pods, args.repeats, args.browser)
 
 
 if __name__ == "__main__":

@@ -202,7 +202,11 @@ def mount_world(app: FastAPI, service: CoordinatorService,
     Call .close() on the result (also at app.state.world) before stopping the server: it
     ends the live event streams, which would otherwise hold a graceful shutdown open.
     """
-    world = World(service, chain if chain is not None else chain_reader_from_environment())
+    return attach_world(app, World(service, chain if chain is not None else chain_reader_from_environment()))
+
+
+def attach_world(app: FastAPI, world: World) -> World:
+    """Serve this World's API, events and web app at /world on app."""
     app.include_router(build_router(world))
     app.mount("/world/static", StaticFiles(directory=STATIC_DIR), name="world-static")
     app.state.world = world
