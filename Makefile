@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test protos lint-protos clean
+.PHONY: demo test protos lint-protos browser clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,13 @@ $(BUF):
 lint-protos: $(BUF)
 	$(BUF) lint --path protos
 
-test: $(VENV)/.installed lint-protos
+# MLX World's browser tests drive Debian's chromium (never a downloaded browser).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+	  else echo "MLX World's browser tests need chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
+
+test: $(VENV)/.installed lint-protos browser
 	$(PY) -m protos.generate --check
 	$(PY) -m ledger.contracts.build --check
 	$(PY) -m pytest -q $(PYTEST_ARGS)
