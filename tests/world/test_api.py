@@ -126,7 +126,7 @@ def _events(url: str) -> Iterator[tuple[str, dict]]:
     assert response.status == 200 and response.headers["content-type"].startswith("text/event-stream")
     name = ""
     try:
-        while line := response.fp.readline():
+        while line := response.readline():
             assert time.monotonic() < deadline, "the awaited event did not come"
             text = line.decode().rstrip("\n")
             if text.startswith("event: "):
