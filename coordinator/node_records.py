@@ -96,8 +96,12 @@ def chunks_for_reader(session: Session, job_id: str, next_index: int,
     return unseen
 
 
+LEAVING_REASON = "leaving the network"
+
+
 def mark_left(session: Session, node_id: str, now_ms: int) -> None:
-    session.execute(update(nodes).where(nodes.c.node_id == node_id).values(left_at_ms=now_ms))
+    session.execute(update(nodes).where(nodes.c.node_id == node_id).values(
+        left_at_ms=now_ms, accepting_jobs=False, lending_reason=LEAVING_REASON))
 
 
 # --- pods ----------------------------------------------------------------

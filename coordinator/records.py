@@ -207,9 +207,11 @@ def record_heartbeat(session: Session, node_id: str, now_ms: int, running_jobs: 
                      warm_models: tuple[str, ...] | None = None) -> None:
     """Liveness, plus the node's lending state when its heartbeat carried one."""
     values: dict[str, object] = dict(last_heartbeat_ms=now_ms, running_jobs_reported=running_jobs)
-    if lending is not None:
-        values.update(_lending_values(lending, warm_models or ()))
     session.execute(update(nodes).where(nodes.c.node_id == node_id).values(**values))
+    if lending is not None:
+        # A heartbeat sent before the node left may arrive after; leaving has the last word.
+        session.execute(update(nodes).where(nodes.c.node_id == node_id, nodes.c.left_at_ms.is_(None))
+                        .values(**_lending_values(lending, warm_models or ())))
 
 
 def insert_signed_heartbeat(session: Session, heartbeat: Heartbeat, received_at_ms: int,

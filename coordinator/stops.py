@@ -40,23 +40,25 @@ class StopScanner:
         if self.stopped:
             return ""
         self._pending += text
+        return self._release(final=False)
+
+    def flush(self) -> str:
+        """The held-back text, once the output is complete (cut if it holds a stop)."""
+        return "" if self.stopped else self._release(final=True)
+
+    def _release(self, final: bool) -> str:
         before, hit = cut_at_stop(self._pending, self.stops)
-        if hit:
+        # A stop still unfinished at the end may begin before the one found: wait for it.
+        undecided_from = len(self._pending) if final else \
+            len(self._pending) - _held_back(self._pending, self.stops)
+        if hit and len(before) <= undecided_from:
             self.stopped = True
             self._pending = ""
             self._shown += len(before)
             return before
-        keep = _held_back(self._pending, self.stops)
-        ready = self._pending[:len(self._pending) - keep]
-        self._pending = self._pending[len(self._pending) - keep:]
+        ready, self._pending = self._pending[:undecided_from], self._pending[undecided_from:]
         self._shown += len(ready)
         return ready
-
-    def flush(self) -> str:
-        """The held-back text, once the output is complete without a stop."""
-        rest, self._pending = ("" if self.stopped else self._pending), ""
-        self._shown += len(rest)
-        return rest
 
     @property
     def shown_chars(self) -> int:

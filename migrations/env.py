@@ -1,4 +1,4 @@
-"""Alembic environment: the coordinator's and the ledger's tables, one history."""
+"""Alembic environment: the coordinator's, verification's, MLX World's and the ledger's tables, one history."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from coordinator.tables import metadata as coordinator_metadata
+from coordinator.verification.store import metadata as verification_metadata
+from coordinator.world.tables import metadata as world_metadata
 from ledger.tables import metadata as ledger_metadata
 
-target_metadata = [coordinator_metadata, ledger_metadata]
+target_metadata = [coordinator_metadata, ledger_metadata, verification_metadata, world_metadata]
 
 
 def run_migrations_offline() -> None:

@@ -50,6 +50,9 @@ class RunningGateway:
     port: int
 
     def stop(self) -> None:
+        world = getattr(self.server.config.app.state, "world", None)
+        if world is not None:  # end MLX World's live streams so shutdown need not wait them out
+            world.close()
         self.server.should_exit = True
         self.thread.join(STOP_TIMEOUT_S)
         self.bridge.close()
