@@ -159,13 +159,3 @@ def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig) ->
             placed.append((job.job_id, decision.node_ids))
             fleet = _with_commitment(fleet, decision)
     return SchedulingPass(tuple(placed), tuple(failed))
-
-
-def permanent_refusal(session: Session, request: JobRequest, now_ms: int,
-                      config: CoordinatorConfig) -> str | None:
-    """Why nothing in the fleet could ever run this job, or None if something could."""
-    fleet, _ = snapshot(session, now_ms, config)
-    decision = place(request, fleet)
-    if isinstance(decision, Unplaceable) and decision.permanent:
-        return decision.reason
-    return None

@@ -22,7 +22,7 @@ from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database
 from coordinator.errors import AlreadyDone, InvalidRequest, NoCapacityNow, NotFound, Unplaceable
-from coordinator.placement.candidates import JobRequest
+from coordinator.placement.candidates import FleetSnapshot, JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
@@ -87,12 +87,13 @@ class CoordinatorService:
         with self.db.transaction() as session:
             if key is not None:
                 api_keys.admit(session, key, now)
-            job, created = submission.submit(session, sub, self.config, now)
+            fleet, nodes = scheduler.snapshot(session, now, self.config)  # read once per submit
+            catalog = model_catalog(nodes)
+            job, created = submission.submit(session, sub, self.config, now, catalog)
             if created:
-                catalog = model_catalog(records.all_nodes(session))
                 request = scheduler.job_request(job, catalog)
                 assert request is not None, "submit checked the model is served"
-                self._refuse_unrunnable(session, request, now, place_now)
+                self._refuse_unrunnable(fleet, request, place_now)
                 if key is not None:
                     billing.reserve(session, job, request.model, key)
         if created:
@@ -100,9 +101,8 @@ class CoordinatorService:
             self.run_scheduler()
         return self.get_job(job.job_id)
 
-    def _refuse_unrunnable(self, session, request: JobRequest, now_ms: int,  # type: ignore[no-untyped-def]
+    def _refuse_unrunnable(self, fleet: FleetSnapshot, request: JobRequest,
                            place_now: bool) -> None:
-        fleet, _ = scheduler.snapshot(session, now_ms, self.config)
         decision = place(request, fleet)
         if not isinstance(decision, PlacementRefusal):
             return

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from contracts.chat import MESSAGES_MAX, ROLES, ChatMessage, encode_chat_prompt, is_chat_prompt
 from contracts.ids import JobId, job_id_for_request, new_job_id
 from contracts.logprobs import TOP_LOGPROBS_MAX
+from contracts.models import ModelSpec
 from coordinator import records
-from coordinator.catalog import model_catalog
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest, UnknownModel
 from coordinator.records import PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus
@@ -111,15 +111,17 @@ def _validate(sub: Submission, config: CoordinatorConfig) -> None:
     _validate_output_options(sub)
 
 
-def submit(session: Session, sub: Submission, config: CoordinatorConfig,
-           now_ms: int) -> tuple[JobRecord, bool]:
-    """Record a queued job; returns (job, created). A retried request id returns the first job."""
+def submit(session: Session, sub: Submission, config: CoordinatorConfig, now_ms: int,
+           catalog: dict[str, ModelSpec]) -> tuple[JobRecord, bool]:
+    """Record a queued job; returns (job, created). A retried request id returns the first job.
+
+    catalog is the fleet's models (coordinator.catalog), read once by the caller.
+    """
     _validate(sub, config)
     job_id: JobId = (job_id_for_request(sub.consumer_id, sub.request_id)
                      if sub.request_id else new_job_id())
     if sub.request_id and (existing := records.job_by_id(session, job_id)) is not None:
         return existing, False
-    catalog = model_catalog(records.all_nodes(session))
     spec = catalog.get(sub.model_id)
     if spec is None:
         known = ", ".join(sorted(catalog)) or "none yet"
