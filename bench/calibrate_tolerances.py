@@ -28,7 +28,6 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -93,7 +93,7 @@ def _report_timing(mode: str, rows: list[dict]) -> float:
 def _report_projection(ratios: dict[str, float]) -> None:
     policy = TrustPolicy()
     first = [check_rate(TrustRecord(passed, 0), policy) for passed in range(100)]
-    print(f"\nprojected network-wide verification overhead (check rate x verification/generation):")
+    print("\nprojected network-wide verification overhead (check rate x verification/generation):")
     print(f"  default policy: a new node's first {policy.new_node_checks} jobs all checked; "
           f"{sum(first) / len(first):.3f} of its first 100; steady state {policy.rate_min:.3f}")
     for mode, ratio in ratios.items():

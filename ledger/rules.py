@@ -18,7 +18,6 @@ from ledger.model import (
     POLICY_VERSION_LENGTH_MAX,
     TIMEOUT_S_MAX,
     Account,
-    Balance,
     BalanceChange,
     ChainHead,
     ExpirePending,

@@ -189,7 +189,8 @@ class NodeAgent:
                                            sender.note_prompt_tokens, sender.note_logprob)
         except PromptTooLong as error:
             sender.close()
-            self._retry(lambda: self._client.report_failure(assignment.job_id, str(error),
+            reason = str(error)  # the name `error` is unbound once the except block ends
+            self._retry(lambda: self._client.report_failure(assignment.job_id, reason,
                                                             prompt_too_long=True))
             self._hooks.job_finished(assignment.job_id, None)
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.hardware import LinkKind
