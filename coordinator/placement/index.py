@@ -91,7 +91,7 @@ class PodClass:
 
 
 class ModelEntry:
-    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology")
+    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups")
 
     def __init__(self) -> None:
         self.served = 0
@@ -99,11 +99,17 @@ class ModelEntry:
         self.classes: dict = {}  # MacClass by step, or PodClass by (topology, step)
         self.fastest_first: list = []  # the classes, by step descending
         self.by_topology: list[tuple[PodTopology, list[PodClass]]] = []  # pods: each topology's, fastest first
+        # Macs: every group with its class's bandwidth and warmth, fastest first; one flat
+        # list so a decision's pass over the groups does no attribute lookups.
+        self.mac_groups: list[tuple[float, Group, bool]] = []
 
     def add_class(self, key, new_class) -> None:
         self.classes[key] = new_class
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
-        if isinstance(new_class, PodClass):
+        if isinstance(new_class, MacClass):
+            self.mac_groups = [(mac_class.bandwidth_bytes_per_s, group, warm) for mac_class in self.fastest_first
+                               for group, warm in ((mac_class.cold, False), (mac_class.warm, True))]
+        else:
             topologies: dict[PodTopology, list[PodClass]] = {}
             for pod_class in self.fastest_first:
                 topologies.setdefault(pod_class.topology, []).append(pod_class)

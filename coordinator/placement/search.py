@@ -13,7 +13,7 @@ defaults the benchmark's choices match the exhaustive search.
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from dataclasses import dataclass
 from math import log2
 from operator import itemgetter
@@ -21,7 +21,7 @@ from operator import itemgetter
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, MacClass,
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group,
 )
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.speed import decode_tokens_per_s
@@ -83,7 +83,12 @@ class Best:
             if scored[0] < last[0] or (scored[0] == last[0] and scored[1] >= last[1]):
                 return
             top.pop()
-        insort(top, scored, key=_top_order)
+        # As insort by (-score, position), without a key call per comparison: the list is a few long.
+        total, position = scored[0], scored[1]
+        i = len(top)
+        while i and (top[i - 1][0] < total or (top[i - 1][0] == total and top[i - 1][1] > position)):
+            i -= 1
+        top.insert(i, scored)
         if len(top) == self.top_max:
             self.floor = top[-1][0]
 
@@ -95,10 +100,6 @@ class Best:
         return SearchResult(filtered, feasible, scored, tuple(Scored(*s) for s in (chosen, *others)))
 
 
-def _top_order(scored: tuple) -> tuple[float, int]:
-    return -scored[0], scored[1]
-
-
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
     entry = index.mac_models.get(terms.job.model.model_id)
@@ -107,16 +108,16 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    pending, below, does_not_fit, feasible = _mac_groups(entry.fastest_first, terms, config)
+    pending, below, does_not_fit, feasible = _mac_groups(entry.mac_groups, terms, config)
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
-    scored = _scan_mac_groups(pending, terms, config, best, index)
+    scored = _scan_mac_groups(pending, terms, config, best)
     chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
 
 
-def _mac_groups(classes: list[MacClass], terms: JobTerms, config: PlacementConfig):
-    """Count filtered Macs per class and list the classes that still have candidates, best bound first."""
+def _mac_groups(groups: list[tuple[float, Group, bool]], terms: JobTerms, config: PlacementConfig):
+    """Count filtered Macs per group and list the groups that still have candidates, best bound first."""
     w_fit, w_speed, _, _, _ = config.weights.normalised
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
@@ -125,49 +126,42 @@ def _mac_groups(classes: list[MacClass], terms: JobTerms, config: PlacementConfi
     minimum, target = terms.job.min_decode_tokens_per_s, terms.speed_target
     pending = []
     below = does_not_fit = feasible = 0
-    for mac_class in classes:
-        cold_keys, warm_keys = mac_class.cold.keys, mac_class.warm.keys
-        if not cold_keys and not warm_keys:
+    for i, (bandwidth, group, warm) in enumerate(groups):
+        keys = group.keys
+        if not keys:
             continue
-        decode = mac_class.bandwidth_bytes_per_s / bytes_per_token  # as decode_from_bandwidth for one Mac
-        if decode < minimum:
-            below += len(cold_keys) + len(warm_keys)
+        decode = bandwidth / bytes_per_token  # as decode_from_bandwidth for one Mac
+        if decode < minimum:  # groups are fastest first: so are all the rest
+            below += sum(len(slower.keys) for _, slower, _ in groups[i:])
+            break
+        if keys[0] >= need_key:  # common for small jobs: the whole group fits
+            position = 0
+        elif keys[-1] < need_key:
+            does_not_fit += len(keys)
             continue
+        else:
+            position = bisect_left(keys, need_key)
+            does_not_fit += position
+        feasible += len(keys) - position
         speed = decode / target  # as speed_score
         if speed > 1.0:
             speed = 1.0
         weighted_speed = w_speed * speed  # as speed_part
-        for group in (mac_class.cold, mac_class.warm):
-            keys = group.keys
-            size = len(keys)
-            if not size:
-                continue
-            if keys[0] >= need_key:  # common for small jobs: the whole group fits
-                position = 0
-            elif keys[-1] < need_key:
-                does_not_fit += size
-                continue
-            else:
-                position = bisect_left(keys, need_key)
-                does_not_fit += position
-            feasible += size - position
-            fit = 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span
-            bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_max / STATIC_SCORE_SCALE
-            pending.append((bound, group, position, weighted_speed, speed, decode))
+        fit = 1.0 - log2((keys[position] >> FREE_SHIFT) / need) / span
+        bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_max / STATIC_SCORE_SCALE
+        pending.append((bound, group, position, weighted_speed, speed, decode, warm))
     pending.sort(key=itemgetter(0), reverse=True)
     return pending, below, does_not_fit, feasible
 
 
-def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, best: Best,
-                     index: FleetIndex) -> int:
+def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, best: Best) -> int:
     w_fit = config.weights.normalised[0]
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
-    model_id = terms.job.model.model_id
     budget = config.scored_per_decision_max
     per_group = config.scan_per_group_max
     scored = 0
-    for bound, group, start, weighted_speed, speed, decode in pending:
+    for bound, group, start, weighted_speed, speed, decode, warm in pending:
         if bound < best.floor or scored >= budget:
             break
         keys = group.keys
@@ -190,9 +184,7 @@ def _scan_mac_groups(pending: list, terms: JobTerms, config: PlacementConfig, be
                     i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
                 continue
             scored += 1
-            position = key & POSITION_MASK
-            warm = model_id in index.mac_slots[position].candidate.warm_models
-            scored_tuple = (score, position, free, fit, speed, warm, decode, Strategy.SINGLE)
+            scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, Strategy.SINGLE)
             best.offer((group, i), scored_tuple)
             i = _next_run(keys, i, key, best, scored_tuple)
     return scored
