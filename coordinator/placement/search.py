@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_left
-from heapq import heapify, heappop, heapreplace
 from dataclasses import dataclass
 from math import log2
+from operator import itemgetter
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group,
 )
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.speed import decode_tokens_per_s
@@ -108,72 +108,51 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    positions, sizes, below = _fitting_positions(entry, terms)
-    does_not_fit = sum(positions)
+    pending, below, does_not_fit, feasible = _mac_groups(entry.mac_groups, terms, config)
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
-    scored = _scan_mac_groups(entry.mac_groups, positions, sizes, terms, config, best)
-    chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
-    return best.result(filtered, sum(sizes) - does_not_fit, scored, chosen)
-
-
-def _fitting_positions(entry: ModelEntry, terms: JobTerms) -> tuple[list[int], list[int], int]:
-    """Where the job starts to fit in each group fast enough for it, each such group's size, and
-    how many Macs are in the groups too slow (groups are fastest first, so those are the last)."""
-    key_lists = entry.mac_keys
-    bytes_per_token, minimum = terms.bytes_per_token, terms.job.min_decode_tokens_per_s
-    below = 0
-    if minimum > 0.0:
-        for i, (bandwidth, _, _) in enumerate(entry.mac_groups):
-            if bandwidth / bytes_per_token < minimum:  # as decode_from_bandwidth for one Mac
-                below = sum(map(len, key_lists[i:]))
-                key_lists = key_lists[:i]
-                break
-    need_key = terms.memory.total_bytes << FREE_SHIFT
-    return [bisect_left(keys, need_key) for keys in key_lists], list(map(len, key_lists)), below
-
-
-def _scan_mac_groups(groups: list[tuple[float, Group, bool]], positions: list[int], sizes: list[int],
-                     terms: JobTerms, config: PlacementConfig, best: Best) -> int:
-    """Scan groups best bound first, working a group's exact bound out only when it comes up.
-
-    Each group enters a heap with a cheap bound (a perfect fit); when it reaches the top its
-    exact bound (the best fit it holds) replaces it. Groups are so scanned in the order of their
-    exact bounds, ties by group order, and most are never bisected for a fit at all.
-    """
-    w_fit, w_speed, _, _, _ = config.weights.normalised
-    bytes_per_token, target = terms.bytes_per_token, terms.speed_target
-    heap = [(-(w_fit + w_speed * min(1.0, groups[i][0] / bytes_per_token / target) + groups[i][1].static_bound),
-             i, None) for i, (position, size) in enumerate(zip(positions, sizes)) if position < size]
-    heapify(heap)
-    budget = config.scored_per_decision_max
     scored = 0
-    while heap:
-        negative_bound, i, exact = heap[0]
-        if -negative_bound < best.floor or scored >= budget:
+    budget = config.scored_per_decision_max
+    for group_pending in pending:
+        if group_pending[0] < best.floor or scored >= budget:
             break
-        if exact is None:
-            exact = _exact_bound(groups[i], positions[i], terms, config)
-            heapreplace(heap, (-exact[0], i, exact))
-            continue
-        heappop(heap)
-        scored += _scan_mac_group(exact, terms, config, best, budget - scored)
-    return scored
+        scored += _scan_mac_group(group_pending, terms, config, best, budget - scored)
+    chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
+    return best.result(filtered, feasible, scored, chosen)
 
 
-def _exact_bound(row: tuple[float, Group, bool], position: int, terms: JobTerms, config: PlacementConfig) -> tuple:
-    """(bound, group, start, weighted speed, speed, decode, warm): the bound is the group's best fit."""
-    bandwidth, group, warm = row
+def _mac_groups(groups: list[tuple[float, Group, bool]], terms: JobTerms, config: PlacementConfig):
+    """Count filtered Macs per group and list the groups that still have candidates, best bound first."""
     w_fit, w_speed, _, _, _ = config.weights.normalised
+    span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
-    decode = bandwidth / terms.bytes_per_token  # as decode_from_bandwidth for one Mac
-    speed = decode / terms.speed_target  # as speed_score
-    if speed > 1.0:
-        speed = 1.0
-    weighted_speed = w_speed * speed  # as speed_part
-    fit = 1.0 - log2((group.keys[position] >> FREE_SHIFT) / need) / config.best_fit_span_octaves
-    bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_bound
-    return bound, group, position, weighted_speed, speed, decode, warm
+    bytes_per_token = terms.bytes_per_token
+    minimum, target = terms.job.min_decode_tokens_per_s, terms.speed_target
+    pending = []
+    below = does_not_fit = feasible = 0
+    for i, (bandwidth, group, warm) in enumerate(groups):
+        free = group.free  # bisecting the packed free bytes finds the first key >= need << FREE_SHIFT
+        if not free:
+            continue
+        decode = bandwidth / bytes_per_token  # as decode_from_bandwidth for one Mac
+        if decode < minimum:  # groups are fastest first: so are all the rest
+            below += sum(len(slower.free) for _, slower, _ in groups[i:])
+            break
+        size = len(free)
+        position = bisect_left(free, need)
+        does_not_fit += position
+        if position == size:
+            continue
+        feasible += size - position
+        speed = decode / target  # as speed_score
+        if speed > 1.0:
+            speed = 1.0
+        weighted_speed = w_speed * speed  # as speed_part
+        fit = 1.0 - log2(free[position] / need) / span
+        bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_bound
+        pending.append((bound, group, position, weighted_speed, speed, decode, warm))
+    pending.sort(key=itemgetter(0), reverse=True)
+    return pending, below, does_not_fit, feasible
 
 
 def _scan_mac_group(pending: tuple, terms: JobTerms, config: PlacementConfig, best: Best, budget: int) -> int:
