@@ -232,7 +232,7 @@ class FleetIndex:
                                running_jobs=mac.running_jobs) == mac
         if dynamic_only:
             slot.candidate = mac
-            self._set_load(slot, mac.committed_memory_bytes, mac.running_jobs)
+            self._set_loads([(slot, mac.committed_memory_bytes, mac.running_jobs)])
             return
         pods = [self.pod_slots[p] for p in slot.pods]
         for pod in pods:
@@ -257,8 +257,8 @@ class FleetIndex:
         for slot, share in zip(slots, placement.reserved_memory_bytes):
             if slot is None or slot.reason is not None or slot.free < share:
                 return False
-        for slot, share in zip(slots, placement.reserved_memory_bytes):
-            self._set_load(slot, slot.committed + share, slot.running + 1)
+        self._set_loads([(slot, slot.committed + share, slot.running + 1)
+                         for slot, share in zip(slots, placement.reserved_memory_bytes)])
         return True
 
     def release(self, placement: Placement) -> None:
@@ -267,20 +267,23 @@ class FleetIndex:
 
     def release_shares(self, node_ids: tuple[NodeId, ...], reserved_memory_bytes: tuple[int, ...]) -> None:
         """The same, for a caller that kept only where the job ran and what it reserved."""
-        for node_id, share in zip(node_ids, reserved_memory_bytes):
-            slot = self._mac_by_node[node_id]
+        slots = [self._mac_by_node[node_id] for node_id in node_ids]
+        for slot, share in zip(slots, reserved_memory_bytes):
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
-            self._set_load(slot, slot.committed - share, slot.running - 1)
+        self._set_loads([(slot, slot.committed - share, slot.running - 1)
+                         for slot, share in zip(slots, reserved_memory_bytes)])
 
-    def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
-        pods = [self.pod_slots[p] for p in slot.pods]
+    def _set_loads(self, loads: list[tuple[MacSlot, int, int]]) -> None:
+        """New commitments for some Macs; a pod they share is re-filed once, not once per member."""
+        pods = list({p: self.pod_slots[p] for slot, _, _ in loads for p in slot.pods}.values())
         for pod in pods:
             self._detach_pod_state(pod)
-        self._detach_mac_state(slot)
-        slot.committed, slot.running = committed, running
-        mac = slot.candidate
-        slot.reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
-        self._attach_mac_state(slot)
+        for slot, committed, running in loads:
+            self._detach_mac_state(slot)
+            slot.committed, slot.running = committed, running
+            mac = slot.candidate
+            slot.reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
+            self._attach_mac_state(slot)
         for pod in pods:
             pod.reason = self._pod_reason(pod)
             self._attach_pod_state(pod)
