@@ -186,6 +186,16 @@ class FleetIndex:
         """The Mac as the index sees it now, commitments included."""
         return self._current(self._mac_by_node[node_id])
 
+    def has_mac(self, node_id: NodeId) -> bool:
+        return node_id in self._mac_by_node
+
+    def pod_ids_of(self, node_id: NodeId) -> tuple[str, ...]:
+        """The pods this Mac is a member of."""
+        return tuple(self.pod_slots[p].candidate.pod_id for p in self._mac_by_node[node_id].pods)  # type: ignore[union-attr]
+
+    def pods(self) -> dict[str, PodCandidate]:
+        return {pod_id: slot.candidate for pod_id, slot in self._pod_by_id.items()}
+
     def free_bytes(self, node_id: NodeId) -> int:
         return self._mac_by_node[node_id].free
 
