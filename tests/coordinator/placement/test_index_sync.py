@@ -15,6 +15,7 @@ from coordinator.placement import (
 from coordinator.placement.index_sync import apply_macs, apply_pods
 from coordinator.placement.memory import mac_ceiling_bytes
 from tests.coordinator.placement.harness import GIB, M4_MAX, QWEN3_4B_4BIT, hardware
+from tests.coordinator.placement.test_decisions import comparable
 from tests.coordinator.placement.test_properties import CONFIG, SETTINGS, MODELS, fleets, jobs, macs
 
 
@@ -32,7 +33,8 @@ def _assert_same_as_rebuilt(live: FleetIndex, facts: dict[NodeId, MacCandidate],
     compacted = FleetIndex.build(live.snapshot(), CONFIG)  # same facts, same relative positions
     for job in probes:
         by_live, by_fresh = place(job, live), place(job, fresh)
-        assert by_live == place(job, compacted)
+        # Pruning bounds only ever loosen in a long-lived index, so how many were scored may differ.
+        assert comparable(by_live) == comparable(place(job, compacted))
         # Positions differ from a fresh build, so exact ties may go to another Mac; nothing else may differ.
         assert type(by_live) is type(by_fresh)
         assert by_live.explanation.mac_filtered == by_fresh.explanation.mac_filtered
