@@ -19,6 +19,9 @@ class CoordinatorConfig:
     node_offline_after_ms: int = 10_000  # missed heartbeats before a node counts as offline
     stream_poll_interval_s: float = 1.0  # fallback wake-up when another coordinator wrote
     queued_jobs_scan_max: int = 256  # jobs considered per scheduling pass
+    # The scheduler keeps one placement index across passes and re-reads only Macs that
+    # changed; it is rebuilt from scratch this often anyway, as a safety net.
+    fleet_rebuild_interval_ms: int = 60_000
     consumer_default: str = "anonymous"
     # Consumers without an API key are refused unless this is set (`--allow-anonymous`);
     # the network pays for anonymous jobs.
@@ -35,3 +38,4 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max
         assert self.node_offline_after_ms > self.heartbeat_interval_ms
+        assert self.fleet_rebuild_interval_ms > 0

@@ -197,6 +197,14 @@ def all_nodes(session: Session) -> list[NodeRecord]:
     return [_node_from_row(r) for r in session.execute(select(nodes).order_by(nodes.c.node_id))]
 
 
+def nodes_by_ids(session: Session, node_ids: list[str]) -> list[NodeRecord]:
+    found: list[NodeRecord] = []
+    for start in range(0, len(node_ids), 500):  # keep IN lists short
+        rows = session.execute(select(nodes).where(nodes.c.node_id.in_(node_ids[start:start + 500])))
+        found += [_node_from_row(r) for r in rows]
+    return found
+
+
 def lock_nodes(session: Session, node_ids: tuple[str, ...]) -> None:
     """Row-lock nodes on PostgreSQL so capacity is re-checked under the lock at commit."""
     session.execute(select(nodes.c.node_id).where(nodes.c.node_id.in_(node_ids)).with_for_update())
@@ -369,6 +377,19 @@ def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
                func.count()).where(job_assignments.c.active.is_(True))
         .group_by(job_assignments.c.node_id))
     return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
+
+
+def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """committed_by_node for just these nodes."""
+    committed: dict[str, tuple[int, int]] = {}
+    for start in range(0, len(node_ids), 500):
+        rows = session.execute(
+            select(job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes),
+                   func.count()).where(job_assignments.c.active.is_(True),
+                                       job_assignments.c.node_id.in_(node_ids[start:start + 500]))
+            .group_by(job_assignments.c.node_id))
+        committed.update({node_id: (int(memory), int(count)) for node_id, memory, count in rows})
+    return committed
 
 
 def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:

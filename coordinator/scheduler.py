@@ -1,9 +1,9 @@
-"""Places queued jobs: snapshot the fleet, ask the pure planner, commit with a re-check.
+"""Places queued jobs: ask the pure planner over the live index, commit with a re-check.
 
-The planner (coordinator.placement) decides over a snapshot; this module is
-the shell that reads the snapshot from the database and commits decisions.
-Capacity is checked again under row locks at commit, so two coordinators on
-one PostgreSQL never over-commit a Mac.
+The planner (coordinator.placement) decides over a FleetIndex that coordinator.live_fleet
+keeps current between passes; this module reads the fleet from the database (whole, or
+Mac by Mac) and commits decisions. The chosen Macs are re-read under row locks at commit,
+so two coordinators on one PostgreSQL never over-commit a Mac.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
@@ -18,16 +19,19 @@ from contracts.ids import JobId, NodeId
 from contracts.lending import LendingMode as NodeLendingMode
 from contracts.pods import PodDeclaration
 from coordinator import node_records, records
-from coordinator.catalog import model_catalog
 from coordinator.config import CoordinatorConfig
 from coordinator.placement.candidates import (
     FleetSnapshot, JobRequest, LendingMode, MacCandidate, PodCandidate, PodLink,
 )
 from coordinator.placement.decision import Placement, Unplaceable
+from coordinator.placement.index import FleetIndex
 from coordinator.placement.planner import place
 from coordinator.records import JobRecord, JobStatus, NodeRecord
 from coordinator.verification import store as check_store
 from coordinator.verification.policy import TrustRecord, reputation
+
+if TYPE_CHECKING:
+    from coordinator.live_fleet import LiveFleet
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +76,40 @@ def pod_candidates(pods: list[PodDeclaration], node_ids: set[str]) -> tuple[PodC
         for pod in pods if pod.cables and set(pod.members) <= node_ids)
 
 
-def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[FleetSnapshot, list[NodeRecord]]:
-    """The fleet placement may use: quarantined nodes (failed checks) are left out entirely."""
-    nodes = records.all_nodes(session)
-    trust = check_store.all_node_trust(session)
+def usable_macs(nodes: list[NodeRecord], trust: dict[str, check_store.NodeTrust],
+                committed: dict[str, tuple[int, int]], now_ms: int,
+                config: CoordinatorConfig) -> tuple[MacCandidate, ...]:
+    """Candidates for these nodes; quarantined nodes (failed checks) are left out entirely."""
     usable = [n for n in nodes if n.node_id not in trust or trust[n.node_id].quarantined_at_ms is None]
     reputations = {n.node_id: reputation(trust[n.node_id].record if n.node_id in trust
                                          else TrustRecord(), config.trust) for n in usable}
-    macs = mac_candidates(usable, records.committed_by_node(session), now_ms, config, reputations)
-    pods = pod_candidates(node_records.all_pods(session), {node.node_id for node in usable})
+    return mac_candidates(usable, committed, now_ms, config, reputations)
+
+
+def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[FleetSnapshot, list[NodeRecord]]:
+    """The fleet placement may use."""
+    nodes = records.all_nodes(session)
+    macs = usable_macs(nodes, check_store.all_node_trust(session), records.committed_by_node(session),
+                       now_ms, config)
+    pods = pod_candidates(node_records.all_pods(session), {mac.node_id for mac in macs})
     return FleetSnapshot(macs=macs, pods=pods), nodes
+
+
+@dataclass(frozen=True)
+class FreshMacs:
+    macs: dict[NodeId, MacCandidate | None]  # None: unknown or quarantined
+    nodes: list[NodeRecord]  # the records read, quarantined ones too
+    committed: dict[str, tuple[int, int]]  # as committed_by_node, for these nodes
+
+
+def fresh_macs(session: Session, node_ids: list[str], now_ms: int, config: CoordinatorConfig) -> FreshMacs:
+    """These nodes as the planner sees them now."""
+    nodes = records.nodes_by_ids(session, node_ids)
+    committed = records.committed_for_nodes(session, node_ids)
+    macs = usable_macs(nodes, check_store.trust_of_nodes(session, node_ids), committed, now_ms, config)
+    fresh: dict[NodeId, MacCandidate | None] = {NodeId(node_id): None for node_id in node_ids}
+    fresh.update({mac.node_id: mac for mac in macs})
+    return FreshMacs(fresh, nodes, committed)
 
 
 def _without(fleet: FleetSnapshot, excluded: frozenset[str]) -> FleetSnapshot:
@@ -98,17 +126,22 @@ def job_request(job: JobRecord, catalog: dict) -> JobRequest | None:
                       min_decode_tokens_per_s=job.min_decode_tokens_per_s)
 
 
-def _capacity_still_free(session: Session, placement: Placement, fleet: FleetSnapshot) -> bool:
-    """Re-read commitments under the row locks; another coordinator may have placed meanwhile."""
+def _chosen_macs_current(session: Session, placement: Placement, fleet: LiveFleet, now_ms: int,
+                         config: CoordinatorConfig) -> bool:
+    """Re-read the chosen Macs under their row locks; another coordinator may have placed meanwhile.
+
+    The decision stands only if the database still says what the index said; otherwise the
+    index learns the Macs' current facts and the caller decides again.
+    """
     records.lock_nodes(session, placement.node_ids)
-    committed = records.committed_by_node(session)
-    by_id = {mac.node_id: mac for mac in fleet.macs}
-    for node_id, reserved in zip(placement.node_ids, placement.reserved_memory_bytes):
-        mac = by_id[node_id]
-        memory, running = committed.get(node_id, (0, 0))
-        if memory != mac.committed_memory_bytes or running != mac.running_jobs:
-            return False
-    return True
+    fresh = fresh_macs(session, list(placement.node_ids), now_ms, config).macs
+    index = fleet.index
+    behind = [node_id for node_id in placement.node_ids
+              if fresh[node_id] is None or not index.has_mac(node_id) or index.mac(node_id) != fresh[node_id]]
+    if behind:
+        log.info("placement index was behind the database on %s; re-read", ", ".join(behind))
+        fleet.refresh(session, behind, now_ms)
+    return not behind
 
 
 def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> bool:
@@ -123,39 +156,43 @@ def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int)
     return moved
 
 
-def _with_commitment(fleet: FleetSnapshot, placement: Placement) -> FleetSnapshot:
-    shares = dict(zip(placement.node_ids, placement.reserved_memory_bytes))
-    macs = tuple(
-        replace(mac, committed_memory_bytes=mac.committed_memory_bytes + shares[mac.node_id],
-                running_jobs=mac.running_jobs + 1) if mac.node_id in shares else mac
-        for mac in fleet.macs)
-    return replace(fleet, macs=macs)
+def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) -> Placement | Unplaceable:
+    if not excluded:
+        return place(request, index)
+    # Rare (a re-run of a job these nodes failed): decide over a copy of the fleet without them.
+    return place(request, _without(index.snapshot(), excluded), index.config)
 
 
-def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig) -> SchedulingPass:
+def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig, fleet: LiveFleet) -> SchedulingPass:
     """One pass over the queue, oldest first; jobs that fit nowhere now keep waiting."""
-    fleet, nodes = snapshot(session, now_ms, config)
-    catalog = model_catalog(nodes)
     placed: list[tuple[JobId, tuple[NodeId, ...]]] = []
     failed: list[JobId] = []
-    queued = records.queued_jobs(session, config.queued_jobs_scan_max)
-    excluded = check_store.excluded_nodes(session, [job.job_id for job in queued])
-    for job in queued:
-        request = job_request(job, catalog)
-        job_fleet = _without(fleet, excluded[job.job_id]) if job.job_id in excluded else fleet
-        decision = place(request, job_fleet) if request is not None else None
-        if decision is None or (isinstance(decision, Unplaceable) and decision.permanent):
-            reason = decision.reason if decision is not None else f"no node serves {job.model_id}"
-            if records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
-                                      status=JobStatus.FAILED, error=f"unplaceable: {reason}",
-                                      finished_at_ms=now_ms):
-                failed.append(job.job_id)
-            continue
-        if isinstance(decision, Unplaceable):
-            records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
-                                   explanation_json=json.dumps(decision.explanation.to_dict()))
-            continue
-        if _capacity_still_free(session, decision, fleet) and _commit(session, job, decision, now_ms):
-            placed.append((job.job_id, decision.node_ids))
-            fleet = _with_commitment(fleet, decision)
+    with fleet.current(session, now_ms) as index:
+        catalog = fleet.catalog()
+        queued = records.queued_jobs(session, config.queued_jobs_scan_max)
+        excluded = check_store.excluded_nodes(session, [job.job_id for job in queued])
+        for job in queued:
+            request = job_request(job, catalog)
+            avoid = excluded.get(job.job_id, frozenset())
+            decision = _decide(request, index, avoid) if request is not None else None
+            if decision is None or (isinstance(decision, Unplaceable) and decision.permanent):
+                reason = decision.reason if decision is not None else f"no node serves {job.model_id}"
+                if records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
+                                          status=JobStatus.FAILED, error=f"unplaceable: {reason}",
+                                          finished_at_ms=now_ms):
+                    failed.append(job.job_id)
+                continue
+            if isinstance(decision, Placement) and not _chosen_macs_current(session, decision, fleet, now_ms, config):
+                assert request is not None
+                decision = _decide(request, index, avoid)  # once more, over the Macs just re-read
+                if isinstance(decision, Placement) and not _chosen_macs_current(session, decision, fleet, now_ms,
+                                                                                config):
+                    continue  # the database is moving under us: leave the job for the next pass
+            if isinstance(decision, Unplaceable):
+                records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
+                                       explanation_json=json.dumps(decision.explanation.to_dict()))
+                continue
+            if _commit(session, job, decision, now_ms):
+                fleet.record_commit(decision)
+                placed.append((job.job_id, decision.node_ids))
     return SchedulingPass(tuple(placed), tuple(failed))

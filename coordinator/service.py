@@ -22,6 +22,7 @@ from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database
 from coordinator.errors import AlreadyDone, InvalidRequest, NoCapacityNow, NotFound, Unplaceable
+from coordinator.live_fleet import LiveFleet
 from coordinator.placement.candidates import FleetSnapshot, JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
@@ -61,6 +62,7 @@ class CoordinatorService:
         self.db, self.clock, self.config = db, clock, config
         self.notifier = notifier or Notifier()
         self.verifier: VerifierWorker | None = None
+        self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self._draws = draws or random.SystemRandom()
 
@@ -209,6 +211,7 @@ class CoordinatorService:
     def register_node(self, registration: node_registry.Registration) -> tuple[NodeId, str]:
         with self.db.transaction() as session:
             node_id, token = node_registry.register(session, registration, self.clock.now_ms())
+        self.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
                  registration.operator_id)
         self.run_scheduler()
@@ -224,6 +227,7 @@ class CoordinatorService:
         with self.db.transaction() as session:
             node_reports.accept_heartbeat(
                 session, node, report or node_reports.HeartbeatReport(running_jobs), now)
+        self.fleet.note_changed([node.node_id])
         self.run_scheduler()
         return now
 
@@ -231,6 +235,7 @@ class CoordinatorService:
         """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
         with self.db.transaction() as session:
             freed = node_reports.hand_back_job(session, node, job_id, reason, self.clock.now_ms())
+        self.fleet.note_changed([node.node_id, *freed])
         self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
         self.run_scheduler()
 
@@ -238,6 +243,7 @@ class CoordinatorService:
         """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
         with self.db.transaction() as session:
             touched = node_reports.leave(session, node, reason, self.clock.now_ms())
+        self.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
         self.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
         self.run_scheduler()
@@ -280,6 +286,7 @@ class CoordinatorService:
         with self.db.transaction() as session:
             result = job_results.accept_receipt(session, node, job_id, body, signature,
                                                 self.clock.now_ms(), context)
+        self.fleet.note_changed([node.node_id])
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)
         self.notifier.notify(job_topic(job_id), VERIFICATION_TOPIC)
@@ -298,6 +305,7 @@ class CoordinatorService:
         if self.verifier is None:
             return []
         decided = self.verifier.run_once()
+        self.fleet.note_changed(d.node_id for d in decided)  # trust, perhaps quarantine
         self.notifier.notify(*(job_topic(d.job_id) for d in decided))
         if any(d.rerun_job_id for d in decided):
             self.run_scheduler()
@@ -328,6 +336,7 @@ class CoordinatorService:
         with self.db.transaction() as session:
             job_results.accept_failure(session, node, job_id, reason, self.clock.now_ms(),
                                        error_code)
+        self.fleet.note_changed([node.node_id])
         log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
         self.notifier.notify(job_topic(job_id))
         self.run_scheduler()
@@ -336,7 +345,7 @@ class CoordinatorService:
 
     def run_scheduler(self) -> scheduler.SchedulingPass:
         with self.db.transaction() as session:
-            result = scheduler.schedule_queued(session, self.clock.now_ms(), self.config)
+            result = scheduler.schedule_queued(session, self.clock.now_ms(), self.config, self.fleet)
         for job_id, node_ids in result.placed:
             log.info("job %s assigned to %s", job_id, ", ".join(node_ids))
             self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in node_ids))

@@ -193,6 +193,15 @@ def all_node_trust(session: Session) -> dict[str, NodeTrust]:
     return {row.node_id: _trust_from_row(row) for row in session.execute(select(node_trust))}
 
 
+def trust_of_nodes(session: Session, node_ids: list[str]) -> dict[str, NodeTrust]:
+    """all_node_trust for just these nodes (nodes never checked have no row)."""
+    found: dict[str, NodeTrust] = {}
+    for start in range(0, len(node_ids), 500):
+        rows = session.execute(select(node_trust).where(node_trust.c.node_id.in_(node_ids[start:start + 500])))
+        found.update({row.node_id: _trust_from_row(row) for row in rows})
+    return found
+
+
 def save_node_trust(session: Session, trust: NodeTrust, now_ms: int) -> None:
     values = dict(checks_passed=trust.record.checks_passed, checks_failed=trust.record.checks_failed,
                   passed_since_failure=trust.record.passed_since_failure,
