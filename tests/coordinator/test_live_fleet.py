@@ -1,0 +1,106 @@
+"""The scheduler's long-lived index, over a real database: after each event it equals a rebuild."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contracts.lending import LendingState
+from coordinator import records, scheduler
+from coordinator.config import CoordinatorConfig
+from coordinator.database import Database, upgrade_schema
+from coordinator.node_reports import HeartbeatReport
+from coordinator.placement import FleetIndex
+from coordinator.records import JobStatus, NodeRecord
+from coordinator.service import CoordinatorService
+from node_agent.identity import load_or_create_identity
+from tests.coordinator.test_service import SMALL, FakeClock, _register, _submission
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Database]:
+    upgrade_schema(database_url)
+    db = Database(database_url)
+    yield db
+    db.dispose()
+
+
+def _service(db: Database, clock: FakeClock | None = None) -> CoordinatorService:
+    # A long rebuild interval: every pass below must come from the incremental updates.
+    config = CoordinatorConfig(database_url="unused", fleet_rebuild_interval_ms=10**12)
+    return CoordinatorService(db, clock or FakeClock(), config)
+
+
+def _assert_live_index_equals_a_rebuild(service: CoordinatorService) -> FleetIndex:
+    now = service.clock.now_ms()
+    with service.db.transaction() as session, service.fleet.current(session, now) as live:
+        fleet, _ = scheduler.snapshot(session, now, service.config)
+        rebuilt = FleetIndex.build(fleet)
+        assert {mac.node_id: mac for mac in live.snapshot().macs} == {mac.node_id: mac for mac in fleet.macs}
+        assert live.pods() == rebuilt.pods()
+        assert live.stats() == rebuilt.stats()
+        return live
+
+
+def _node(service: CoordinatorService, node_id: str) -> NodeRecord:
+    with service.db.transaction() as session:
+        node = records.node_by_id(session, node_id)
+    assert node is not None
+    return node
+
+
+def test_the_live_index_follows_registrations_commitments_reports_and_time(
+        tmp_path: Path, database: Database) -> None:
+    service = _service(database)
+    first = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    _assert_live_index_equals_a_rebuild(service)
+    second = _register(service, load_or_create_identity(tmp_path / "b.pem"), (SMALL,), memory_gb=128)
+    job = service.submit_job(_submission()).job  # placed and committed in the pass
+    assert job.status is JobStatus.ASSIGNED
+    live = _assert_live_index_equals_a_rebuild(service)
+    assert live.mac(job.node_ids[0]).running_jobs == 1
+    # The owner comes back to the first Mac: its heartbeat says so.
+    service.heartbeat(_node(service, first), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
+    live = _assert_live_index_equals_a_rebuild(service)
+    assert live.mac(first).owner_active
+    service.cancel_job(job.job_id)  # the job's Mac is free again
+    live = _assert_live_index_equals_a_rebuild(service)
+    assert live.mac(job.node_ids[0]).running_jobs == 0
+    # Time passes with no heartbeat from the second Mac: it counts as offline now.
+    service.clock.ms += service.config.node_offline_after_ms + 1
+    live = _assert_live_index_equals_a_rebuild(service)
+    assert not live.mac(second).online
+    service.leave(_node(service, first), "going home")
+    live = _assert_live_index_equals_a_rebuild(service)
+    assert not live.mac(first).online
+
+
+def test_work_committed_by_another_coordinator_is_seen_before_the_next_decision(
+        tmp_path: Path, database: Database) -> None:
+    clock = FakeClock()
+    ours, theirs = _service(database, clock), _service(database, clock)
+    node = _register(theirs, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    ours.run_scheduler()  # our index now holds the idle Mac
+    placed = theirs.submit_job(_submission()).job
+    assert placed.node_ids == (node,)
+    waiting = ours.submit_job(_submission(prompt="Again")).job  # one job per Mac: it must wait
+    assert waiting.status is JobStatus.QUEUED
+    assert _assert_live_index_equals_a_rebuild(ours).mac(node).running_jobs == 1
+
+
+def test_a_report_made_to_another_coordinator_is_caught_at_commit(
+        tmp_path: Path, database: Database, caplog: pytest.LogCaptureFixture) -> None:
+    """Their heartbeat never reaches our notes; the re-read under the row lock catches it."""
+    caplog.set_level(logging.INFO, logger="coordinator.scheduler")
+    clock = FakeClock()
+    ours, theirs = _service(database, clock), _service(database, clock)
+    node = _register(theirs, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    ours.run_scheduler()
+    theirs.heartbeat(_node(theirs, node), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
+    job = ours.submit_job(_submission()).job
+    assert job.status is JobStatus.QUEUED  # not placed on a Mac whose owner is back
+    assert f"placement index was behind the database on {node}" in caplog.text
+    assert _assert_live_index_equals_a_rebuild(ours).mac(node).owner_active
