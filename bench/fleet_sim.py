@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from contracts.hardware import ChipTier, HardwareReport, LinkKind
@@ -162,15 +163,17 @@ def simulate_fleet(macs: int, pods: int, seed: int = 1, config: PlacementConfig 
 
 
 def simulate_jobs(count: int, seed: int = 2) -> list[JobRequest]:
+    return list(generate_jobs(count, seed))
+
+
+def generate_jobs(count: int, seed: int = 2) -> Iterator[JobRequest]:
+    """simulate_jobs one at a time, for runs too long to hold every job (the same jobs, in order)."""
     rng = random.Random(seed)
     kinds = rng.choices(MODELS, weights=[m.share for m in MODELS], k=count)
-    jobs = []
     for i, kind in enumerate(kinds):
         context = min(rng.choices(CONTEXTS, weights=CONTEXT_WEIGHTS)[0], kind.spec.max_context_tokens)
         roll = rng.random()
         speed = 0.0 if roll < 0.6 else (rng.uniform(5, 25) if roll < 0.9 else rng.uniform(30, 80))
-        jobs.append(JobRequest(job_id=JobId(f"job-{seed}-{i:07d}"), model=kind.spec, context_tokens=context,
-                               min_decode_tokens_per_s=round(speed, 1),
-                               active_weights_bytes=kind.active_weights_bytes,
-                               prompt_tokens=context // 2))
-    return jobs
+        yield JobRequest(job_id=JobId(f"job-{seed}-{i:07d}"), model=kind.spec, context_tokens=context,
+                         min_decode_tokens_per_s=round(speed, 1), active_weights_bytes=kind.active_weights_bytes,
+                         prompt_tokens=context // 2)
