@@ -45,6 +45,7 @@ class LiveFleet:
         self._rebuild_noted = False
         # Owned by the pass that holds _pass_lock:
         self._index: FleetIndex | None = None
+        self._rebuilt_this_pass = False
         self._rebuild_at_ms = 0
         self._committed: dict[str, tuple[int, int]] = {}  # as last read, plus our own commits
         self._heartbeats: dict[str, int] = {}  # indexed node -> the last heartbeat it was read with
@@ -70,9 +71,25 @@ class LiveFleet:
     def current(self, session: Session, now_ms: int) -> Iterator[FleetIndex]:
         """The index, up to date with the database as of this transaction; held for the pass."""
         with self._pass_lock:
-            self._bring_up_to_date(session, now_ms)
-            assert self._index is not None
-            yield self._index
+            finished = False
+            try:
+                self._rebuilt_this_pass = False
+                self._bring_up_to_date(session, now_ms)
+                assert self._index is not None
+                yield self._index
+                finished = True
+            finally:
+                if not finished:  # notes were taken and the transaction may roll back: start afresh
+                    self._index = None
+
+    @property
+    def rebuilt_this_pass(self) -> bool:
+        return self._rebuilt_this_pass
+
+    def rebuild(self, session: Session, now_ms: int) -> None:
+        """Read the whole fleet again now, within the pass (the index object is replaced)."""
+        assert self._pass_lock.locked()
+        self._rebuild(session, now_ms)
 
     @property
     def index(self) -> FleetIndex:
@@ -130,6 +147,7 @@ class LiveFleet:
         self._heartbeats, self._offline_due = {}, []
         self._remember(nodes, now_ms)
         self._rebuild_at_ms = now_ms + self._config.fleet_rebuild_interval_ms
+        self._rebuilt_this_pass = True
         log.info("placement index rebuilt: %d Macs, %d pods", self._index.mac_count, self._index.pod_count)
 
     def _remember(self, nodes: list[NodeRecord], now_ms: int) -> None:

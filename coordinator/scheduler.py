@@ -163,18 +163,29 @@ def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) ->
     return place(request, _without(index.snapshot(), excluded), index.config)
 
 
+def _decide_job(session: Session, job: JobRecord, fleet: LiveFleet, avoid: frozenset[str],
+                now_ms: int) -> tuple[JobRequest | None, Placement | Unplaceable | None]:
+    request = job_request(job, fleet.catalog())
+    decision = _decide(request, fleet.index, avoid) if request is not None else None
+    refused = decision is None or (isinstance(decision, Unplaceable) and decision.permanent)
+    if refused and not fleet.rebuilt_this_pass:
+        # Never refuse a job for good over an index that may be behind the database (a Mac
+        # that registered with another coordinator): read the whole fleet and decide again.
+        fleet.rebuild(session, now_ms)
+        return _decide_job(session, job, fleet, avoid, now_ms)
+    return request, decision
+
+
 def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig, fleet: LiveFleet) -> SchedulingPass:
     """One pass over the queue, oldest first; jobs that fit nowhere now keep waiting."""
     placed: list[tuple[JobId, tuple[NodeId, ...]]] = []
     failed: list[JobId] = []
-    with fleet.current(session, now_ms) as index:
-        catalog = fleet.catalog()
+    with fleet.current(session, now_ms):
         queued = records.queued_jobs(session, config.queued_jobs_scan_max)
         excluded = check_store.excluded_nodes(session, [job.job_id for job in queued])
         for job in queued:
-            request = job_request(job, catalog)
             avoid = excluded.get(job.job_id, frozenset())
-            decision = _decide(request, index, avoid) if request is not None else None
+            request, decision = _decide_job(session, job, fleet, avoid, now_ms)
             if decision is None or (isinstance(decision, Unplaceable) and decision.permanent):
                 reason = decision.reason if decision is not None else f"no node serves {job.model_id}"
                 if records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
@@ -184,7 +195,7 @@ def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig, fl
                 continue
             if isinstance(decision, Placement) and not _chosen_macs_current(session, decision, fleet, now_ms, config):
                 assert request is not None
-                decision = _decide(request, index, avoid)  # once more, over the Macs just re-read
+                decision = _decide(request, fleet.index, avoid)  # once more, over the Macs just re-read
                 if isinstance(decision, Placement) and not _chosen_macs_current(session, decision, fleet, now_ms,
                                                                                 config):
                     continue  # the database is moving under us: leave the job for the next pass

@@ -104,3 +104,13 @@ def test_a_report_made_to_another_coordinator_is_caught_at_commit(
     assert job.status is JobStatus.QUEUED  # not placed on a Mac whose owner is back
     assert f"placement index was behind the database on {node}" in caplog.text
     assert _assert_live_index_equals_a_rebuild(ours).mac(node).owner_active
+
+
+def test_a_mac_registered_with_another_coordinator_is_found_before_any_job_is_refused(
+        tmp_path: Path, database: Database) -> None:
+    clock = FakeClock()
+    ours, theirs = _service(database, clock), _service(database, clock)
+    ours.run_scheduler()  # our index holds no Mac at all
+    node = _register(theirs, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    job = ours.submit_job(_submission()).job  # a model our index has never heard of
+    assert job.status is JobStatus.ASSIGNED and job.node_ids == (node,)
