@@ -191,7 +191,8 @@ class FleetIndex:
 
     def pod_ids_of(self, node_id: NodeId) -> tuple[str, ...]:
         """The pods this Mac is a member of."""
-        return tuple(self.pod_slots[p].candidate.pod_id for p in self._mac_by_node[node_id].pods)  # type: ignore[union-attr]
+        pods = [self.pod_slots[p] for p in self._mac_by_node[node_id].pods]
+        return tuple(pod.candidate.pod_id for pod in pods if pod is not None)
 
     def pods(self) -> dict[str, PodCandidate]:
         return {pod_id: slot.candidate for pod_id, slot in self._pod_by_id.items()}
