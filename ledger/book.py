@@ -24,6 +24,7 @@ from ledger.audit import verify_balances, verify_chain  # re-exported: audits si
 from ledger.model import (
     BATCH_SIZE_MAX,
     ID_LENGTH_MAX,
+    OPERATIONS_PER_CALL_MAX,
     Account,
     AccountKind,
     Balance,
@@ -39,7 +40,7 @@ from ledger.model import (
     TransferState,
     VoidPending,
 )
-from ledger.rules import evaluate, valid_id
+from ledger.rules import evaluate_chains, valid_id
 
 __all__ = [
     "JobStep",
@@ -47,6 +48,7 @@ __all__ = [
     "balance",
     "chain_head",
     "create_transfer",
+    "create_transfer_chains",
     "create_transfers",
     "ensure_account",
     "expire_pending",
@@ -121,6 +123,33 @@ def ensure_account(
     return ResultCode.CREATED
 
 
+def create_transfer_chains(
+    session: Session, chains: Iterable[Iterable[Operation]], *, now_us: int | None = None
+) -> tuple[tuple[TransferResult, ...], ...]:
+    """Apply many linked chains in one call: each chain all-or-nothing, the chains independent.
+
+    A chain that fails writes nothing: its failing operation keeps its code and the rest
+    of it answer `linked_event_failed`, while the chains before and after it still apply.
+    The results, rows and hashes are those of calling create_transfers once per chain, in
+    order, at the same time; but it takes the lock, reads the rows and writes them once.
+    At most BATCH_SIZE_MAX operations per chain, OPERATIONS_PER_CALL_MAX in all.
+    """
+    batch = tuple(tuple(chain) for chain in chains)
+    assert batch, "at least one chain"
+    assert all(1 <= len(chain) <= BATCH_SIZE_MAX for chain in batch), f"a chain holds 1..{BATCH_SIZE_MAX} operations"
+    operations = [operation for chain in batch for operation in chain]
+    assert len(operations) <= OPERATIONS_PER_CALL_MAX, f"a call holds at most {OPERATIONS_PER_CALL_MAX} operations"
+    for operation in operations:
+        assert isinstance(operation, TransferRequest | PostPending | VoidPending | ExpirePending)
+        assert isinstance(operation.id, str), "transfer ids are text"
+        assert isinstance(getattr(operation, "pending_id", ""), str), "pending ids are text"
+    head = store.lock_chain_head(session)
+    snapshot = store.load_snapshot(session, operations, head)
+    evaluation = evaluate_chains(batch, snapshot, _now_us(now_us))
+    store.write(session, evaluation)
+    return evaluation.chain_results
+
+
 def create_transfers(
     session: Session, operations: Iterable[Operation], *, now_us: int | None = None
 ) -> tuple[TransferResult, ...]:
@@ -128,18 +157,7 @@ def create_transfers(
 
     When one fails it keeps its own code and the others answer `linked_event_failed`.
     """
-    batch = tuple(operations)
-    assert 1 <= len(batch) <= BATCH_SIZE_MAX, f"a batch holds 1..{BATCH_SIZE_MAX} operations"
-    for operation in batch:
-        assert isinstance(operation, TransferRequest | PostPending | VoidPending | ExpirePending)
-        assert isinstance(operation.id, str), "transfer ids are text"
-        assert isinstance(getattr(operation, "pending_id", ""), str), "pending ids are text"
-    head = store.lock_chain_head(session)
-    snapshot = store.load_snapshot(session, batch, head)
-    evaluation = evaluate(batch, snapshot, _now_us(now_us))
-    if evaluation.ok:
-        store.write(session, evaluation)
-    return evaluation.results
+    return create_transfer_chains(session, [operations], now_us=now_us)[0]
 
 
 def create_transfer(session: Session, request: TransferRequest, *, now_us: int | None = None) -> TransferResult:

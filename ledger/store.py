@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, exists, insert, select, update
+from sqlalchemy import ColumnElement, Row, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from ledger import tables
@@ -33,6 +33,10 @@ from ledger.rules import Evaluation, Snapshot
 _HEAD = tables.chain_head
 _ACCOUNTS = tables.accounts
 _TRANSFERS = tables.transfers
+IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
+_TRANSFER_COLUMNS = ("id", "sequence", "debit_account", "credit_account", "amount", "state", "pending_id",
+                     "timeout_s", "job_id", "kind", "policy_version", "created_at_us", "prev_hash", "hash")
+assert _TRANSFER_COLUMNS == tuple(_TRANSFERS.columns.keys()), "_transfer_to_values follows the table's order"
 
 
 def lock_chain_head(session: Session) -> ChainHead:
@@ -71,11 +75,15 @@ def _transfer_from_row(row: Row) -> Transfer:
     return Transfer(**fields)
 
 
+def _transfer_to_values(transfer: Transfer) -> tuple[object, ...]:
+    """The row in table column order; plain str for the enums, so no driver adapts them by member name."""
+    return (transfer.id, transfer.sequence, transfer.debit_account, transfer.credit_account, transfer.amount,
+            transfer.state.value, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind.value,
+            transfer.policy_version, transfer.created_at_us, transfer.prev_hash, transfer.hash)
+
+
 def _transfer_to_row(transfer: Transfer) -> dict[str, object]:
-    # Plain str for the enums, so no driver ever adapts them by member name.
-    row = {column.name: getattr(transfer, column.name) for column in _TRANSFERS.columns}
-    row["state"], row["kind"] = str(transfer.state), str(transfer.kind)
-    return row
+    return dict(zip(_TRANSFER_COLUMNS, _transfer_to_values(transfer), strict=True))
 
 
 def _account_from_row(row: Row) -> Account:
@@ -111,48 +119,75 @@ def closed_until_us(session: Session) -> int:
     return session.execute(query).scalar_one_or_none() or 0
 
 
-def _transfers_where(session: Session, column: ColumnElement[Any], values: Iterable[str]) -> list[Transfer]:
+def _chunks(values: Iterable[object]) -> Iterator[list[str]]:
+    """The text values, sorted, in IN lists short enough for every driver's parameter limit."""
     wanted = sorted(value for value in values if isinstance(value, str))
-    if not wanted:
-        return []
-    rows = session.execute(select(_TRANSFERS).where(column.in_(wanted)).order_by(_TRANSFERS.c.sequence))
-    return [_transfer_from_row(row) for row in rows]
+    for start in range(0, len(wanted), IN_CHUNK):
+        yield wanted[start:start + IN_CHUNK]
+
+
+def _transfers_where(session: Session, column: ColumnElement[Any], values: Iterable[str]) -> list[Transfer]:
+    found: list[Transfer] = []
+    for chunk in _chunks(values):
+        rows = session.execute(select(_TRANSFERS).where(column.in_(chunk)).order_by(_TRANSFERS.c.sequence))
+        found.extend(_transfer_from_row(row) for row in rows)
+    found.sort(key=lambda transfer: transfer.sequence)
+    return found
 
 
 def _accounts_for_update(session: Session, account_ids: set[str]) -> dict[str, Account]:
-    ids = sorted(account_id for account_id in account_ids if isinstance(account_id, str))
-    if not ids:
-        return {}
+    accounts: dict[str, Account] = {}
     # Locked in id order, so two writers never wait on each other in opposite orders.
-    query = select(_ACCOUNTS).where(_ACCOUNTS.c.id.in_(ids)).order_by(_ACCOUNTS.c.id).with_for_update()
-    return {row.id: _account_from_row(row) for row in session.execute(query)}
+    for chunk in _chunks(account_ids):
+        query = select(_ACCOUNTS).where(_ACCOUNTS.c.id.in_(chunk)).order_by(_ACCOUNTS.c.id).with_for_update()
+        accounts.update((row.id, _account_from_row(row)) for row in session.execute(query))
+    return accounts
 
 
 def write(session: Session, evaluation: Evaluation) -> None:
-    """Insert the new transfers, move the balances and advance the chain head."""
-    assert evaluation.ok, "only a fully successful batch is written"
+    """Insert the new transfers, move the balances and advance the chain head, a statement each."""
     if not evaluation.new_transfers:
         return
-    session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in evaluation.new_transfers])
-    for account_id, change in sorted(evaluation.balance_changes.items()):
-        # Relative updates: even a writer that skipped the head lock could not lose an update.
-        updated = session.execute(
-            update(_ACCOUNTS)
-            .where(_ACCOUNTS.c.id == account_id)
-            .values(
-                debits_pending=_ACCOUNTS.c.debits_pending + change.debits_pending,
-                debits_posted=_ACCOUNTS.c.debits_posted + change.debits_posted,
-                credits_pending=_ACCOUNTS.c.credits_pending + change.credits_pending,
-                credits_posted=_ACCOUNTS.c.credits_posted + change.credits_posted,
-            )
-        )
-        assert updated.rowcount == 1, f"account {account_id} vanished while locked"
+    _insert_transfers(session, evaluation.new_transfers)
+    # Relative updates: even a writer that skipped the head lock could not lose an update.
+    changes = [
+        dict(account_id=account_id, debits_pending=change.debits_pending, debits_posted=change.debits_posted,
+             credits_pending=change.credits_pending, credits_posted=change.credits_posted)
+        for account_id, change in sorted(evaluation.balance_changes.items())
+    ]
+    if changes:
+        updated = session.execute(_MOVE_BALANCES, changes)
+        assert updated.rowcount in (len(changes), -1), "an account vanished while locked"
     last = evaluation.new_transfers[-1]
     session.execute(
         update(_HEAD)
         .where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID)
         .values(last_sequence=last.sequence, last_transfer_id=last.id, last_hash=last.hash)
     )
+
+
+_MOVE_BALANCES = (
+    update(_ACCOUNTS)
+    .where(_ACCOUNTS.c.id == bindparam("account_id"))
+    .values(
+        debits_pending=_ACCOUNTS.c.debits_pending + bindparam("debits_pending"),
+        debits_posted=_ACCOUNTS.c.debits_posted + bindparam("debits_posted"),
+        credits_pending=_ACCOUNTS.c.credits_pending + bindparam("credits_pending"),
+        credits_posted=_ACCOUNTS.c.credits_posted + bindparam("credits_posted"),
+    )
+)
+
+
+def _insert_transfers(session: Session, transfers: Sequence[Transfer]) -> None:
+    connection = session.connection()
+    if connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg":
+        # COPY: the fastest way into PostgreSQL (about three times executemany's rows per second).
+        copy = f"COPY {_TRANSFERS.name} ({', '.join(_TRANSFER_COLUMNS)}) FROM STDIN"
+        with connection.connection.driver_connection.cursor() as cursor, cursor.copy(copy) as rows:
+            for transfer in transfers:
+                rows.write_row(_transfer_to_values(transfer))
+        return
+    session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in transfers])
 
 
 def read_account(session: Session, account_id: str) -> Account | None:
