@@ -53,7 +53,9 @@ __all__ = [
     "ensure_account",
     "expire_pending",
     "expired_pending_ids",
+    "get_accounts",
     "get_transfer",
+    "get_transfers",
     "job_transfer_id",
     "pending_state",
     "post_pending",
@@ -97,6 +99,10 @@ def _now_us(now_us: int | None) -> int:
     return now_us
 
 
+def refuses_overdraft_by_default(kind: AccountKind) -> bool:
+    return kind not in _OVERDRAFT_ALLOWED_KINDS
+
+
 def ensure_account(
     session: Session,
     account_id: str,
@@ -113,9 +119,12 @@ def ensure_account(
     if not valid_id(account_id):
         return ResultCode.INVALID_ID
     if debits_must_not_exceed_credits is None:
-        debits_must_not_exceed_credits = kind not in _OVERDRAFT_ALLOWED_KINDS
-    store.lock_chain_head(session)
+        debits_must_not_exceed_credits = refuses_overdraft_by_default(kind)
+    # Accounts are never deleted and their kind never changes, so one that exists needs no lock.
     existing = store.read_account(session, account_id)
+    if existing is None:
+        store.lock_chain_head(session)
+        existing = store.read_account(session, account_id)
     if existing is not None:
         same = existing.kind is kind and existing.debits_must_not_exceed_credits == debits_must_not_exceed_credits
         return ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS
@@ -198,6 +207,11 @@ def account(session: Session, account_id: str) -> Account | None:
     return store.read_account(session, account_id)
 
 
+def get_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
+    """The existing accounts among these ids, by id."""
+    return store.read_accounts(session, account_ids)
+
+
 def balance(session: Session, account_id: str) -> Balance | None:
     """The account's four balance fields, or None when the account does not exist."""
     found = store.read_account(session, account_id)
@@ -206,6 +220,11 @@ def balance(session: Session, account_id: str) -> Balance | None:
 
 def get_transfer(session: Session, transfer_id: str) -> Transfer | None:
     return store.read_transfer(session, transfer_id)
+
+
+def get_transfers(session: Session, transfer_ids: Iterable[str]) -> dict[str, Transfer]:
+    """The stored transfers among these ids, by id (missing ids are left out)."""
+    return store.read_transfers(session, transfer_ids)
 
 
 def pending_state(session: Session, pending_id: str) -> TransferState | None:

@@ -19,9 +19,14 @@ GENESIS_HASH = "0" * 64  # the prev_hash of the first transfer
 
 def canonical_encoding(transfer: Transfer) -> bytes:
     """Every field but the hash itself, as a compact JSON array: unambiguous, nulls included."""
+    return _encoding_at(transfer, transfer.sequence, transfer.prev_hash)
+
+
+def _encoding_at(transfer: Transfer, sequence: int, prev_hash: str) -> bytes:
+    """The encoding the transfer would have at `sequence` after `prev_hash`."""
     return encode_fields([
         ENCODING_VERSION,
-        transfer.sequence,
+        sequence,
         transfer.id,
         transfer.debit_account,
         transfer.credit_account,
@@ -33,7 +38,7 @@ def canonical_encoding(transfer: Transfer) -> bytes:
         str(transfer.kind),
         transfer.policy_version,
         transfer.created_at_us,
-        transfer.prev_hash,
+        prev_hash,
     ])
 
 
@@ -54,5 +59,6 @@ def transfer_hash(transfer: Transfer) -> str:
 def linked(transfer: Transfer, sequence: int, prev_hash: str) -> Transfer:
     """The transfer placed at `sequence` after a transfer whose hash is `prev_hash`."""
     assert sequence >= 1 and len(prev_hash) == len(GENESIS_HASH)
-    placed = replace(transfer, sequence=sequence, prev_hash=prev_hash, hash="")
-    return replace(placed, hash=transfer_hash(placed))
+    # One replace, not two: the ledger links every transfer it writes.
+    link_hash = hashlib.sha256(_encoding_at(transfer, sequence, prev_hash)).hexdigest()
+    return replace(transfer, sequence=sequence, prev_hash=prev_hash, hash=link_hash)

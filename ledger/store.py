@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, bindparam, exists, insert, select, update
+from sqlalchemy import ARRAY, ColumnElement, Row, String, any_, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from ledger import tables
@@ -121,25 +121,37 @@ def closed_until_us(session: Session) -> int:
 
 def _chunks(values: Iterable[object]) -> Iterator[list[str]]:
     """The text values, sorted, in IN lists short enough for every driver's parameter limit."""
-    wanted = sorted(value for value in values if isinstance(value, str))
+    wanted = sorted({value for value in values if isinstance(value, str)})
     for start in range(0, len(wanted), IN_CHUNK):
         yield wanted[start:start + IN_CHUNK]
 
 
 def _transfers_where(session: Session, column: ColumnElement[Any], values: Iterable[str]) -> list[Transfer]:
     found: list[Transfer] = []
-    for chunk in _chunks(values):
-        rows = session.execute(select(_TRANSFERS).where(column.in_(chunk)).order_by(_TRANSFERS.c.sequence))
+    for condition in _among(session, column, values):
+        rows = session.execute(select(_TRANSFERS).where(condition).order_by(_TRANSFERS.c.sequence))
         found.extend(_transfer_from_row(row) for row in rows)
     found.sort(key=lambda transfer: transfer.sequence)
     return found
 
 
+def _among(session: Session, column: ColumnElement[Any], values: Iterable[object]) -> Iterator[ColumnElement[bool]]:
+    """Conditions that together select the rows whose column is one of the text values."""
+    if session.get_bind().dialect.name == "postgresql":
+        # One array parameter: the statement text stays the same, so it is parsed once.
+        wanted = sorted({value for value in values if isinstance(value, str)})
+        if wanted:
+            yield column == any_(bindparam("among", wanted, type_=ARRAY(String)))
+        return
+    for chunk in _chunks(values):
+        yield column.in_(chunk)
+
+
 def _accounts_for_update(session: Session, account_ids: set[str]) -> dict[str, Account]:
     accounts: dict[str, Account] = {}
     # Locked in id order, so two writers never wait on each other in opposite orders.
-    for chunk in _chunks(account_ids):
-        query = select(_ACCOUNTS).where(_ACCOUNTS.c.id.in_(chunk)).order_by(_ACCOUNTS.c.id).with_for_update()
+    for condition in _among(session, _ACCOUNTS.c.id, account_ids):
+        query = select(_ACCOUNTS).where(condition).order_by(_ACCOUNTS.c.id).with_for_update()
         accounts.update((row.id, _account_from_row(row)) for row in session.execute(query))
     return accounts
 
@@ -195,6 +207,13 @@ def read_account(session: Session, account_id: str) -> Account | None:
     return None if row is None else _account_from_row(row)
 
 
+def read_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
+    accounts: dict[str, Account] = {}
+    for condition in _among(session, _ACCOUNTS.c.id, account_ids):
+        accounts.update((row.id, _account_from_row(row)) for row in session.execute(select(_ACCOUNTS).where(condition)))
+    return accounts
+
+
 def insert_account(
     session: Session, account_id: str, kind: AccountKind, debits_must_not_exceed_credits: bool, now_us: int
 ) -> None:
@@ -228,6 +247,10 @@ def scan_accounts(session: Session, batch_size: int) -> Iterator[Account]:
 def read_transfer(session: Session, transfer_id: str) -> Transfer | None:
     found = _transfers_where(session, _TRANSFERS.c.id, [transfer_id])
     return found[0] if found else None
+
+
+def read_transfers(session: Session, transfer_ids: Iterable[str]) -> dict[str, Transfer]:
+    return {transfer.id: transfer for transfer in _transfers_where(session, _TRANSFERS.c.id, transfer_ids)}
 
 
 def read_resolution(session: Session, pending_id: str) -> Transfer | None:
