@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 
 from ledger.model import Transfer
 
@@ -59,6 +58,8 @@ def transfer_hash(transfer: Transfer) -> str:
 def linked(transfer: Transfer, sequence: int, prev_hash: str) -> Transfer:
     """The transfer placed at `sequence` after a transfer whose hash is `prev_hash`."""
     assert sequence >= 1 and len(prev_hash) == len(GENESIS_HASH)
-    # One replace, not two: the ledger links every transfer it writes.
     link_hash = hashlib.sha256(_encoding_at(transfer, sequence, prev_hash)).hexdigest()
-    return replace(transfer, sequence=sequence, prev_hash=prev_hash, hash=link_hash)
+    # Built field by field, not with dataclasses.replace: the ledger links every transfer it writes.
+    return Transfer(sequence, transfer.id, transfer.debit_account, transfer.credit_account, transfer.amount,
+                    transfer.state, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind,
+                    transfer.policy_version, transfer.created_at_us, prev_hash, link_hash)

@@ -68,11 +68,16 @@ def _read_head(session: Session, for_update: bool) -> ChainHead:
     return ChainHead(row.last_sequence, row.last_transfer_id, row.last_hash)
 
 
+_STATES = {str(state): state for state in TransferState}
+_KINDS = {str(kind): kind for kind in TransferKind}
+
+
 def _transfer_from_row(row: Row) -> Transfer:
-    fields = dict(row._mapping)
-    fields["state"] = TransferState(fields["state"])
-    fields["kind"] = TransferKind(fields["kind"])
-    return Transfer(**fields)
+    # Positional, in the table's column order: snapshots of big batches read thousands of rows.
+    (transfer_id, sequence, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
+     policy_version, created_at_us, prev_hash, link_hash) = row
+    return Transfer(sequence, transfer_id, debit_account, credit_account, amount, _STATES[state], pending_id,
+                    timeout_s, job_id, _KINDS[kind], policy_version, created_at_us, prev_hash, link_hash)
 
 
 def _transfer_to_values(transfer: Transfer) -> tuple[object, ...]:
