@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from ledger.model import Transfer
 
@@ -23,32 +25,35 @@ def canonical_encoding(transfer: Transfer) -> bytes:
 
 def _encoding_at(transfer: Transfer, sequence: int, prev_hash: str) -> bytes:
     """The encoding the transfer would have at `sequence` after `prev_hash`."""
-    return encode_fields([
-        ENCODING_VERSION,
-        sequence,
-        transfer.id,
-        transfer.debit_account,
-        transfer.credit_account,
-        transfer.amount,
-        str(transfer.state),
-        transfer.pending_id,
-        transfer.timeout_s,
-        transfer.job_id,
-        str(transfer.kind),
-        transfer.policy_version,
-        transfer.created_at_us,
-        prev_hash,
-    ])
+    return encode_row((
+        sequence, transfer.id, transfer.debit_account, transfer.credit_account, transfer.amount,
+        transfer.state.value, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind.value,
+        transfer.policy_version, transfer.created_at_us, prev_hash,
+    ))
 
 
-# Exactly json.dumps(fields, separators=(",", ":"), ensure_ascii=True), built once: the audit
-# encodes every transfer, and json.dumps would build a new encoder each time.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=True) writes for a str
 
 
-def encode_fields(fields: list[object]) -> bytes:
-    """The encoding of [ENCODING_VERSION, sequence, id, ..., prev_hash]; the audit's fast path calls it directly."""
-    return _ENCODER.encode(fields).encode("ascii")
+def _nullable(value: str | None) -> str:
+    return "null" if value is None else _quote(value)
+
+
+def encode_row(row: Sequence[Any]) -> bytes:
+    """The encoding of a row (sequence, id, debit_account, credit_account, amount, state, pending_id,
+    timeout_s, job_id, kind, policy_version, created_at_us, prev_hash), as stored.
+
+    Byte for byte json.dumps([ENCODING_VERSION, *row], separators=(",", ":"), ensure_ascii=True),
+    written out field by field because the audit encodes every transfer (tests/ledger/test_chain.py
+    checks the two agree on any text and any integer).
+    """
+    (sequence, transfer_id, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
+     policy_version, created_at_us, prev_hash) = row
+    return (
+        f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{_quote(debit_account)},{_quote(credit_account)},'
+        f'{amount:d},{_quote(state)},{_nullable(pending_id)},{timeout_s:d},{_nullable(job_id)},{_quote(kind)},'
+        f'{_nullable(policy_version)},{created_at_us:d},{_quote(prev_hash)}]'
+    ).encode("ascii")
 
 
 def transfer_hash(transfer: Transfer) -> str:

@@ -17,22 +17,17 @@ import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ledger import epoch_store, store, tables
+from ledger import epoch_store, store
 from ledger.anchoring import PayoutChainLike, check_anchors
-from ledger.chain import ENCODING_VERSION, GENESIS_HASH, encode_fields
+from ledger.chain import GENESIS_HASH, encode_row
 from ledger.epochs import epoch_tree
 from ledger.model import TransferKind
 from ledger.policy import price_job, policy_for_version
 
 AUDIT_PAGE_SIZE = 5_000
 DIFFERENCES_MAX = 1_000  # stop collecting past this: the first ones say what broke
-_T = tables.transfers
-_COLUMNS = (_T.c.sequence, _T.c.id, _T.c.debit_account, _T.c.credit_account, _T.c.amount, _T.c.state,
-            _T.c.pending_id, _T.c.timeout_s, _T.c.job_id, _T.c.kind, _T.c.policy_version, _T.c.created_at_us,
-            _T.c.prev_hash, _T.c.hash)
 _CREDIT = str(TransferKind.JOB_OPERATOR_CREDIT)
 _PAYOUT = str(TransferKind.EPOCH_PAYOUT)
 
@@ -72,14 +67,16 @@ class AuditReport:
 
 
 def _pages(session: Session) -> Iterator[Sequence[tuple]]:  # type: ignore[type-arg]
+    """Every transfer row in chain order, then whatever writers appended while the scan ran."""
     after = 0
     while True:
-        query = select(*_COLUMNS).where(_T.c.sequence > after).order_by(_T.c.sequence).limit(AUDIT_PAGE_SIZE)
-        page = session.execute(query).all()
-        if not page:
+        scanned = after
+        for page in store.transfer_row_pages(session, after, AUDIT_PAGE_SIZE):
+            yield page
+            after = page[-1][0]
+        # One streaming query sees one snapshot; under READ COMMITTED the head may have moved on.
+        if after == scanned or store.read_chain_head(session).last_sequence <= after:
             return
-        yield page
-        after = page[-1][0]
 
 
 @dataclass
@@ -127,7 +124,7 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
                     problem = f"expected sequence {expected_sequence}, found {sequence}: a transfer is missing"
                 elif row_prev_hash != prev_hash:
                     problem = "prev_hash does not match the previous transfer's hash"
-                elif sha256(encode_fields([ENCODING_VERSION, *row[:13]])).hexdigest() != row_hash:
+                elif sha256(encode_row(row[:13])).hexdigest() != row_hash:
                     problem = "hash does not match the transfer's fields: the row was edited"
                 if problem is not None:
                     report.add("chain", transfer_id, problem)

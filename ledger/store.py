@@ -285,6 +285,29 @@ def scan_transfers(session: Session, batch_size: int) -> Iterator[Transfer]:
         after = page[-1].sequence
 
 
+_SCAN_COLUMNS = ", ".join(["sequence", *(name for name in _TRANSFER_COLUMNS if name != "sequence")])
+
+
+def transfer_row_pages(session: Session, after_sequence: int, page_size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """Raw rows (sequence, id, debit_account, ..., prev_hash, hash) after a sequence, in chain order, in pages.
+
+    One query streamed through the driver's own cursor, so no per-row objects are built; on
+    PostgreSQL a server-side cursor keeps memory bounded. For audits over millions of rows.
+    """
+    assert type(after_sequence) is int and page_size > 0
+    query = (f"SELECT {_SCAN_COLUMNS} FROM {_TRANSFERS.name} WHERE sequence > {after_sequence}"
+             " ORDER BY sequence")
+    driver_connection = session.connection().connection.driver_connection
+    postgres = session.get_bind().dialect.name == "postgresql"
+    cursor = driver_connection.cursor(name="ledger_transfer_scan") if postgres else driver_connection.cursor()
+    try:
+        cursor.execute(query)
+        while page := cursor.fetchmany(page_size):
+            yield page
+    finally:
+        cursor.close()
+
+
 def expired_pending_ids(session: Session, now_us: int, limit: int) -> list[str]:
     """Pending transfers past their timeout and not yet resolved, oldest first."""
     resolution = _TRANSFERS.alias("resolution")
