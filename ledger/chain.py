@@ -24,10 +24,10 @@ def canonical_encoding(transfer: Transfer) -> bytes:
 
 
 def _encoding_at(transfer: Transfer, sequence: int, prev_hash: str) -> bytes:
-    """The encoding the transfer would have at `sequence` after `prev_hash`."""
+    """The encoding the transfer would have at `sequence` after `prev_hash` (the enums are str: their values)."""
     return encode_row((
         sequence, transfer.id, transfer.debit_account, transfer.credit_account, transfer.amount,
-        transfer.state.value, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind.value,
+        transfer.state, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind,
         transfer.policy_version, transfer.created_at_us, prev_hash,
     ))
 

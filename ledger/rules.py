@@ -104,12 +104,6 @@ class _Running:
         self.credits_pending = balance.credits_pending
         self.credits_posted = balance.credits_posted
 
-    def add(self, change: BalanceChange, sign: int) -> None:
-        self.debits_pending += sign * change.debits_pending
-        self.debits_posted += sign * change.debits_posted
-        self.credits_pending += sign * change.credits_pending
-        self.credits_posted += sign * change.credits_posted
-
     def frozen(self) -> Balance:
         return Balance(self.debits_pending, self.debits_posted, self.credits_pending, self.credits_posted)
 
@@ -143,9 +137,23 @@ class _Working:
         return transfer
 
     def _move(self, transfer: Transfer, pending: Transfer | None, sign: int) -> None:
-        debit_change, credit_change = balance_changes(transfer, pending)
-        self.balances[transfer.debit_account].add(debit_change, sign)
-        self.balances[transfer.credit_account].add(credit_change, sign)
+        """balance_changes applied in place (sign -1 undoes it), without building change records."""
+        debit, credit = self.balances[transfer.debit_account], self.balances[transfer.credit_account]
+        amount = sign * transfer.amount
+        if transfer.state is TransferState.PENDING:
+            debit.debits_pending += amount
+            credit.credits_pending += amount
+            return
+        if pending is None:
+            debit.debits_posted += amount
+            credit.credits_posted += amount
+            return
+        released = sign * pending.amount
+        posted = amount if transfer.state is TransferState.POSTED else 0
+        debit.debits_pending -= released
+        debit.debits_posted += posted
+        credit.credits_pending -= released
+        credit.credits_posted += posted
 
     def mark(self) -> int:
         return len(self.appended)

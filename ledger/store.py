@@ -70,6 +70,7 @@ def _read_head(session: Session, for_update: bool) -> ChainHead:
 
 _STATES = {str(state): state for state in TransferState}
 _KINDS = {str(kind): kind for kind in TransferKind}
+_TEXT: dict[TransferState | TransferKind, str] = {member: str(member) for member in (*TransferState, *TransferKind)}
 
 
 def _transfer_from_row(row: Row) -> Transfer:
@@ -83,7 +84,7 @@ def _transfer_from_row(row: Row) -> Transfer:
 def _transfer_to_values(transfer: Transfer) -> tuple[object, ...]:
     """The row in table column order; plain str for the enums, so no driver adapts them by member name."""
     return (transfer.id, transfer.sequence, transfer.debit_account, transfer.credit_account, transfer.amount,
-            transfer.state.value, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind.value,
+            _TEXT[transfer.state], transfer.pending_id, transfer.timeout_s, transfer.job_id, _TEXT[transfer.kind],
             transfer.policy_version, transfer.created_at_us, transfer.prev_hash, transfer.hash)
 
 
