@@ -5,7 +5,9 @@ money move in one transaction. Expected outcomes come back as ResultCode values
 (TigerBeetle style); only programmer errors (assert) and database faults raise.
 
 Transfer ids are chosen by the caller, so a retry answers `exists` (or
-`exists_with_different_fields`) instead of moving money twice. Writers serialise on the
+`exists_with_different_fields`) instead of moving money twice. create_transfer_chains
+takes many linked chains per call (each all-or-nothing, the chains independent, like
+TigerBeetle's linked events), which is how thousands of payments a second get through. Writers serialise on the
 chain-head row until the caller commits: keep ledger work late in short transactions.
 On PostgreSQL use READ COMMITTED (the default); under REPEATABLE READ or SERIALIZABLE a
 concurrent writer makes the lock raise a serialization failure and the caller must retry.

@@ -7,8 +7,10 @@
 - job credits (when the coordinator supplies the receipts): each credit equals the
   policy's price for the receipt's token counts, under the version the transfer names;
 - anchors (when a chain is supplied): each epoch's root is the one on chain.
-It reads raw rows in keyset pages, so it runs in bounded memory at a few hundred
-thousand transfers a second. Every difference names the transfer (or epoch) behind it.
+It streams raw rows in one query through the driver's cursor (server-side on
+PostgreSQL), so it runs in bounded memory without building an object per row; the
+cost per transfer is mostly its sha256. Every difference names the transfer (or epoch)
+behind it.
 """
 
 from __future__ import annotations
