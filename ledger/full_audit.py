@@ -16,6 +16,7 @@ behind it.
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -83,17 +84,11 @@ def _pages(session: Session) -> Iterator[Sequence[tuple]]:  # type: ignore[type-
 
 @dataclass
 class _Replay:
-    balances: dict[str, list[int]] = field(default_factory=dict)  # dp, dpo, cp, cpo
+    # dp, dpo, cp, cpo by account; a defaultdict, so the per-transfer lookup stays in C.
+    balances: defaultdict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0]))
     open_pending: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     credits: dict[str, list[tuple[str, str, int, str | None]]] = field(default_factory=dict)
     hashes: dict[int, str] = field(default_factory=dict)  # only at epoch heads
-
-
-def _fields(balances: dict[str, list[int]], account: str) -> list[int]:
-    found = balances.get(account)
-    if found is None:
-        found = balances[account] = [0, 0, 0, 0]
-    return found
 
 
 def audit(session: Session, *, chain: PayoutChainLike | None = None,
@@ -135,7 +130,7 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
             if sequence in heads:
                 replay.hashes[sequence] = row_hash
             if kind == _PAYOUT:
-                available = _fields(balances, debit)
+                available = balances[debit]
                 before = available[3] - available[1] - available[0]
                 if before != amount:
                     report.add("epoch", transfer_id, f"payout {amount} but {debit} had {before} available")
@@ -151,7 +146,7 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
                                "or between other accounts")
             if kind == _CREDIT and pending_id is None:
                 replay.credits.setdefault(job_id or "", []).append((transfer_id, credit, amount, policy_version))
-            debit_fields, credit_fields = _fields(balances, debit), _fields(balances, credit)
+            debit_fields, credit_fields = balances[debit], balances[credit]
             if state == "pending":
                 open_pending[transfer_id] = (amount, debit, credit)
                 debit_fields[0] += amount
