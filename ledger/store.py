@@ -41,17 +41,24 @@ assert _TRANSFER_COLUMNS == tuple(_TRANSFERS.columns.keys()), "_transfer_to_valu
 
 def lock_chain_head(session: Session) -> ChainHead:
     """Take the ledger's write lock (a no-op UPDATE of the head row) and read the head."""
-    touched = session.execute(
-        update(_HEAD)
-        .where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID)
-        .values(last_sequence=_HEAD.c.last_sequence)
-    )
-    if touched.rowcount != 1:
-        raise LedgerNotInstalledError(
-            "the ledger chain head row is missing: run `alembic upgrade head` (revision 0002_ledger)"
-            " or ledger.tables.metadata.create_all(engine)"
-        )
+    touch = update(_HEAD).where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID).values(last_sequence=_HEAD.c.last_sequence)
+    if session.get_bind().dialect.update_returning:
+        # One round trip instead of two: every ledger call starts here.
+        row = session.execute(touch.returning(_HEAD.c.last_sequence, _HEAD.c.last_transfer_id, _HEAD.c.last_hash))
+        head = row.one_or_none()
+        if head is None:
+            raise _not_installed()
+        return ChainHead(head.last_sequence, head.last_transfer_id, head.last_hash)
+    if session.execute(touch).rowcount != 1:
+        raise _not_installed()
     return _read_head(session, for_update=True)
+
+
+def _not_installed() -> LedgerNotInstalledError:
+    return LedgerNotInstalledError(
+        "the ledger chain head row is missing: run `alembic upgrade head` (revision 0002_ledger)"
+        " or ledger.tables.metadata.create_all(engine)"
+    )
 
 
 def read_chain_head(session: Session) -> ChainHead:
