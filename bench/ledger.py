@@ -2,9 +2,10 @@
 
     .venv/bin/python -m bench.ledger [--jobs 2000 --batch-jobs 16 --audit-transfers 1000000 --leaves 1000]
 
-- Job payments (reserve, post with a held credit and the fee, release), on SQLite and on
-  PostgreSQL (skipped with the reason when unreachable): one job per transaction through
-  ledger.jobs, and batched (--batch-jobs jobs per transaction, each phase one ledger batch).
+- Job payments (reserve, post with a held credit and the fee, release: five transfers a
+  job), on SQLite and on PostgreSQL (skipped with the reason when unreachable): one job per
+  transaction through ledger.jobs, and batched through ledger.job_batches (--batch-jobs
+  jobs per transaction and phase, each phase one ledger call).
 - Audit: writes --audit-transfers hash-chained transfers straight into SQLite (and PostgreSQL),
   then times ledger.full_audit.audit over them.
 - Gas: deploys the contracts on the in-process chain, publishes one epoch root over
@@ -26,11 +27,11 @@ from sqlalchemy import Engine, create_engine, insert, text, update
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger import jobs, tables
-from ledger.book import JobStep, create_transfers, job_transfer_id
+from ledger import job_batches, jobs, tables
 from ledger.chain import GENESIS_HASH, linked
 from ledger.full_audit import audit
-from ledger.model import Operation, PostPending, Transfer, TransferKind, TransferRequest, TransferState
+from ledger.job_batches import JobCompletion, JobReservation
+from ledger.model import Transfer, TransferKind, TransferState
 from ledger.policy import max_job_charge, price_job
 
 POSTGRES_URL = os.environ.get("MLXNET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -91,44 +92,23 @@ def payments_one_per_transaction(engine: Engine, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def _batch_phases(job_ids: list[JobId]) -> list[list[Operation]]:
-    consumer, operator = jobs.consumer_account_id(CONSUMER), jobs.operator_account_id(OPERATOR)
-    escrow, fees = jobs.CONSUMER_ESCROW_ACCOUNT, jobs.TREASURY_FEES_ACCOUNT
-    reserve: list[Operation] = []
-    complete: list[Operation] = []
-    release: list[Operation] = []
-    for job in job_ids:
-        reserve.append(TransferRequest(id=job_transfer_id(job, JobStep.RESERVE), debit_account=consumer,
-                                       credit_account=escrow, amount=RESERVE, kind=TransferKind.JOB_RESERVE,
-                                       job_id=job, pending=True))
-        complete += [
-            PostPending(id=job_transfer_id(job, JobStep.POST), pending_id=job_transfer_id(job, JobStep.RESERVE),
-                        amount=PRICE.consumer_charge, kind=TransferKind.JOB_CHARGE,
-                        policy_version=PRICE.policy_version),
-            TransferRequest(id=job_transfer_id(job, JobStep.CREDIT), debit_account=escrow, credit_account=operator,
-                            amount=PRICE.operator_credit, kind=TransferKind.JOB_OPERATOR_CREDIT, job_id=job,
-                            policy_version=PRICE.policy_version, pending=True, timeout_s=3_600),
-            TransferRequest(id=job_transfer_id(job, JobStep.FEE), debit_account=escrow, credit_account=fees,
-                            amount=PRICE.network_fee, kind=TransferKind.JOB_NETWORK_FEE, job_id=job,
-                            policy_version=PRICE.policy_version),
-        ]
-        release.append(PostPending(id=job_transfer_id(job, JobStep.RELEASE),
-                                   pending_id=job_transfer_id(job, JobStep.CREDIT)))
-    return [reserve, complete, release]
-
-
 def payments_batched(engine: Engine, count: int, batch_jobs: int) -> float:
     _fresh(engine)
     started = time.perf_counter()
     for first in range(0, count, batch_jobs):
         job_ids = [JobId(f"job-batch-{index}") for index in range(first, min(count, first + batch_jobs))]
-        for phase in _batch_phases(job_ids):
-            # Each phase commits on its own, as the coordinator would: reserve at submit, etc.;
-            # within it, ledger batches of at most 64 operations.
-            with Session(engine) as session, session.begin():
-                for start in range(0, len(phase), 63):
-                    results = create_transfers(session, phase[start:start + 63])
-                    assert all(result.ok for result in results), results[0]
+        # Each phase commits on its own, as the coordinator would: reserve at submit, complete
+        # at the receipt, release when the check window closes; each is one ledger call.
+        with Session(engine) as session, session.begin():
+            reserved = job_batches.reserve_jobs(session, [JobReservation(job, CONSUMER, RESERVE) for job in job_ids])
+            assert all(result.ok for result in reserved), reserved[0]
+        with Session(engine) as session, session.begin():
+            completions = [JobCompletion(job, CONSUMER, OPERATOR, PRICE) for job in job_ids]
+            completed = job_batches.complete_jobs(session, completions, hold_s=3_600)
+            assert all(payment.ok for payment in completed), completed[0]
+        with Session(engine) as session, session.begin():
+            released = job_batches.release_job_credits(session, job_ids)
+            assert all(payment.ok and payment.results for payment in released), released[0]
     return count / (time.perf_counter() - started)
 
 

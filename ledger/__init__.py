@@ -8,5 +8,5 @@
 - tables: the ledger's own MetaData.
 - store: the SQL shell (the only module issuing statements).
 - book: the public API; audit: chain and balance verification.
-- jobs: the job-payment flow the coordinator calls.
+- jobs: the job-payment flow the coordinator calls; job_batches: the same for many jobs per call.
 """

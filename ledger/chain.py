@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
+from collections.abc import Sequence
+from typing import Any
 
 from ledger.model import Transfer
 
@@ -19,32 +20,38 @@ GENESIS_HASH = "0" * 64  # the prev_hash of the first transfer
 
 def canonical_encoding(transfer: Transfer) -> bytes:
     """Every field but the hash itself, as a compact JSON array: unambiguous, nulls included."""
-    return encode_fields([
-        ENCODING_VERSION,
-        transfer.sequence,
-        transfer.id,
-        transfer.debit_account,
-        transfer.credit_account,
-        transfer.amount,
-        str(transfer.state),
-        transfer.pending_id,
-        transfer.timeout_s,
-        transfer.job_id,
-        str(transfer.kind),
-        transfer.policy_version,
-        transfer.created_at_us,
-        transfer.prev_hash,
-    ])
+    return _encoding_at(transfer, transfer.sequence, transfer.prev_hash)
 
 
-# Exactly json.dumps(fields, separators=(",", ":"), ensure_ascii=True), built once: the audit
-# encodes every transfer, and json.dumps would build a new encoder each time.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+def _encoding_at(transfer: Transfer, sequence: int, prev_hash: str) -> bytes:
+    """The encoding the transfer would have at `sequence` after `prev_hash` (the enums are str: their values)."""
+    return encode_row((
+        sequence, transfer.id, transfer.debit_account, transfer.credit_account, transfer.amount,
+        transfer.state, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind,
+        transfer.policy_version, transfer.created_at_us, prev_hash,
+    ))
 
 
-def encode_fields(fields: list[object]) -> bytes:
-    """The encoding of [ENCODING_VERSION, sequence, id, ..., prev_hash]; the audit's fast path calls it directly."""
-    return _ENCODER.encode(fields).encode("ascii")
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=True) writes for a str
+
+
+def encode_row(row: Sequence[Any]) -> bytes:
+    """The encoding of a row (sequence, id, debit_account, credit_account, amount, state, pending_id,
+    timeout_s, job_id, kind, policy_version, created_at_us, prev_hash), as stored.
+
+    Byte for byte json.dumps([ENCODING_VERSION, *row], separators=(",", ":"), ensure_ascii=True),
+    written out field by field because the audit encodes every transfer (tests/ledger/test_chain.py
+    checks the two agree on any text and any integer).
+    """
+    (sequence, transfer_id, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
+     policy_version, created_at_us, prev_hash) = row
+    # The None tests are written inline: a helper call per field costs more than the rest of the line.
+    return (
+        f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{_quote(debit_account)},{_quote(credit_account)},'
+        f'{amount:d},{_quote(state)},{"null" if pending_id is None else _quote(pending_id)},{timeout_s:d},'
+        f'{"null" if job_id is None else _quote(job_id)},{_quote(kind)},'
+        f'{"null" if policy_version is None else _quote(policy_version)},{created_at_us:d},{_quote(prev_hash)}]'
+    ).encode("ascii")
 
 
 def transfer_hash(transfer: Transfer) -> str:
@@ -54,5 +61,8 @@ def transfer_hash(transfer: Transfer) -> str:
 def linked(transfer: Transfer, sequence: int, prev_hash: str) -> Transfer:
     """The transfer placed at `sequence` after a transfer whose hash is `prev_hash`."""
     assert sequence >= 1 and len(prev_hash) == len(GENESIS_HASH)
-    placed = replace(transfer, sequence=sequence, prev_hash=prev_hash, hash="")
-    return replace(placed, hash=transfer_hash(placed))
+    link_hash = hashlib.sha256(_encoding_at(transfer, sequence, prev_hash)).hexdigest()
+    # Built field by field, not with dataclasses.replace: the ledger links every transfer it writes.
+    return Transfer(sequence, transfer.id, transfer.debit_account, transfer.credit_account, transfer.amount,
+                    transfer.state, transfer.pending_id, transfer.timeout_s, transfer.job_id, transfer.kind,
+                    transfer.policy_version, transfer.created_at_us, prev_hash, link_hash)

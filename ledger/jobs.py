@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger.book import JobStep, create_transfer, create_transfers, ensure_account, get_transfer, job_transfer_id
+from ledger.book import (
+    JobStep,
+    create_transfer,
+    create_transfers,
+    ensure_account,
+    get_accounts,
+    get_transfer,
+    job_transfer_id,
+    refuses_overdraft_by_default,
+)
 from ledger.model import (
     OK_CODES,
     TIMEOUT_S_MAX,
@@ -88,7 +97,12 @@ def consumer_account_id(consumer_id: ConsumerId) -> str:
 
 
 def ensure_system_accounts(session: Session) -> None:
+    found = get_accounts(session, [account_id for account_id, _ in SYSTEM_ACCOUNTS])
     for account_id, kind in SYSTEM_ACCOUNTS:
+        existing = found.get(account_id)
+        if existing is not None and (existing.kind, existing.debits_must_not_exceed_credits) == (
+                kind, refuses_overdraft_by_default(kind)):
+            continue  # the usual case: one read for all four
         code = ensure_account(session, account_id, kind)
         assert code in OK_CODES, f"system account {account_id} is misconfigured: {code}"
 
@@ -117,6 +131,20 @@ def deposit_for_consumer(
     return create_transfer(session, request, now_us=now_us)
 
 
+def reservation_request(job_id: JobId, consumer_id: ConsumerId, amount: int, timeout_s: int = 0) -> TransferRequest:
+    """The pending consumer -> escrow transfer that reserves a job's maximum charge."""
+    return TransferRequest(
+        id=job_transfer_id(job_id, JobStep.RESERVE),
+        debit_account=consumer_account_id(consumer_id),
+        credit_account=CONSUMER_ESCROW_ACCOUNT,
+        amount=amount,
+        kind=TransferKind.JOB_RESERVE,
+        job_id=job_id,
+        pending=True,
+        timeout_s=timeout_s,
+    )
+
+
 def reserve_job(
     session: Session,
     job_id: JobId,
@@ -133,17 +161,7 @@ def reserve_job(
     (a free job needs no reservation). With timeout_s, expire_job may release it later.
     """
     ensure_system_accounts(session)
-    request = TransferRequest(
-        id=job_transfer_id(job_id, JobStep.RESERVE),
-        debit_account=consumer_account_id(consumer_id),
-        credit_account=CONSUMER_ESCROW_ACCOUNT,
-        amount=amount,
-        kind=TransferKind.JOB_RESERVE,
-        job_id=job_id,
-        pending=True,
-        timeout_s=timeout_s,
-    )
-    return create_transfer(session, request, now_us=now_us)
+    return create_transfer(session, reservation_request(job_id, consumer_id, amount, timeout_s), now_us=now_us)
 
 
 def _escrow_payout(
@@ -218,12 +236,15 @@ def settle_job(
 
 def void_job(session: Session, job_id: JobId, *, now_us: int | None = None) -> TransferResult:
     """Release the whole reservation (job failed or cancelled); `pending_already_resolved` if settled."""
-    void = VoidPending(
+    return create_transfers(session, [_void_operation(job_id)], now_us=now_us)[0]
+
+
+def _void_operation(job_id: JobId) -> VoidPending:
+    return VoidPending(
         id=job_transfer_id(job_id, JobStep.VOID),
         pending_id=job_transfer_id(job_id, JobStep.RESERVE),
         kind=TransferKind.JOB_RELEASE,
     )
-    return create_transfers(session, [void], now_us=now_us)[0]
 
 
 def expire_job(session: Session, job_id: JobId, *, now_us: int | None = None) -> TransferResult:
@@ -281,6 +302,39 @@ def _held_credit(
     )
 
 
+def completion_operations(
+    job_id: JobId, consumer_id: ConsumerId | None, operator_id: OperatorId, price: JobPrice, hold_s: int
+) -> list[Operation]:
+    """complete_job's linked chain; empty when nothing is owed, a lone void when nothing is charged."""
+    assert type(hold_s) is int and 0 <= hold_s <= CREDIT_HOLD_S_MAX, f"hold_s out of range: {hold_s}"
+    if consumer_id is None:
+        if price.operator_credit == 0:
+            return []
+        return [_held_credit(job_id, ISSUANCE_REWARDS_ACCOUNT, operator_id, price, hold_s)]
+    if price.consumer_charge == 0:
+        return [_void_operation(job_id)]
+    operations: list[Operation] = [
+        PostPending(
+            id=job_transfer_id(job_id, JobStep.POST),
+            pending_id=job_transfer_id(job_id, JobStep.RESERVE),
+            amount=price.consumer_charge,
+            kind=TransferKind.JOB_CHARGE,
+            policy_version=price.policy_version,
+            debit_account=consumer_account_id(consumer_id),
+            credit_account=CONSUMER_ESCROW_ACCOUNT,
+        )
+    ]
+    if price.operator_credit > 0:
+        operations.append(_held_credit(job_id, CONSUMER_ESCROW_ACCOUNT, operator_id, price, hold_s))
+    operations.extend(_fee_payouts(job_id, price))
+    return operations
+
+
+def credits_operator(operations: list[Operation]) -> bool:
+    """Whether a completion chain pays the operator (and so needs its account)."""
+    return bool(operations) and not isinstance(operations[0], VoidPending)
+
+
 def complete_job(
     session: Session,
     job_id: JobId,
@@ -299,32 +353,22 @@ def complete_job(
     operator PENDING. The held credit expires hold_s + CREDIT_HOLD_GRACE_S after now, so
     release it at the window's close. A zero charge voids the reservation instead.
     """
-    assert type(hold_s) is int and 0 <= hold_s <= CREDIT_HOLD_S_MAX, f"hold_s out of range: {hold_s}"
+    operations = completion_operations(job_id, consumer_id, operator_id, price, hold_s)
     ensure_system_accounts(session)
-    if consumer_id is None:
-        if price.operator_credit == 0:
-            return JobPayment(())
+    if not operations:
+        return JobPayment(())
+    if credits_operator(operations):
         open_operator_account(session, operator_id)
-        held = _held_credit(job_id, ISSUANCE_REWARDS_ACCOUNT, operator_id, price, hold_s)
-        return JobPayment((create_transfer(session, held, now_us=now_us),))
-    if price.consumer_charge == 0:
-        return JobPayment((void_job(session, job_id, now_us=now_us),))
-    open_operator_account(session, operator_id)
-    operations: list[Operation] = [
-        PostPending(
-            id=job_transfer_id(job_id, JobStep.POST),
-            pending_id=job_transfer_id(job_id, JobStep.RESERVE),
-            amount=price.consumer_charge,
-            kind=TransferKind.JOB_CHARGE,
-            policy_version=price.policy_version,
-            debit_account=consumer_account_id(consumer_id),
-            credit_account=CONSUMER_ESCROW_ACCOUNT,
-        )
-    ]
-    if price.operator_credit > 0:
-        operations.append(_held_credit(job_id, CONSUMER_ESCROW_ACCOUNT, operator_id, price, hold_s))
-    operations.extend(_fee_payouts(job_id, price))
     return JobPayment(create_transfers(session, operations, now_us=now_us))
+
+
+def release_operation(job_id: JobId) -> PostPending:
+    """Posts the operator's held credit."""
+    return PostPending(
+        id=job_transfer_id(job_id, JobStep.RELEASE),
+        pending_id=job_transfer_id(job_id, JobStep.CREDIT),
+        kind=TransferKind.JOB_OPERATOR_CREDIT,
+    )
 
 
 def release_job_credit(session: Session, job_id: JobId, *, now_us: int | None = None) -> JobPayment:
@@ -334,13 +378,9 @@ def release_job_credit(session: Session, job_id: JobId, *, now_us: int | None = 
     `pending_already_resolved` after reject_job_credit; `pending_transfer_not_pending`
     when the credit was paid at once by credit_operator_for_job or settle_job.
     """
-    credit_id = job_transfer_id(job_id, JobStep.CREDIT)
-    if get_transfer(session, credit_id) is None:
+    if get_transfer(session, job_transfer_id(job_id, JobStep.CREDIT)) is None:
         return JobPayment(())
-    release = PostPending(
-        id=job_transfer_id(job_id, JobStep.RELEASE), pending_id=credit_id, kind=TransferKind.JOB_OPERATOR_CREDIT
-    )
-    return JobPayment(create_transfers(session, [release], now_us=now_us))
+    return JobPayment(create_transfers(session, [release_operation(job_id)], now_us=now_us))
 
 
 def reject_job_credit(session: Session, job_id: JobId, *, now_us: int | None = None) -> JobPayment:

@@ -14,7 +14,8 @@ from ledger.units import AMOUNT_MAX
 ID_LENGTH_MAX = 128  # account, transfer, pending and job ids
 POLICY_VERSION_LENGTH_MAX = 32
 TIMEOUT_S_MAX = 30 * 24 * 3600  # a reservation may stay pending at most 30 days
-BATCH_SIZE_MAX = 64  # operations applied atomically in one call
+BATCH_SIZE_MAX = 64  # operations in one linked chain, applied all-or-nothing
+OPERATIONS_PER_CALL_MAX = 8_190  # operations in one call, over all its chains (TigerBeetle's batch)
 MICROSECONDS_PER_SECOND = 1_000_000
 
 

@@ -1,8 +1,8 @@
 """The posting rules, pure: a batch of operations over a snapshot becomes results and new rows.
 
 Nothing here touches the database. The shell (ledger.book) loads a snapshot under the
-chain-head lock, calls evaluate, and writes only if every operation succeeded, so a
-batch is all-or-nothing without savepoints.
+chain-head lock, calls evaluate_chains, and writes only the chains that succeeded, so
+each chain is all-or-nothing without savepoints.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from ledger.chain import linked
 from ledger.model import (
     BATCH_SIZE_MAX,
+    OPERATIONS_PER_CALL_MAX,
     ID_LENGTH_MAX,
     OK_CODES,
     POLICY_VERSION_LENGTH_MAX,
     TIMEOUT_S_MAX,
     Account,
+    Balance,
     BalanceChange,
     ChainHead,
     ExpirePending,
@@ -50,23 +52,25 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Evaluation:
-    results: tuple[TransferResult, ...]
-    new_transfers: tuple[Transfer, ...]  # in chain order
+    """What a call's chains did: each chain's results, and the rows of the chains that succeeded."""
+
+    chain_results: tuple[tuple[TransferResult, ...], ...]  # one tuple per chain, in call order
+    new_transfers: tuple[Transfer, ...]  # in chain order, failed chains left out
     balance_changes: Mapping[str, BalanceChange]  # by account id
 
     @property
+    def results(self) -> tuple[TransferResult, ...]:
+        return tuple(result for chain in self.chain_results for result in chain)
+
+    @property
     def ok(self) -> bool:
-        return all(result.ok for result in self.results)
+        return all(result.ok for chain in self.chain_results for result in chain)
 
 
 def valid_id(value: object) -> bool:
     """Ids are short printable text without spaces, so they read well in logs and URLs."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= ID_LENGTH_MAX
-        and value.isprintable()
-        and not any(character.isspace() for character in value)
-    )
+    # isprintable() already refuses every whitespace character except the ASCII space.
+    return isinstance(value, str) and 0 < len(value) <= ID_LENGTH_MAX and value.isprintable() and " " not in value
 
 
 def valid_amount(value: object) -> bool:
@@ -89,18 +93,38 @@ def balance_changes(transfer: Transfer, pending: Transfer | None) -> tuple[Balan
     )
 
 
+class _Running:
+    """An account's balance while a call is evaluated: mutable, so thousands of transfers stay cheap."""
+
+    __slots__ = ("debits_pending", "debits_posted", "credits_pending", "credits_posted")
+
+    def __init__(self, balance: Balance) -> None:
+        self.debits_pending = balance.debits_pending
+        self.debits_posted = balance.debits_posted
+        self.credits_pending = balance.credits_pending
+        self.credits_posted = balance.credits_posted
+
+    def frozen(self) -> Balance:
+        return Balance(self.debits_pending, self.debits_posted, self.credits_pending, self.credits_posted)
+
+
 class _Working:
-    """The snapshot plus what earlier operations of the batch have done to it."""
+    """The snapshot plus what earlier operations of the call have done to it.
+
+    A failed chain is undone by replaying its own transfers backwards (mark, then rollback),
+    so the chains after it see exactly the state they would see had it never been tried.
+    """
 
     def __init__(self, snapshot: Snapshot, now_us: int) -> None:
         self.now_us = now_us
         self.transfers = dict(snapshot.transfers)
         self.resolutions = dict(snapshot.resolutions)
         self.accounts = snapshot.accounts
-        self.balances = {account_id: account.balance for account_id, account in snapshot.accounts.items()}
+        self.balances = {account_id: _Running(account.balance) for account_id, account in snapshot.accounts.items()}
+        self.head = snapshot.head
         self.last_sequence = snapshot.head.last_sequence
         self.last_hash = snapshot.head.last_hash
-        self.new_transfers: list[Transfer] = []
+        self.appended: list[tuple[Transfer, Transfer | None]] = []  # (transfer, the pending one it resolves)
 
     def append(self, draft: Transfer, pending: Transfer | None) -> Transfer:
         transfer = linked(draft, self.last_sequence + 1, self.last_hash)
@@ -108,43 +132,93 @@ class _Working:
         self.transfers[transfer.id] = transfer
         if pending is not None:
             self.resolutions[pending.id] = transfer
-        debit_change, credit_change = balance_changes(transfer, pending)
-        self.balances[transfer.debit_account] = self.balances[transfer.debit_account].plus(debit_change)
-        self.balances[transfer.credit_account] = self.balances[transfer.credit_account].plus(credit_change)
-        self.new_transfers.append(transfer)
+        self._move(transfer, pending, 1)
+        self.appended.append((transfer, pending))
         return transfer
+
+    def _move(self, transfer: Transfer, pending: Transfer | None, sign: int) -> None:
+        """balance_changes applied in place (sign -1 undoes it), without building change records."""
+        debit, credit = self.balances[transfer.debit_account], self.balances[transfer.credit_account]
+        amount = sign * transfer.amount
+        if transfer.state is TransferState.PENDING:
+            debit.debits_pending += amount
+            credit.credits_pending += amount
+            return
+        if pending is None:
+            debit.debits_posted += amount
+            credit.credits_posted += amount
+            return
+        released = sign * pending.amount
+        posted = amount if transfer.state is TransferState.POSTED else 0
+        debit.debits_pending -= released
+        debit.debits_posted += posted
+        credit.credits_pending -= released
+        credit.credits_posted += posted
+
+    def mark(self) -> int:
+        return len(self.appended)
+
+    def rollback(self, mark: int) -> None:
+        while len(self.appended) > mark:
+            transfer, pending = self.appended.pop()
+            del self.transfers[transfer.id]
+            if pending is not None:
+                del self.resolutions[pending.id]
+            self._move(transfer, pending, -1)
+        last = self.appended[-1][0] if self.appended else None
+        self.last_sequence = self.head.last_sequence if last is None else last.sequence
+        self.last_hash = self.head.last_hash if last is None else last.hash
 
 
 def evaluate(operations: Sequence[Operation], snapshot: Snapshot, now_us: int) -> Evaluation:
-    """Apply the batch in order; on the first failure, nothing is written and the rest are marked."""
-    assert 1 <= len(operations) <= BATCH_SIZE_MAX, f"a batch holds 1..{BATCH_SIZE_MAX} operations"
+    """One chain: apply the operations in order; on the first failure, nothing is written."""
+    return evaluate_chains([operations], snapshot, now_us)
+
+
+def evaluate_chains(chains: Sequence[Sequence[Operation]], snapshot: Snapshot, now_us: int) -> Evaluation:
+    """Apply each chain all-or-nothing, in order; a failed chain leaves no trace for the ones after it.
+
+    Equivalent to evaluating the chains one call at a time, each over the state the
+    previous ones left, which the batched-path tests check.
+    """
+    assert 1 <= sum(len(chain) for chain in chains) <= OPERATIONS_PER_CALL_MAX
+    assert all(1 <= len(chain) <= BATCH_SIZE_MAX for chain in chains), f"a chain holds 1..{BATCH_SIZE_MAX}"
     assert type(now_us) is int and now_us > 0
     if now_us <= snapshot.closed_until_us:
-        return _failed(operations, 0, TransferResult(operations[0].id, ResultCode.EPOCH_CLOSED))
+        closed = tuple(_failed(chain, 0, TransferResult(chain[0].id, ResultCode.EPOCH_CLOSED)) for chain in chains)
+        return Evaluation(closed, (), {})
     working = _Working(snapshot, now_us)
+    chain_results = tuple(_apply_chain(chain, working) for chain in chains)
+    changes: dict[str, BalanceChange] = {}
+    for account_id, running in working.balances.items():
+        before = snapshot.accounts[account_id].balance
+        after = running.frozen()
+        if after != before:
+            changes[account_id] = after.minus(before)
+    new_transfers = tuple(transfer for transfer, _ in working.appended)
+    return Evaluation(chain_results, new_transfers, changes)
+
+
+def _apply_chain(chain: Sequence[Operation], working: _Working) -> tuple[TransferResult, ...]:
+    mark = working.mark()
     results: list[TransferResult] = []
-    for index, operation in enumerate(operations):
+    for index, operation in enumerate(chain):
         if isinstance(operation, TransferRequest):
             code, transfer = _create(operation, working)
         else:
             code, transfer = _resolve(operation, working)
         results.append(TransferResult(operation.id, code, transfer))
         if code not in OK_CODES:
-            return _failed(operations, index, results[-1])
-    changes = {
-        account_id: balance.minus(snapshot.accounts[account_id].balance)
-        for account_id, balance in working.balances.items()
-        if balance != snapshot.accounts[account_id].balance
-    }
-    return Evaluation(tuple(results), tuple(working.new_transfers), changes)
+            working.rollback(mark)
+            return _failed(chain, index, results[-1])
+    return tuple(results)
 
 
-def _failed(operations: Sequence[Operation], failed_index: int, failure: TransferResult) -> Evaluation:
-    results = tuple(
+def _failed(chain: Sequence[Operation], failed_index: int, failure: TransferResult) -> tuple[TransferResult, ...]:
+    return tuple(
         failure if index == failed_index else TransferResult(operation.id, ResultCode.LINKED_EVENT_FAILED)
-        for index, operation in enumerate(operations)
+        for index, operation in enumerate(chain)
     )
-    return Evaluation(results, (), {})
 
 
 def _validate_request(request: TransferRequest) -> ResultCode | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, exists, insert, select, update
+from sqlalchemy import ARRAY, ColumnElement, Row, String, any_, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from ledger import tables
@@ -33,21 +33,32 @@ from ledger.rules import Evaluation, Snapshot
 _HEAD = tables.chain_head
 _ACCOUNTS = tables.accounts
 _TRANSFERS = tables.transfers
+IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
+_TRANSFER_COLUMNS = ("id", "sequence", "debit_account", "credit_account", "amount", "state", "pending_id",
+                     "timeout_s", "job_id", "kind", "policy_version", "created_at_us", "prev_hash", "hash")
+assert _TRANSFER_COLUMNS == tuple(_TRANSFERS.columns.keys()), "_transfer_to_values follows the table's order"
 
 
 def lock_chain_head(session: Session) -> ChainHead:
     """Take the ledger's write lock (a no-op UPDATE of the head row) and read the head."""
-    touched = session.execute(
-        update(_HEAD)
-        .where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID)
-        .values(last_sequence=_HEAD.c.last_sequence)
-    )
-    if touched.rowcount != 1:
-        raise LedgerNotInstalledError(
-            "the ledger chain head row is missing: run `alembic upgrade head` (revision 0002_ledger)"
-            " or ledger.tables.metadata.create_all(engine)"
-        )
+    touch = update(_HEAD).where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID).values(last_sequence=_HEAD.c.last_sequence)
+    if session.get_bind().dialect.update_returning:
+        # One round trip instead of two: every ledger call starts here.
+        row = session.execute(touch.returning(_HEAD.c.last_sequence, _HEAD.c.last_transfer_id, _HEAD.c.last_hash))
+        head = row.one_or_none()
+        if head is None:
+            raise _not_installed()
+        return ChainHead(head.last_sequence, head.last_transfer_id, head.last_hash)
+    if session.execute(touch).rowcount != 1:
+        raise _not_installed()
     return _read_head(session, for_update=True)
+
+
+def _not_installed() -> LedgerNotInstalledError:
+    return LedgerNotInstalledError(
+        "the ledger chain head row is missing: run `alembic upgrade head` (revision 0002_ledger)"
+        " or ledger.tables.metadata.create_all(engine)"
+    )
 
 
 def read_chain_head(session: Session) -> ChainHead:
@@ -64,18 +75,28 @@ def _read_head(session: Session, for_update: bool) -> ChainHead:
     return ChainHead(row.last_sequence, row.last_transfer_id, row.last_hash)
 
 
+_STATES = {str(state): state for state in TransferState}
+_KINDS = {str(kind): kind for kind in TransferKind}
+_TEXT: dict[TransferState | TransferKind, str] = {member: str(member) for member in (*TransferState, *TransferKind)}
+
+
 def _transfer_from_row(row: Row) -> Transfer:
-    fields = dict(row._mapping)
-    fields["state"] = TransferState(fields["state"])
-    fields["kind"] = TransferKind(fields["kind"])
-    return Transfer(**fields)
+    # Positional, in the table's column order: snapshots of big batches read thousands of rows.
+    (transfer_id, sequence, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
+     policy_version, created_at_us, prev_hash, link_hash) = row
+    return Transfer(sequence, transfer_id, debit_account, credit_account, amount, _STATES[state], pending_id,
+                    timeout_s, job_id, _KINDS[kind], policy_version, created_at_us, prev_hash, link_hash)
+
+
+def _transfer_to_values(transfer: Transfer) -> tuple[object, ...]:
+    """The row in table column order; plain str for the enums, so no driver adapts them by member name."""
+    return (transfer.id, transfer.sequence, transfer.debit_account, transfer.credit_account, transfer.amount,
+            _TEXT[transfer.state], transfer.pending_id, transfer.timeout_s, transfer.job_id, _TEXT[transfer.kind],
+            transfer.policy_version, transfer.created_at_us, transfer.prev_hash, transfer.hash)
 
 
 def _transfer_to_row(transfer: Transfer) -> dict[str, object]:
-    # Plain str for the enums, so no driver ever adapts them by member name.
-    row = {column.name: getattr(transfer, column.name) for column in _TRANSFERS.columns}
-    row["state"], row["kind"] = str(transfer.state), str(transfer.kind)
-    return row
+    return dict(zip(_TRANSFER_COLUMNS, _transfer_to_values(transfer), strict=True))
 
 
 def _account_from_row(row: Row) -> Account:
@@ -111,42 +132,57 @@ def closed_until_us(session: Session) -> int:
     return session.execute(query).scalar_one_or_none() or 0
 
 
+def _chunks(values: Iterable[object]) -> Iterator[list[str]]:
+    """The text values, sorted, in IN lists short enough for every driver's parameter limit."""
+    wanted = sorted({value for value in values if isinstance(value, str)})
+    for start in range(0, len(wanted), IN_CHUNK):
+        yield wanted[start:start + IN_CHUNK]
+
+
 def _transfers_where(session: Session, column: ColumnElement[Any], values: Iterable[str]) -> list[Transfer]:
-    wanted = sorted(value for value in values if isinstance(value, str))
-    if not wanted:
-        return []
-    rows = session.execute(select(_TRANSFERS).where(column.in_(wanted)).order_by(_TRANSFERS.c.sequence))
-    return [_transfer_from_row(row) for row in rows]
+    found: list[Transfer] = []
+    for condition in _among(session, column, values):
+        rows = session.execute(select(_TRANSFERS).where(condition).order_by(_TRANSFERS.c.sequence))
+        found.extend(_transfer_from_row(row) for row in rows)
+    found.sort(key=lambda transfer: transfer.sequence)
+    return found
+
+
+def _among(session: Session, column: ColumnElement[Any], values: Iterable[object]) -> Iterator[ColumnElement[bool]]:
+    """Conditions that together select the rows whose column is one of the text values."""
+    if session.get_bind().dialect.name == "postgresql":
+        # One array parameter: the statement text stays the same, so it is parsed once.
+        wanted = sorted({value for value in values if isinstance(value, str)})
+        if wanted:
+            yield column == any_(bindparam("among", wanted, type_=ARRAY(String)))
+        return
+    for chunk in _chunks(values):
+        yield column.in_(chunk)
 
 
 def _accounts_for_update(session: Session, account_ids: set[str]) -> dict[str, Account]:
-    ids = sorted(account_id for account_id in account_ids if isinstance(account_id, str))
-    if not ids:
-        return {}
+    accounts: dict[str, Account] = {}
     # Locked in id order, so two writers never wait on each other in opposite orders.
-    query = select(_ACCOUNTS).where(_ACCOUNTS.c.id.in_(ids)).order_by(_ACCOUNTS.c.id).with_for_update()
-    return {row.id: _account_from_row(row) for row in session.execute(query)}
+    for condition in _among(session, _ACCOUNTS.c.id, account_ids):
+        query = select(_ACCOUNTS).where(condition).order_by(_ACCOUNTS.c.id).with_for_update()
+        accounts.update((row.id, _account_from_row(row)) for row in session.execute(query))
+    return accounts
 
 
 def write(session: Session, evaluation: Evaluation) -> None:
-    """Insert the new transfers, move the balances and advance the chain head."""
-    assert evaluation.ok, "only a fully successful batch is written"
+    """Insert the new transfers, move the balances and advance the chain head, a statement each."""
     if not evaluation.new_transfers:
         return
-    session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in evaluation.new_transfers])
-    for account_id, change in sorted(evaluation.balance_changes.items()):
-        # Relative updates: even a writer that skipped the head lock could not lose an update.
-        updated = session.execute(
-            update(_ACCOUNTS)
-            .where(_ACCOUNTS.c.id == account_id)
-            .values(
-                debits_pending=_ACCOUNTS.c.debits_pending + change.debits_pending,
-                debits_posted=_ACCOUNTS.c.debits_posted + change.debits_posted,
-                credits_pending=_ACCOUNTS.c.credits_pending + change.credits_pending,
-                credits_posted=_ACCOUNTS.c.credits_posted + change.credits_posted,
-            )
-        )
-        assert updated.rowcount == 1, f"account {account_id} vanished while locked"
+    _insert_transfers(session, evaluation.new_transfers)
+    # Relative updates: even a writer that skipped the head lock could not lose an update.
+    changes = [
+        dict(account_id=account_id, debits_pending=change.debits_pending, debits_posted=change.debits_posted,
+             credits_pending=change.credits_pending, credits_posted=change.credits_posted)
+        for account_id, change in sorted(evaluation.balance_changes.items())
+    ]
+    if changes:
+        updated = session.execute(_MOVE_BALANCES, changes)
+        assert updated.rowcount in (len(changes), -1), "an account vanished while locked"
     last = evaluation.new_transfers[-1]
     session.execute(
         update(_HEAD)
@@ -155,9 +191,40 @@ def write(session: Session, evaluation: Evaluation) -> None:
     )
 
 
+_MOVE_BALANCES = (
+    update(_ACCOUNTS)
+    .where(_ACCOUNTS.c.id == bindparam("account_id"))
+    .values(
+        debits_pending=_ACCOUNTS.c.debits_pending + bindparam("debits_pending"),
+        debits_posted=_ACCOUNTS.c.debits_posted + bindparam("debits_posted"),
+        credits_pending=_ACCOUNTS.c.credits_pending + bindparam("credits_pending"),
+        credits_posted=_ACCOUNTS.c.credits_posted + bindparam("credits_posted"),
+    )
+)
+
+
+def _insert_transfers(session: Session, transfers: Sequence[Transfer]) -> None:
+    connection = session.connection()
+    if connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg":
+        # COPY: the fastest way into PostgreSQL (about three times executemany's rows per second).
+        copy = f"COPY {_TRANSFERS.name} ({', '.join(_TRANSFER_COLUMNS)}) FROM STDIN"
+        with connection.connection.driver_connection.cursor() as cursor, cursor.copy(copy) as rows:
+            for transfer in transfers:
+                rows.write_row(_transfer_to_values(transfer))
+        return
+    session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in transfers])
+
+
 def read_account(session: Session, account_id: str) -> Account | None:
     row = session.execute(select(_ACCOUNTS).where(_ACCOUNTS.c.id == account_id)).one_or_none()
     return None if row is None else _account_from_row(row)
+
+
+def read_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
+    accounts: dict[str, Account] = {}
+    for condition in _among(session, _ACCOUNTS.c.id, account_ids):
+        accounts.update((row.id, _account_from_row(row)) for row in session.execute(select(_ACCOUNTS).where(condition)))
+    return accounts
 
 
 def insert_account(
@@ -195,6 +262,10 @@ def read_transfer(session: Session, transfer_id: str) -> Transfer | None:
     return found[0] if found else None
 
 
+def read_transfers(session: Session, transfer_ids: Iterable[str]) -> dict[str, Transfer]:
+    return {transfer.id: transfer for transfer in _transfers_where(session, _TRANSFERS.c.id, transfer_ids)}
+
+
 def read_resolution(session: Session, pending_id: str) -> Transfer | None:
     found = _transfers_where(session, _TRANSFERS.c.pending_id, [pending_id])
     return found[0] if found else None
@@ -220,6 +291,29 @@ def scan_transfers(session: Session, batch_size: int) -> Iterator[Transfer]:
         if len(page) < batch_size:
             return
         after = page[-1].sequence
+
+
+_SCAN_COLUMNS = ", ".join(["sequence", *(name for name in _TRANSFER_COLUMNS if name != "sequence")])
+
+
+def transfer_row_pages(session: Session, after_sequence: int, page_size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """Raw rows (sequence, id, debit_account, ..., prev_hash, hash) after a sequence, in chain order, in pages.
+
+    One query streamed through the driver's own cursor, so no per-row objects are built; on
+    PostgreSQL a server-side cursor keeps memory bounded. For audits over millions of rows.
+    """
+    assert type(after_sequence) is int and page_size > 0
+    query = (f"SELECT {_SCAN_COLUMNS} FROM {_TRANSFERS.name} WHERE sequence > {after_sequence}"
+             " ORDER BY sequence")
+    driver_connection = session.connection().connection.driver_connection
+    postgres = session.get_bind().dialect.name == "postgresql"
+    cursor = driver_connection.cursor(name="ledger_transfer_scan") if postgres else driver_connection.cursor()
+    try:
+        cursor.execute(query)
+        while page := cursor.fetchmany(page_size):
+            yield page
+    finally:
+        cursor.close()
 
 
 def expired_pending_ids(session: Session, now_us: int, limit: int) -> list[str]:

@@ -27,6 +27,7 @@ from coordinator.verification import store
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.policy import TrustPolicy, check_rate, is_quarantined, should_check
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
+from ledger import job_batches
 from ledger import jobs as ledger_jobs
 from ledger.book import JobStep, get_transfer, job_transfer_id
 
@@ -152,8 +153,10 @@ def cannot_check(session: Session, job_id: str, reason: str, verifier: str, now_
 def release_due_credits(session: Session, now_ms: int, limit: int) -> list[str]:
     """Post the held credits of unchecked jobs whose check window has closed."""
     released = []
-    for check in store.due_credits(session, now_ms, limit):
-        payment = ledger_jobs.release_job_credit(session, JobId(check.job_id))
+    due = store.due_credits(session, now_ms, min(limit, job_batches.JOBS_PER_CALL_MAX))  # the rest next pass
+    # One ledger call for the whole pass: one lock, one read of the held credits, one write.
+    payments = job_batches.release_job_credits(session, [JobId(check.job_id) for check in due])
+    for check, payment in zip(due, payments, strict=True):
         assert payment.ok, f"ledger refused to release {check.job_id}: {payment.failure}"
         store.update_check(session, check.job_id, frozenset({CheckStatus.UNCHECKED}),
                            credit_state=CreditState.POSTED, credit_resolved_at_ms=now_ms)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ledger import book
-from ledger.chain import GENESIS_HASH, canonical_encoding, linked, transfer_hash
+from ledger.chain import ENCODING_VERSION, GENESIS_HASH, canonical_encoding, encode_row, linked, transfer_hash
 from ledger.model import TransferKind, TransferRequest
 from tests.ledger.helpers import ALICE, BOB, NOW_US, fund, open_accounts, reserve
 
@@ -115,3 +119,20 @@ def test_the_encoding_is_canonical_and_starts_from_genesis(session: Session) -> 
     assert first is not None and first.prev_hash == GENESIS_HASH and first.sequence == 1
     assert canonical_encoding(first).startswith(b'["mlxnet-ledger-transfer-v1",1,"deposit-1",')
     assert transfer_hash(first) == first.hash
+
+
+texts = st.text()  # any text at all: the audit reads rows a tamperer may have written
+integers = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@given(st.tuples(integers, texts, texts, texts, integers, texts, st.none() | texts, integers, st.none() | texts,
+                 texts, st.none() | texts, integers, texts))
+def test_the_row_encoding_is_exactly_compact_ascii_json(row: tuple) -> None:  # type: ignore[type-arg]
+    expected = json.dumps([ENCODING_VERSION, *row], separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    assert encode_row(row) == expected
+
+
+def test_only_the_ascii_space_is_printable_whitespace() -> None:
+    # valid_id relies on it: isprintable() plus no " " refuses every whitespace character.
+    printable_spaces = [code for code in range(sys.maxunicode + 1) if chr(code).isspace() and chr(code).isprintable()]
+    assert printable_spaces == [ord(" ")]

@@ -1,0 +1,95 @@
+"""The job-payment flow for many jobs at once: one ledger call per phase instead of one per job.
+
+Each job's transfers form one linked chain (ledger.book.create_transfer_chains), so a job
+whose step fails (short balance, no such reservation, already resolved) writes nothing
+and answers with its own code, while the other jobs of the call still go through. Each
+function gives the results, rows and hashes of calling its one-job twin in ledger.jobs
+for each job in order, at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import ConsumerId, JobId, OperatorId
+from ledger.book import JobStep, create_transfer_chains, get_transfers, job_transfer_id
+from ledger.jobs import (
+    JobPayment,
+    completion_operations,
+    credits_operator,
+    ensure_system_accounts,
+    open_operator_account,
+    release_operation,
+    reservation_request,
+)
+from ledger.model import OPERATIONS_PER_CALL_MAX, Operation, TransferResult
+from ledger.policy import JobPrice
+
+JOBS_PER_CALL_MAX = OPERATIONS_PER_CALL_MAX // 3  # a completion writes up to three transfers
+
+
+@dataclass(frozen=True)
+class JobReservation:
+    job_id: JobId
+    consumer_id: ConsumerId
+    amount: int  # policy.max_job_charge
+    timeout_s: int = 0
+
+
+@dataclass(frozen=True)
+class JobCompletion:
+    job_id: JobId
+    consumer_id: ConsumerId | None  # None: anonymous, the operator is paid from issuance
+    operator_id: OperatorId
+    price: JobPrice
+
+
+def reserve_jobs(
+    session: Session, reservations: Sequence[JobReservation], *, now_us: int | None = None
+) -> tuple[TransferResult, ...]:
+    """jobs.reserve_job for each reservation, in one call: one result per reservation."""
+    assert len(reservations) <= JOBS_PER_CALL_MAX, f"at most {JOBS_PER_CALL_MAX} jobs per call"
+    if not reservations:
+        return ()
+    ensure_system_accounts(session)
+    chains = [[reservation_request(r.job_id, r.consumer_id, r.amount, r.timeout_s)] for r in reservations]
+    return tuple(results[0] for results in create_transfer_chains(session, chains, now_us=now_us))
+
+
+def complete_jobs(
+    session: Session, completions: Sequence[JobCompletion], *, hold_s: int, now_us: int | None = None
+) -> tuple[JobPayment, ...]:
+    """jobs.complete_job for each completion, in one call: one JobPayment per completion."""
+    assert len(completions) <= JOBS_PER_CALL_MAX, f"at most {JOBS_PER_CALL_MAX} jobs per call"
+    chains = [
+        completion_operations(c.job_id, c.consumer_id, c.operator_id, c.price, hold_s) for c in completions
+    ]
+    if not completions:
+        return ()
+    ensure_system_accounts(session)
+    paid = {c.operator_id for c, chain in zip(completions, chains, strict=True) if credits_operator(chain)}
+    for operator_id in sorted(paid):
+        open_operator_account(session, operator_id)
+    return _payments(session, chains, now_us)
+
+
+def release_job_credits(
+    session: Session, job_ids: Sequence[JobId], *, now_us: int | None = None
+) -> tuple[JobPayment, ...]:
+    """jobs.release_job_credit for each job, in one call: no results for a job that holds no credit."""
+    assert len(job_ids) <= JOBS_PER_CALL_MAX, f"at most {JOBS_PER_CALL_MAX} jobs per call"
+    held = get_transfers(session, [job_transfer_id(job_id, JobStep.CREDIT) for job_id in job_ids])
+    chains: list[list[Operation]] = [
+        [release_operation(job_id)] if job_transfer_id(job_id, JobStep.CREDIT) in held else [] for job_id in job_ids
+    ]
+    return _payments(session, chains, now_us)
+
+
+def _payments(session: Session, chains: Sequence[list[Operation]], now_us: int | None) -> tuple[JobPayment, ...]:
+    """Apply the non-empty chains in one call; an empty chain is a job with nothing to write."""
+    written = [chain for chain in chains if chain]
+    results = iter(create_transfer_chains(session, written, now_us=now_us) if written else ())
+    return tuple(JobPayment(next(results)) if chain else JobPayment(()) for chain in chains)
