@@ -132,6 +132,18 @@ def _with_commitment(fleet: FleetSnapshot, placement: Placement) -> FleetSnapsho
     return replace(fleet, macs=macs)
 
 
+def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet: FleetSnapshot,
+                    now_ms: int) -> bool:
+    """Commit a new job's placement in its submit transaction, when no older job waits.
+
+    Saves the job a scheduler pass on its way to a Mac; an older queued job keeps
+    its turn, so the new one then waits for the pass like any other.
+    """
+    if records.queue_position(session, job) != 1:
+        return False
+    return _capacity_still_free(session, decision, fleet) and _commit(session, job, decision, now_ms)
+
+
 def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig) -> SchedulingPass:
     """One pass over the queue, oldest first; jobs that fit nowhere now keep waiting."""
     fleet, nodes = snapshot(session, now_ms, config)
