@@ -72,7 +72,7 @@ class CoordinatorService:
         """The caller behind a request: its key's consumer, or anonymous when allowed and keyless."""
         if not api_key and self.config.allow_anonymous:
             return api_keys.anonymous_caller(anonymous_name)
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:
             key = api_keys.authenticate(session, api_key)
         return Caller(key.consumer_id, key)
 
@@ -135,7 +135,7 @@ class CoordinatorService:
         return job
 
     def get_job(self, job_id: str, caller: Caller | None = None) -> JobView:
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:
             return self._view(session, self._own_job(session, job_id, caller))
 
     def _view(self, session, job: JobRecord | None) -> JobView:  # type: ignore[no-untyped-def]
@@ -198,7 +198,7 @@ class CoordinatorService:
                 seen = self.notifier.version(topic)
                 chunks = [] if read_database else live.take(next_index)
                 if not chunks:
-                    with self.db.transaction() as session:
+                    with self.db.read_transaction() as session:
                         job = self._own_job(session, job_id, caller)
                         # Not token_chunks alone: after a mid-stream hand-back chunks may
                         # straddle next_index.
@@ -243,7 +243,7 @@ class CoordinatorService:
         return node_id, token
 
     def authenticate(self, token: str | None) -> NodeRecord:
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:
             return node_registry.authenticate(session, token)
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
@@ -284,7 +284,7 @@ class CoordinatorService:
         topic = node_topic(node.node_id)
         while is_active():
             seen = self.notifier.version(topic)
-            with self.db.transaction() as session:
+            with self.db.read_transaction() as session:
                 jobs = records.active_jobs_for_node(session, node.node_id)
             for job in jobs:
                 if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
