@@ -121,6 +121,18 @@ def ensure_account(
     return ResultCode.CREATED
 
 
+def accounts_exist(session: Session, accounts: Iterable[tuple[str, AccountKind]]) -> bool:
+    """Whether each (id, kind) exists as ensure_account would create it, in one read.
+
+    Accounts never change kind or overdraft rule, so no lock is needed to know it.
+    """
+    wanted = list(accounts)
+    existing = store.read_accounts(session, [account_id for account_id, _ in wanted])
+    return all(account_id in existing and existing[account_id].kind is kind
+               and existing[account_id].debits_must_not_exceed_credits == (kind not in _OVERDRAFT_ALLOWED_KINDS)
+               for account_id, kind in wanted)
+
+
 def create_transfers(
     session: Session, operations: Iterable[Operation], *, now_us: int | None = None
 ) -> tuple[TransferResult, ...]:

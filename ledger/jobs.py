@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger.book import JobStep, create_transfer, create_transfers, ensure_account, get_transfer, job_transfer_id
+from ledger.book import (
+    JobStep, accounts_exist, create_transfer, create_transfers, ensure_account, get_transfer, job_transfer_id,
+)
 from ledger.model import (
     OK_CODES,
     TIMEOUT_S_MAX,
@@ -88,6 +90,8 @@ def consumer_account_id(consumer_id: ConsumerId) -> str:
 
 
 def ensure_system_accounts(session: Session) -> None:
+    if accounts_exist(session, SYSTEM_ACCOUNTS):  # every payment step asks: one read answers
+        return
     for account_id, kind in SYSTEM_ACCOUNTS:
         code = ensure_account(session, account_id, kind)
         assert code in OK_CODES, f"system account {account_id} is misconfigured: {code}"

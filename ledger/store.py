@@ -160,6 +160,12 @@ def read_account(session: Session, account_id: str) -> Account | None:
     return None if row is None else _account_from_row(row)
 
 
+def read_accounts(session: Session, account_ids: list[str]) -> dict[str, Account]:
+    """The accounts that exist among account_ids, by id, in one query."""
+    rows = session.execute(select(_ACCOUNTS).where(_ACCOUNTS.c.id.in_(account_ids)))
+    return {row.id: _account_from_row(row) for row in rows}
+
+
 def insert_account(
     session: Session, account_id: str, kind: AccountKind, debits_must_not_exceed_credits: bool, now_us: int
 ) -> None:
