@@ -39,7 +39,8 @@ def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecor
     return job
 
 
-def _check_streaming(job: records.StreamingJob | None, node: NodeRecord, job_id: str) -> records.StreamingJob:
+def _check_streaming(job: records.StreamingJob | None, node: NodeRecord,
+                     job_id: str) -> records.StreamingJob:
     """As _own_active_job, over the narrow read the token path makes for every chunk."""
     if job is None:
         raise NotFound(f"job {job_id} does not exist")

@@ -124,9 +124,11 @@ def ensure_account(
 def accounts_exist(session: Session, accounts: Iterable[tuple[str, AccountKind]]) -> bool:
     """Whether each (id, kind) exists as ensure_account would create it, in one read.
 
-    Accounts never change kind or overdraft rule, so no lock is needed to know it.
+    Takes the ledger's write lock first, as ensure_account does: callers rely on it
+    coming before any other ledger lock (PostgreSQL would find a deadlock otherwise).
     """
     wanted = list(accounts)
+    store.lock_chain_head(session)
     existing = store.read_accounts(session, [account_id for account_id, _ in wanted])
     return all(account_id in existing and existing[account_id].kind is kind
                and existing[account_id].debits_must_not_exceed_credits == (kind not in _OVERDRAFT_ALLOWED_KINDS)
