@@ -12,8 +12,9 @@ One run, one model, one machine:
 
 Decode rate is (tokens - 1) / (last token time - first token time), the same for
 both paths; time to first token runs from the request to its first text. The node
-hands each token over one step late (so its text is final), which is part of what
-the gateway path adds.
+hands each token after the first over one step late (so its text is final), and
+sends the tokens that come within node_agent.token_sender.FLUSH_INTERVAL_S of each
+other as one message; neither changes the first or the last token's time.
 """
 
 from __future__ import annotations
@@ -144,8 +145,7 @@ def _report(direct: list[Run], gateway: list[Run], loaded: list[Run], wall_s: fl
     node_rate = phases.pop("node's own decode tokens/s")
     out.write(f"  the node's own decode rate, from its receipts (MLX plus its proof recording): "
               f"{node_rate:.1f} tokens/s\n")
-    out.write("  where the gateway's first token goes (median ms; the node hands a token over one "
-              "step late): " + "; ".join(f"{name} {ms:.0f}" for name, ms in phases.items()) + "\n")
+    out.write("  where the gateway's first token goes (median ms): " + "; ".join(f"{name} {ms:.0f}" for name, ms in phases.items()) + "\n")
     tokens = sum(r.tokens for r in loaded)
     loaded_ttft = [r.first_s * 1000 for r in loaded]
     out.write(f"{clients} concurrent streaming clients: {tokens} tokens in {wall_s:.2f} s = "

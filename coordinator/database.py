@@ -2,7 +2,8 @@
 
 SQLite (the embedded default) and PostgreSQL are both first-class. On SQLite
 every transaction starts with BEGIN IMMEDIATE, so two writers queue on the
-lock instead of failing to upgrade a read lock.
+lock instead of failing to upgrade a read lock; a read_transaction starts with
+a plain BEGIN, so readers (WAL) neither wait for writers nor hold them up.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_READ_ONLY = "mlxnet_read_only"  # execution option: this transaction never writes
 
 
 def default_sqlite_url(data_dir: Path) -> str:
@@ -41,7 +43,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = connection.get_execution_options().get(_READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def create_database_engine(url: str) -> Engine:
@@ -87,6 +90,14 @@ class Database:
     def transaction(self) -> Iterator[Session]:
         """A session whose work commits together, or not at all."""
         with self._sessions() as session, session.begin():
+            yield session
+
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[Session]:
+        """A session that only reads (writing in it is a programmer error): one snapshot,
+        and on SQLite no write lock, so a stream's reads never queue behind the writers."""
+        with self._sessions() as session, session.begin():
+            session.connection(execution_options={_READ_ONLY: True})
             yield session
 
     def dispose(self) -> None:

@@ -39,18 +39,33 @@ def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecor
     return job
 
 
+def _check_streaming(job: records.StreamingJob | None, node: NodeRecord,
+                     job_id: str) -> records.StreamingJob:
+    """As _own_active_job, over the narrow read the token path makes for every chunk."""
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if not job.assigned_to_node:
+        raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
+    if job.status in records.TERMINAL_STATUSES:
+        raise AlreadyDone(f"job {job_id} is already {job.status.value}; its result is recorded")
+    if job.status not in ACTIVE_STATUSES:
+        raise PermissionDenied(f"job {job_id} was handed back and is {job.status.value}")
+    return job
+
+
 def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
                   now_ms: int, prompt_tokens: int = 0) -> bool:
     """Store a chunk of a running job; False when it was a harmless re-send.
 
     prompt_tokens comes with the first chunk, so a job cut off later can still be
-    charged for its prompt (coordinator.billing).
+    charged for its prompt (coordinator.billing). This runs for every chunk a node
+    streams, so it reads only what it checks.
     """
     if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
         raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
                              f"{TOKENS_PER_CHUNK_MAX} token ids")
-    records.lock_job(session, job_id)  # a cancel that ends the job counts every stored token
-    job = _own_active_job(session, node, job_id)
+    # Locked: a cancel that ends the job counts every stored token.
+    job = _check_streaming(records.lock_streaming_job(session, job_id, node.node_id), node, job_id)
     expected_index = records.token_count(session, job_id)
     if chunk.first_index > expected_index:
         raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "
@@ -63,12 +78,13 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
         records.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
                                status=JobStatus.RUNNING, started_at_ms=now_ms,
                                prompt_tokens=max(0, prompt_tokens))
-    stored = records.append_tokens(session, job_id, chunk) if chunk.first_index == expected_index \
-        else False
-    if not stored and not records.has_chunk_at(session, job_id, chunk.first_index):
+    if chunk.first_index == expected_index:  # chunks are contiguous: none starts at the end
+        records.insert_chunk(session, job_id, chunk)
+        return True
+    if not records.has_chunk_at(session, job_id, chunk.first_index):
         raise InvalidRequest(f"token chunk at {chunk.first_index} overlaps stored tokens of job "
                              f"{job_id}; re-send chunks with their original boundaries")
-    return stored
+    return False
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -307,9 +307,30 @@ def insert_job(session: Session, job: JobRecord) -> bool:
     return True
 
 
-def lock_job(session: Session, job_id: str) -> None:
-    """Row-lock a job on PostgreSQL, so its status and its tokens change in one order."""
-    session.execute(select(jobs.c.job_id).where(jobs.c.job_id == job_id).with_for_update())
+@dataclass(frozen=True)
+class StreamingJob:
+    """What storing a token chunk needs to know of its job, read in one locking query."""
+
+    status: JobStatus
+    max_tokens: int
+    assigned_to_node: bool  # the node holds an assignment of the job's current attempt
+
+
+# Built once: the token path runs these for every chunk, and a reused statement
+# skips SQLAlchemy's per-call construction and cache-key work.
+_STREAMING_JOB = select(
+    jobs.c.status, jobs.c.max_tokens,
+    select(job_assignments.c.node_id).where(
+        job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
+        job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
+).where(jobs.c.job_id == bindparam("job_id")).with_for_update(of=jobs)
+
+
+def lock_streaming_job(session: Session, job_id: str, node_id: str) -> StreamingJob | None:
+    """Row-lock a job (PostgreSQL) and read what accepting its tokens checks; None if unknown."""
+    row = session.execute(_STREAMING_JOB, {"job_id": job_id, "node_id": node_id}).first()
+    return None if row is None else StreamingJob(JobStatus(row.status), row.max_tokens,
+                                                 bool(row.assigned))
 
 
 def job_by_id(session: Session, job_id: str) -> JobRecord | None:
@@ -402,26 +423,40 @@ def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
 
 # --- tokens --------------------------------------------------------------
 
+_CHUNK_AT = select(job_tokens.c.first_index).where(
+    job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index == bindparam("first_index"))
+_INSERT_CHUNK = insert(job_tokens)
+_CHUNKS_FROM = select(job_tokens).where(
+    job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index >= bindparam("from_index")
+).order_by(job_tokens.c.first_index)
+_LAST_CHUNK = select(job_tokens.c.first_index, job_tokens.c.token_ids_json).where(
+    job_tokens.c.job_id == bindparam("job_id")).order_by(job_tokens.c.first_index.desc()).limit(1)
+
+
 def has_chunk_at(session: Session, job_id: str, first_index: int) -> bool:
-    return session.execute(select(job_tokens.c.first_index).where(
-        job_tokens.c.job_id == job_id, job_tokens.c.first_index == first_index)).first() is not None
+    return session.execute(_CHUNK_AT, {"job_id": job_id, "first_index": first_index}
+                           ).first() is not None
 
 
 def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
     """Store a chunk once; a re-sent chunk (same first index) is ignored."""
     if has_chunk_at(session, job_id, chunk.first_index):
         return False
-    logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
-    session.execute(insert(job_tokens).values(
-        job_id=job_id, first_index=chunk.first_index,
-        token_ids_json=json.dumps(list(chunk.token_ids)), text=chunk.text, logprobs_json=logprobs))
+    insert_chunk(session, job_id, chunk)
     return True
 
 
+def insert_chunk(session: Session, job_id: str, chunk: TokenChunk) -> None:
+    """Store a chunk known to be new: it starts where the stored tokens end."""
+    logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
+    session.execute(_INSERT_CHUNK, {
+        "job_id": job_id, "first_index": chunk.first_index,
+        "token_ids_json": json.dumps(list(chunk.token_ids)), "text": chunk.text,
+        "logprobs_json": logprobs})
+
+
 def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[TokenChunk]:
-    rows = session.execute(select(job_tokens).where(
-        job_tokens.c.job_id == job_id, job_tokens.c.first_index >= from_index)
-        .order_by(job_tokens.c.first_index))
+    rows = session.execute(_CHUNKS_FROM, {"job_id": job_id, "from_index": from_index})
     return [TokenChunk(r.first_index, tuple(json.loads(r.token_ids_json)), r.text,
                        logprobs_from_json(json.loads(r.logprobs_json)) if r.logprobs_json else ())
             for r in rows]
@@ -429,7 +464,5 @@ def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[Tok
 
 def token_count(session: Session, job_id: str) -> int:
     """Tokens stored so far: the end of the last chunk (chunks are contiguous from 0)."""
-    last = session.execute(select(job_tokens.c.first_index, job_tokens.c.token_ids_json)
-                           .where(job_tokens.c.job_id == job_id)
-                           .order_by(job_tokens.c.first_index.desc()).limit(1)).first()
+    last = session.execute(_LAST_CHUNK, {"job_id": job_id}).first()
     return 0 if last is None else last.first_index + len(json.loads(last.token_ids_json))

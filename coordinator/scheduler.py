@@ -163,6 +163,24 @@ def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) ->
     return place(request, _without(index.snapshot(), excluded), index.config)
 
 
+def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet: FleetSnapshot,
+                    now_ms: int, config: CoordinatorConfig) -> bool:
+    """Commit a new job's placement in its submit transaction, when no older job waits.
+
+    Saves the job a scheduler pass on its way to a Mac; an older queued job keeps its
+    turn. The chosen Macs are re-read under their row locks: if anything moved since the
+    submit's read (another coordinator placed there), the scheduler's pass places the job.
+    """
+    if records.queue_position(session, job) != 1:
+        return False
+    records.lock_nodes(session, decision.node_ids)
+    fresh = fresh_macs(session, list(decision.node_ids), now_ms, config).macs
+    read = {mac.node_id: mac for mac in fleet.macs}
+    if any(fresh[node_id] is None or fresh[node_id] != read.get(node_id) for node_id in decision.node_ids):
+        return False
+    return _commit(session, job, decision, now_ms)
+
+
 def _decide_job(session: Session, job: JobRecord, fleet: LiveFleet, avoid: frozenset[str],
                 now_ms: int) -> tuple[JobRequest | None, Placement | Unplaceable | None]:
     request = job_request(job, fleet.catalog())

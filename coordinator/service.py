@@ -27,6 +27,7 @@ from coordinator.placement.candidates import FleetSnapshot, JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
+from coordinator.live_chunks import LiveChunks
 from coordinator.notifier import Notifier, job_topic, node_topic
 from coordinator.records import JobRecord, JobStatus, NodeRecord, TokenChunk
 from coordinator.verification import outcomes as check_outcomes
@@ -61,6 +62,7 @@ class CoordinatorService:
                  notifier: Notifier | None = None, draws: random.Random | None = None) -> None:
         self.db, self.clock, self.config = db, clock, config
         self.notifier = notifier or Notifier()
+        self.live_chunks = LiveChunks()
         self.verifier: VerifierWorker | None = None
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
@@ -72,7 +74,7 @@ class CoordinatorService:
         """The caller behind a request: its key's consumer, or anonymous when allowed and keyless."""
         if not api_key and self.config.allow_anonymous:
             return api_keys.anonymous_caller(anonymous_name)
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:
             key = api_keys.authenticate(session, api_key)
         return Caller(key.consumer_id, key)
 
@@ -80,12 +82,14 @@ class CoordinatorService:
                    place_now: bool = False) -> JobView:
         """Queue a job; with a keyed caller, check its limits and reserve its maximum charge.
 
-        place_now refuses (NoCapacityNow) instead of queueing when no Mac can take it now.
-        Any refusal rolls the whole transaction back: no job, no reservation.
+        A new job goes to a Mac in the same transaction when one is free and no older
+        job waits. place_now refuses (NoCapacityNow) instead of queueing when no Mac can
+        take it now. Any refusal rolls the whole transaction back: no job, no reservation.
         """
         assert caller is None or sub.consumer_id == caller.consumer_id
         key = caller.key if caller is not None else None
         now = self.clock.now_ms()
+        placed = False
         with self.db.transaction() as session:
             if key is not None:
                 api_keys.admit(session, key, now)
@@ -95,25 +99,35 @@ class CoordinatorService:
             if created:
                 request = scheduler.job_request(job, catalog)
                 assert request is not None, "submit checked the model is served"
-                self._refuse_unrunnable(fleet, request, place_now)
+                decision = self._refuse_unrunnable(fleet, request, place_now)
                 if key is not None:
                     billing.reserve(session, job, request.model, key)
-        if created:
+                placed = decision is not None and scheduler.place_submitted(
+                    session, job, decision, fleet, now, self.config)
+            view = self._view(session, records.job_by_id(session, job.job_id) if placed else job)
+        if placed:
+            log.info("job %s queued for model %s and assigned to %s", job.job_id, job.model_id,
+                     ", ".join(view.job.node_ids))
+            self.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in view.job.node_ids))
+        elif created:
             log.info("job %s queued for model %s", job.job_id, job.model_id)
             self.run_scheduler()
-        return self.get_job(job.job_id)
+            return self.get_job(job.job_id)
+        return view
 
     def _refuse_unrunnable(self, fleet: FleetSnapshot, request: JobRequest,
-                           place_now: bool) -> None:
+                           place_now: bool) -> Placement | None:
+        """The placement a Mac could take now, None when it must wait; raises if it never can."""
         decision = place(request, fleet)
         if not isinstance(decision, PlacementRefusal):
-            return
+            return decision
         if decision.permanent:
             raise Unplaceable(f"no Mac or pod in the network can run this job: {decision.reason}")
         if place_now:
             raise NoCapacityNow(f"no Mac can take this job right now ({decision.reason}); "
                                 "retry after the Retry-After seconds",
                                 retry_after_s=self.config.busy_retry_after_s)
+        return None
 
     def _own_job(self, session, job_id: str, caller: Caller | None) -> JobRecord:  # type: ignore[no-untyped-def]
         """The job, if the caller may see it: a consumer sees only its own jobs."""
@@ -123,16 +137,19 @@ class CoordinatorService:
         return job
 
     def get_job(self, job_id: str, caller: Caller | None = None) -> JobView:
-        with self.db.transaction() as session:
-            job = self._own_job(session, job_id, caller)
-            nodes = [node for node_id in job.node_ids
-                     if (node := records.node_by_id(session, node_id)) is not None]
-            chunks = records.token_chunks(session, job_id)
-            text = "".join(chunk.text for chunk in chunks)
-            signer = nodes[0].public_key if job.receipt_body is not None and nodes else b""
-            return JobView(job, records.queue_position(session, job),
-                           tuple(n.hardware.chip for n in nodes), text, signer,
-                           sum(len(chunk.token_ids) for chunk in chunks))
+        with self.db.read_transaction() as session:
+            return self._view(session, self._own_job(session, job_id, caller))
+
+    def _view(self, session, job: JobRecord | None) -> JobView:  # type: ignore[no-untyped-def]
+        assert job is not None
+        nodes = [node for node_id in job.node_ids
+                 if (node := records.node_by_id(session, node_id)) is not None]
+        chunks = records.token_chunks(session, job.job_id)
+        text = "".join(chunk.text for chunk in chunks)
+        signer = nodes[0].public_key if job.receipt_body is not None and nodes else b""
+        return JobView(job, records.queue_position(session, job),
+                       tuple(n.hardware.chip for n in nodes), text, signer,
+                       sum(len(chunk.token_ids) for chunk in chunks))
 
     def cancel_job(self, job_id: str, caller: Caller | None = None, *,
                    code: str = records.ERROR_CANCELLED) -> JobView:
@@ -170,23 +187,34 @@ class CoordinatorService:
 
     def stream_job(self, job_id: str, is_active: Callable[[], bool],
                    caller: Caller | None = None) -> Iterator[TokenChunk | JobView]:
-        """Every token chunk from the first, as stored, then the final job view."""
+        """Every token chunk from the first, as stored, then the final job view.
+
+        Chunks this process stores come straight from the node's stream once committed;
+        the database is read first (it checks the caller), on any gap and for the job's end.
+        """
         next_index = delivered_chars = 0
         topic = job_topic(job_id)
-        while is_active():
-            seen = self.notifier.version(topic)
-            with self.db.transaction() as session:
-                job = self._own_job(session, job_id, caller)
-                # Not token_chunks alone: after a mid-stream hand-back chunks may straddle next_index.
-                chunks = node_records.chunks_for_reader(session, job_id, next_index, delivered_chars)
-            for chunk in chunks:
-                next_index = chunk.first_index + len(chunk.token_ids)
-                delivered_chars += len(chunk.text)
-                yield chunk
-            if job.status in records.TERMINAL_STATUSES:
-                yield self.get_job(job_id, caller)
-                return
-            self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
+        read_database = True
+        with self.live_chunks.subscribe(job_id) as live:
+            while is_active():
+                seen = self.notifier.version(topic)
+                chunks = [] if read_database else live.take(next_index)
+                if not chunks:
+                    with self.db.read_transaction() as session:
+                        job = self._own_job(session, job_id, caller)
+                        # Not token_chunks alone: after a mid-stream hand-back chunks may
+                        # straddle next_index.
+                        chunks = node_records.chunks_for_reader(session, job_id, next_index,
+                                                                delivered_chars)
+                    read_database = False
+                for chunk in chunks:
+                    next_index = chunk.first_index + len(chunk.token_ids)
+                    delivered_chars += len(chunk.text)
+                    yield chunk
+                if job.status in records.TERMINAL_STATUSES:
+                    yield self.get_job(job_id, caller)
+                    return
+                self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
 
     def explain_placement(self, model_id: str, context_tokens: int,
                           min_decode_tokens_per_s: float) -> Placement | PlacementRefusal:
@@ -218,7 +246,7 @@ class CoordinatorService:
         return node_id, token
 
     def authenticate(self, token: str | None) -> NodeRecord:
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:
             return node_registry.authenticate(session, token)
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
@@ -262,7 +290,7 @@ class CoordinatorService:
         topic = node_topic(node.node_id)
         while is_active():
             seen = self.notifier.version(topic)
-            with self.db.transaction() as session:
+            with self.db.read_transaction() as session:
                 jobs = records.active_jobs_for_node(session, node.node_id)
             for job in jobs:
                 if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
@@ -275,6 +303,8 @@ class CoordinatorService:
         with self.db.transaction() as session:
             stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
                                                prompt_tokens)
+        if stored:  # committed: the job's live readers may have it now
+            self.live_chunks.publish(job_id, [chunk])
         self.notifier.notify(job_topic(job_id))
         return stored
 

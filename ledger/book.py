@@ -122,11 +122,10 @@ def ensure_account(
         return ResultCode.INVALID_ID
     if debits_must_not_exceed_credits is None:
         debits_must_not_exceed_credits = refuses_overdraft_by_default(kind)
-    # Accounts are never deleted and their kind never changes, so one that exists needs no lock.
+    # The ledger's write lock comes first, even when the account exists: callers rely on it
+    # preceding their own row locks (PostgreSQL finds a deadlock when the order varies).
+    store.lock_chain_head(session)
     existing = store.read_account(session, account_id)
-    if existing is None:
-        store.lock_chain_head(session)
-        existing = store.read_account(session, account_id)
     if existing is not None:
         same = existing.kind is kind and existing.debits_must_not_exceed_credits == debits_must_not_exceed_credits
         return ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS
@@ -159,6 +158,20 @@ def create_transfer_chains(
     evaluation = evaluate_chains(batch, snapshot, _now_us(now_us))
     store.write(session, evaluation)
     return evaluation.chain_results
+
+
+def accounts_exist(session: Session, accounts: Iterable[tuple[str, AccountKind]]) -> bool:
+    """Whether each (id, kind) exists as ensure_account would create it, in one read.
+
+    Takes the ledger's write lock first, as ensure_account does: callers rely on it
+    coming before any other ledger lock (PostgreSQL would find a deadlock otherwise).
+    """
+    wanted = list(accounts)
+    store.lock_chain_head(session)
+    existing = store.read_accounts(session, [account_id for account_id, _ in wanted])
+    return all(account_id in existing and existing[account_id].kind is kind
+               and existing[account_id].debits_must_not_exceed_credits == (kind not in _OVERDRAFT_ALLOWED_KINDS)
+               for account_id, kind in wanted)
 
 
 def create_transfers(

@@ -27,13 +27,12 @@ from sqlalchemy.orm import Session
 from contracts.ids import ConsumerId, JobId, OperatorId
 from ledger.book import (
     JobStep,
+    accounts_exist,
     create_transfer,
     create_transfers,
     ensure_account,
-    get_accounts,
     get_transfer,
     job_transfer_id,
-    refuses_overdraft_by_default,
 )
 from ledger.model import (
     OK_CODES,
@@ -97,12 +96,9 @@ def consumer_account_id(consumer_id: ConsumerId) -> str:
 
 
 def ensure_system_accounts(session: Session) -> None:
-    found = get_accounts(session, [account_id for account_id, _ in SYSTEM_ACCOUNTS])
+    if accounts_exist(session, SYSTEM_ACCOUNTS):  # every payment step asks: one read answers
+        return
     for account_id, kind in SYSTEM_ACCOUNTS:
-        existing = found.get(account_id)
-        if existing is not None and (existing.kind, existing.debits_must_not_exceed_credits) == (
-                kind, refuses_overdraft_by_default(kind)):
-            continue  # the usual case: one read for all four
         code = ensure_account(session, account_id, kind)
         assert code in OK_CODES, f"system account {account_id} is misconfigured: {code}"
 

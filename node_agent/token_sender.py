@@ -4,6 +4,11 @@ Generation (on the MLX thread) only queues chunks; a sender thread owns the
 client-streaming call. Every chunk is also kept, with the same boundaries it
 was sent with, so after a dropped connection the whole job can be re-sent:
 the coordinator stores each first index once.
+
+The first token goes at once; later ones wait at most FLUSH_INTERVAL_S and go
+together, so the coordinator stores (and the consumer reads) a few tokens per
+message rather than one: each message costs the coordinator a transaction. The
+job's end flushes at once.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Iterator
 
 from contracts.logprobs import TokenLogprob
@@ -20,12 +26,15 @@ from node_agent.coordinator_client import (
 
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
+FLUSH_INTERVAL_S = 0.02  # longest a token waits for company; well under a reader's notice
 
 
 class TokenSender:
-    def __init__(self, client: CoordinatorClient, job_id: str) -> None:
+    def __init__(self, client: CoordinatorClient, job_id: str,
+                 flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self._client = client
         self._job_id = job_id
+        self._flush_interval_s = flush_interval_s
         self._queue: queue.Queue[Chunk | None] = queue.Queue()
         self.sent: list[Chunk] = []  # as yielded to the call, merged or not
         self.error: CoordinatorCallError | None = None
@@ -35,15 +44,16 @@ class TokenSender:
         self._thread.start()
 
     def _pending(self) -> Iterator[Chunk]:
-        """Chunks as queued; several waiting ones go out merged as one message."""
+        """Chunks as queued; those that come within the flush interval go out merged."""
         done = False
         while not done:
             chunk = self._queue.get()
             if chunk is _DONE:
                 return
+            deadline = time.monotonic() + (self._flush_interval_s if self.sent else 0.0)
             while len(chunk.token_ids) < CHUNK_TOKENS_MAX:
                 try:
-                    following = self._queue.get_nowait()
+                    following = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
                 if following is _DONE:

@@ -52,25 +52,40 @@ def _logits(model, hidden: mx.array) -> mx.array:  # type: ignore[no-untyped-def
 
 
 class _Strongest:
-    """The CANDIDATES largest-magnitude values of one chunk, fed a block of rows at a time."""
+    """The CANDIDATES largest-magnitude values of one chunk, fed a block of rows at a time.
+
+    add_lazy only builds the selection, so decoding evaluates it together with the
+    next token instead of stopping for it; result() merges whatever is queued.
+    """
 
     def __init__(self) -> None:
         self._indices = np.zeros(0, dtype=np.int64)
         self._values = np.zeros(0, dtype=np.float32)
+        self._queued: list[tuple[mx.array, mx.array, int]] = []
 
-    def add(self, rows: mx.array, first_row: int) -> None:
+    def add_lazy(self, rows: mx.array, first_row: int) -> tuple[mx.array, mx.array]:
+        """Queue a block; returns the arrays to evaluate (merged by the next add or result)."""
         flat = rows.reshape(-1).astype(mx.float32)
         count = min(CANDIDATES, flat.size)
         picked = mx.argpartition(-mx.abs(flat), kth=count - 1)[:count]
         values = mx.take(flat, picked)
-        mx.eval(picked, values)
-        offset = first_row * rows.shape[-1]
-        indices = np.concatenate((self._indices, np.array(picked, dtype=np.int64) + offset))
-        values_np = np.concatenate((self._values, np.array(values, dtype=np.float32)))
-        order = np.lexsort((indices, -np.abs(values_np)))[:CANDIDATES]
-        self._indices, self._values = indices[order], values_np[order]
+        self._queued.append((picked, values, first_row * rows.shape[-1]))
+        return picked, values
+
+    def add(self, rows: mx.array, first_row: int) -> None:
+        mx.eval(*self.add_lazy(rows, first_row))
+        self._merge()
+
+    def _merge(self) -> None:
+        for picked, values, offset in self._queued:
+            indices = np.concatenate((self._indices, np.array(picked, dtype=np.int64) + offset))
+            values_np = np.concatenate((self._values, np.array(values, dtype=np.float32)))
+            order = np.lexsort((indices, -np.abs(values_np)))[:CANDIDATES]
+            self._indices, self._values = indices[order], values_np[order]
+        self._queued = []
 
     def result(self) -> TopCandidates:
+        self._merge()
         return TopCandidates(tuple(int(i) for i in self._indices),
                              tuple(float(v) for v in self._values))
 
@@ -105,63 +120,86 @@ class _Recorder:
     def prompt_rows(self, rows: mx.array, first_row: int) -> None:
         self.prompt.add(rows, first_row)
 
-    def generated_row(self, row: mx.array) -> None:
+    def last_prompt_row(self, row: mx.array, first_row: int) -> tuple[mx.array, ...]:
+        """The prompt's last state, queued; returns what to evaluate with the first token."""
+        return self.prompt.add_lazy(row, first_row)
+
+    def generated_row(self, row: mx.array) -> tuple[mx.array, ...]:
+        """Returns what to evaluate with the next token: a chunk's selection once it fills."""
         self._pending.append(row)
-        if len(self._pending) == CHUNK_TOKENS:
-            self.flush()
+        return self.flush() if len(self._pending) == CHUNK_TOKENS else ()
 
-    def flush(self) -> None:
-        if self._pending:
-            chunk = _Strongest()
-            chunk.add(mx.concatenate(self._pending, axis=0), 0)
-            self.chunks.append(chunk)
-            self._pending = []
+    def flush(self) -> tuple[mx.array, ...]:
+        if not self._pending:
+            return ()
+        chunk = _Strongest()
+        self.chunks.append(chunk)
+        rows, self._pending = mx.concatenate(self._pending, axis=0), []
+        return chunk.add_lazy(rows, 0)
 
 
-def _sample(model, hidden: mx.array, temperature: float, top_p: float, seed: int,  # type: ignore[no-untyped-def]
-            step: int) -> tuple[int, mx.array]:
-    """The sampled token, and the logits it was sampled from."""
-    logits = _logits(model, hidden)
-    if temperature == 0.0:  # as mlx_lm's greedy sampler: argmax of the log-probabilities
-        logprobs = logits - mx.logsumexp(logits, keepdims=True)
-        return int(mx.argmax(logprobs, axis=-1).item()), logits
-    return sample_token(np.array(logits[0].astype(mx.float32)), temperature, top_p, seed,
-                        step), logits
+def _greedy(logits: mx.array) -> mx.array:
+    """As mlx_lm's greedy sampler: argmax of the log-probabilities, left lazy."""
+    return mx.argmax(logits - mx.logsumexp(logits, keepdims=True), axis=-1)
+
+
+def _prefill(model, ids: mx.array, cache, recorder: _Recorder) -> int:  # type: ignore[no-untyped-def]
+    """Everything but the last prompt token, as mlx_lm; returns how many were processed."""
+    done = 0
+    while ids.size - done > 1:
+        count = min(PREFILL_STEP, ids.size - done - 1)
+        hidden = model.model(ids[None, done:done + count], cache=cache)
+        recorder.prompt_rows(hidden[0], done)
+        done += count
+    return done
 
 
 def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  # type: ignore[no-untyped-def]
            top_p: float, seed: int, eos_token_ids: frozenset[int],
            on_step: Callable[[DecodeStep], bool]) -> Decoded | None:
-    """Generate up to max_tokens, recording hidden states; None when on_step asked to stop."""
+    """Generate up to max_tokens, recording hidden states; None when on_step asked to stop.
+
+    Step s runs the model on the previous token (the last prompt token at s = 0) and
+    samples token s. Greedy steps are pipelined as in mlx_lm's generate_step: step s+1
+    is queued before token s is read, and dropped unrecorded if token s ends the output.
+    """
     assert prompt_ids and max_tokens >= 0
     cache = make_prompt_cache(model)
     ids = mx.array(prompt_ids)
     recorder = _Recorder(len(prompt_ids))
-    done = 0
-    while len(prompt_ids) - done > 1:  # everything but the last prompt token, as mlx_lm
-        count = min(PREFILL_STEP, len(prompt_ids) - done - 1)
-        hidden = model.model(ids[None, done:done + count], cache=cache)
-        recorder.prompt_rows(hidden[0], done)
-        done += count
-    current = ids[done:]
+    done = _prefill(model, ids, cache, recorder)
+    greedy = temperature == 0.0
+
+    def forward(inputs: mx.array, step: int) -> tuple[mx.array, mx.array | None, mx.array | None]:
+        """The step's hidden state, and (before the last step) its logits and lazy token."""
+        hidden = model.model(inputs[None], cache=cache)
+        if step == max_tokens:  # the last token's state is recorded; nothing more to sample
+            return hidden, None, None
+        logits = _logits(model, hidden[:, -1, :])
+        if greedy:
+            return hidden, logits, _greedy(logits)
+        return hidden, logits, mx.array([sample_token(np.array(logits[0].astype(mx.float32)),
+                                                      temperature, top_p, seed, step)])
+
+    hidden, logits, token = forward(ids[done:], 0)
+    mx.async_eval(*(a for a in (token, *recorder.last_prompt_row(hidden[0], done)) if a is not None))
     tokens: list[int] = []
     finish = FinishReason.LENGTH
-    for step in range(max_tokens + 1):
-        hidden = model.model(current[None], cache=cache)
-        if step == 0:
-            recorder.prompt_rows(hidden[0], done)
-        else:
-            recorder.generated_row(hidden[0])
-        if step == max_tokens:  # the last token's state is recorded; nothing more to sample
-            break
-        token, logits = _sample(model, hidden[:, -1, :], temperature, top_p, seed, step)
-        if token in eos_token_ids:
+    for step in range(max_tokens):
+        assert token is not None
+        following = forward(token, step + 1) if greedy else None
+        if following is not None and following[2] is not None:
+            mx.async_eval(following[2])
+        token_id = int(token.item())
+        if token_id in eos_token_ids:
             finish = FinishReason.END_TOKEN
             break
-        tokens.append(token)
-        if not on_step(DecodeStep(step, token, logits)):
+        tokens.append(token_id)
+        if not on_step(DecodeStep(step, token_id, logits)):
             return None
-        current = mx.array([token])
+        hidden, logits, token = following or forward(token, step + 1)
+        if recorded := recorder.generated_row(hidden[0]):
+            mx.async_eval(*recorded)
     recorder.flush()
     return Decoded(tuple(tokens), finish, len(prompt_ids), recorder.prompt.result(),
                    tuple(c.result() for c in recorder.chunks))

@@ -104,6 +104,9 @@ class Engine:
                  on_logprob: Callable[[int, TokenLogprob], None] | None = None) -> GenerationResult:
         """Generate, handing each token to on_token one step late so its text is final.
 
+        The first token goes at once when its text already is (see _settled): it is
+        what the consumer waits for.
+
         Records the final hidden states as it goes and returns the activation
         commitment for the receipt. on_prompt gets the prompt's token count before
         the first token; on_logprob gets each token's logprobs (when the request asks)
@@ -138,7 +141,10 @@ class Engine:
             detokenizer.add_token(step.token_id)
             if held and not hand_over(*held.pop()):
                 return False
-            held.append((step.index, step.token_id, detokenizer.last_segment))
+            segment = detokenizer.last_segment
+            if step.index == 0 and _settled(tokenizer, step.token_id, segment):
+                return hand_over(step.index, step.token_id, segment)  # the first token goes at once
+            held.append((step.index, step.token_id, segment))
             return True
 
         started = _now_ms()
@@ -147,9 +153,12 @@ class Engine:
                                      self.end_token_ids(request.model_path), on_step)
         if decoded is not None:
             detokenizer.finalize()
+            tail = detokenizer.last_segment
             if held:
                 index, token_id, text = held.pop()
-                hand_over(index, token_id, text + detokenizer.last_segment)
+                hand_over(index, token_id, text + tail)
+            elif tail:  # _settled said the detokenizer held nothing back
+                log.warning("job %s: text %r after the last token was dropped", request.job_id, tail)
         tokens = tuple(token_id for token_id, _ in accepted)
         text = "".join(text for _, text in accepted)
         if decoded is None or len(tokens) < len(decoded.token_ids):  # cancelled: no proof
@@ -189,6 +198,17 @@ class LocalReplayer:
     def replay(self, model_id: str, prompt: str, output_ids: tuple[int, ...],
                check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
         return self._engine.replay(self._models[model_id][0], prompt, output_ids, check_step)
+
+
+def _settled(tokenizer, token_id: int, segment: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a first token's text is final: the detokenizer shows the end of it.
+
+    Detokenizers hold back only a token's end (a partial character, a trailing space);
+    a leading space they drop stays dropped. A settled token need not wait a step.
+    """
+    full = tokenizer.decode([token_id])
+    return (bool(segment) and full.endswith(segment) and not full[-1].isspace()
+            and not full.endswith("\ufffd"))
 
 
 def _commitment(job_id: str, decoded: Decoded) -> bytes:

@@ -1,0 +1,85 @@
+"""Chunks handed from the node's stream to live readers: never lost, never doubled."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from coordinator import records
+from coordinator.live_chunks import CHUNKS_PER_READER_MAX, LiveChunks
+from coordinator.records import JobStatus, TokenChunk
+from coordinator.service import CoordinatorService, JobView
+from node_agent.identity import load_or_create_identity
+from tests.coordinator.test_service import SMALL, _register, _submission, service  # noqa: F401
+
+
+def _chunk(first: int, count: int = 1) -> TokenChunk:
+    return TokenChunk(first, tuple(range(first, first + count)), "x" * count)
+
+
+def test_a_reader_takes_what_continues_where_it_is() -> None:
+    live = LiveChunks()
+    with live.subscribe("j") as reader:
+        live.publish("j", [_chunk(0, 2), _chunk(2), _chunk(3)])
+        assert [c.first_index for c in reader.take(0)] == [0, 2, 3]
+        assert reader.take(4) == []
+        live.publish("j", [_chunk(4), _chunk(5)])
+        assert [c.first_index for c in reader.take(5)] == [5]  # 4 came from the database
+
+
+def test_a_gap_sends_the_reader_to_the_database() -> None:
+    live = LiveChunks()
+    with live.subscribe("j") as reader:
+        live.publish("j", [_chunk(3), _chunk(4)])
+        assert reader.take(1) == []  # 1 and 2 are missing here
+        assert [c.first_index for c in reader.take(3)] == [3, 4]
+
+
+def test_a_slow_reader_loses_the_oldest_and_finds_a_gap() -> None:
+    live = LiveChunks()
+    with live.subscribe("j") as reader:
+        live.publish("j", [_chunk(i) for i in range(CHUNKS_PER_READER_MAX + 1)])
+        assert reader.take(0) == []
+        assert len(reader.take(1)) == CHUNKS_PER_READER_MAX
+
+
+def test_only_subscribed_readers_of_the_job_get_chunks() -> None:
+    live = LiveChunks()
+    live.publish("j", [_chunk(0)])  # nobody listens: dropped
+    with live.subscribe("j") as reader, live.subscribe("other") as other:
+        live.publish("j", [_chunk(1)])
+        assert reader.take(0) == [] and [c.first_index for c in reader.take(1)] == [1]
+        assert other.take(1) == []
+    live.publish("j", [_chunk(2)])  # after the block: no reader left to hold it
+    assert reader.take(2) == []
+
+
+def test_stream_job_yields_each_stored_chunk_once(tmp_path: Path,
+                                                  service: CoordinatorService) -> None:  # noqa: F811
+    node_id = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    job_id = service.submit_job(_submission(max_tokens=64)).job.job_id
+    with service.db.transaction() as session:
+        node = records.node_by_id(session, node_id)
+    assert node is not None
+    streamed: list[TokenChunk | JobView] = []
+    first_read = threading.Event()
+
+    def read() -> None:
+        for item in service.stream_job(job_id, lambda: True):
+            streamed.append(item)
+            first_read.set()
+
+    service.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the reader: database
+    reader = threading.Thread(target=read)
+    reader.start()
+    first_read.wait(30)
+    for index in range(2, 40):
+        service.accept_tokens(node, job_id, TokenChunk(index, (index,), f"<{index}>"))
+        service.accept_tokens(node, job_id, TokenChunk(index, (index,), f"<{index}>"))  # a re-send
+    service.cancel_job(job_id)
+    reader.join(30)
+    with service.db.transaction() as session:
+        stored = records.token_chunks(session, job_id)
+    assert streamed[:-1] == stored and len(stored) == 39
+    final = streamed[-1]
+    assert isinstance(final, JobView) and final.job.status is JobStatus.FAILED

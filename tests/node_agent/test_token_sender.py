@@ -1,0 +1,49 @@
+"""The token sender: the first token at once, later ones together, the end flushed at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from node_agent.coordinator_client import Chunk
+from node_agent.token_sender import TokenSender
+
+
+class _FakeClient:
+    """Reads the token stream as the coordinator would, noting each message."""
+
+    def __init__(self) -> None:
+        self.received: list[Chunk] = []
+        self.first = threading.Event()
+
+    def stream_tokens(self, job_id: str, chunks: Iterator[Chunk]) -> None:
+        for chunk in chunks:
+            self.received.append(chunk)
+            self.first.set()
+
+
+def test_the_first_token_goes_alone_and_the_rest_wait_for_company() -> None:
+    client = _FakeClient()
+    sender = TokenSender(client, "job-1", flush_interval_s=600)  # type: ignore[arg-type]
+    sender.note_prompt_tokens(5)
+    assert sender.offer(0, 10, "a")
+    assert client.first.wait(30)
+    for index in range(1, 6):
+        assert sender.offer(index, 10 + index, "bcdef"[index - 1])
+    closing = threading.Thread(target=sender.close)
+    closing.start()
+    closing.join(60)  # the end flushes at once, not after the interval
+    assert not closing.is_alive()
+    assert [(c.first_index, c.token_ids, c.text) for c in client.received] == [
+        (0, (10,), "a"), (1, (11, 12, 13, 14, 15), "bcdef")]
+    assert client.received[0].prompt_tokens == 5
+    assert sender.sent == client.received
+
+
+def test_without_an_interval_only_queued_tokens_merge() -> None:
+    client = _FakeClient()
+    sender = TokenSender(client, "job-2", flush_interval_s=0.0)  # type: ignore[arg-type]
+    sender.offer(0, 1, "x")
+    assert client.first.wait(30)
+    chunks = sender.close()
+    assert [(c.first_index, c.token_ids) for c in chunks] == [(0, (1,))]
