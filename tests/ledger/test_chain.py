@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from ledger import book
+from ledger.full_audit import audit
 from ledger.chain import ENCODING_VERSION, GENESIS_HASH, canonical_encoding, encode_row, linked, transfer_hash
 from ledger.model import TransferKind, TransferRequest
 from tests.ledger.helpers import ALICE, BOB, NOW_US, fund, open_accounts, reserve
@@ -136,3 +137,34 @@ def test_only_the_ascii_space_is_printable_whitespace() -> None:
     # valid_id relies on it: isprintable() plus no " " refuses every whitespace character.
     printable_spaces = [code for code in range(sys.maxunicode + 1) if chr(code).isspace() and chr(code).isprintable()]
     assert printable_spaces == [ord(" ")]
+
+
+@pytest.mark.parametrize(
+    ("debit", "pending_id", "subject", "words"),
+    [
+        ("account:nobody", None, "account:nobody", "an account that does not exist"),
+        (ALICE, "never-reserved", "t4", "not an open pending transfer"),
+    ],
+)
+def test_a_well_chained_transfer_that_points_nowhere_is_named_by_the_audit(
+        session: Session, debit: str, pending_id: str | None, subject: str, words: str) -> None:
+    """No foreign keys guard these columns (0008): the rules refuse such transfers, the audit names them."""
+    build_ledger(session)
+    last = book.get_transfer(session, "t3")
+    assert last is not None
+    forged = linked(replace(last, id="t4", debit_account=debit, pending_id=pending_id), last.sequence + 1, last.hash)
+    session.execute(
+        text(
+            "INSERT INTO ledger_transfers (id, sequence, debit_account, credit_account, amount, state, pending_id,"
+            " timeout_s, job_id, kind, policy_version, created_at_us, prev_hash, hash) VALUES (:id, :sequence,"
+            " :debit, :credit, :amount, :state, :pending, 0, NULL, 'correction', NULL, :created, :prev, :hash)"
+        ),
+        {"id": "t4", "sequence": forged.sequence, "debit": debit, "credit": BOB, "amount": forged.amount,
+         "state": forged.state.value, "pending": pending_id, "created": forged.created_at_us, "prev": forged.prev_hash,
+         "hash": forged.hash},
+    )
+    session.execute(text("UPDATE ledger_chain_head SET last_sequence = :sequence, last_transfer_id = 't4',"
+                         " last_hash = :hash"), {"sequence": forged.sequence, "hash": forged.hash})
+    assert book.verify_chain(session).ok  # the chain itself is intact: only the references are wrong
+    report = audit(session)
+    assert any(d.subject == subject and words in d.detail for d in report.differences), report.differences

@@ -1,4 +1,4 @@
-"""0002_ledger.py and 0005_ledger_epochs.py create exactly ledger.tables.metadata, and drop it again."""
+"""0002_ledger.py, 0005_ledger_epochs.py and 0008_ledger_transfer_keys.py create exactly ledger.tables.metadata, and drop it again."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ledger.model import AccountKind, ResultCode
 VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 MIGRATION_PATH = VERSIONS / "0002_ledger.py"
 EPOCHS_MIGRATION_PATH = VERSIONS / "0005_ledger_epochs.py"
+KEYS_MIGRATION_PATH = VERSIONS / "0008_ledger_transfer_keys.py"
 
 
 def load_migration(path: Path = MIGRATION_PATH) -> ModuleType:
@@ -35,15 +36,18 @@ def test_revision_identifiers() -> None:
     assert migration.GENESIS_HASH == GENESIS_HASH
     epochs = load_migration(EPOCHS_MIGRATION_PATH)
     assert (epochs.revision, epochs.down_revision) == ("0005_ledger_epochs", "0004_api_keys")
+    keys = load_migration(KEYS_MIGRATION_PATH)
+    assert (keys.revision, keys.down_revision) == ("0008_ledger_transfer_keys", "0007_verification")
 
 
 def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Engine) -> None:
-    migration, epochs = load_migration(), load_migration(EPOCHS_MIGRATION_PATH)
+    migration, epochs, keys = load_migration(), load_migration(EPOCHS_MIGRATION_PATH), load_migration(KEYS_MIGRATION_PATH)
     with empty_engine.begin() as connection:
         context = MigrationContext.configure(connection)
         with Operations.context(context):
             migration.upgrade()
             epochs.upgrade()
+            keys.upgrade()
         assert compare_metadata(context, tables.metadata) == []
     with Session(empty_engine) as session:
         assert book.chain_head(session).last_hash == GENESIS_HASH
@@ -51,6 +55,9 @@ def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Eng
         session.rollback()
     with empty_engine.begin() as connection:
         with Operations.context(MigrationContext.configure(connection)):
+            keys.downgrade()
+            assert {key["constrained_columns"][0] for key in inspect(connection).get_foreign_keys("ledger_transfers")} == {
+                "debit_account", "credit_account", "pending_id"}
             epochs.downgrade()
             migration.downgrade()
     assert not set(inspect(empty_engine).get_table_names()) & set(tables.metadata.tables)
