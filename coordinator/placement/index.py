@@ -56,13 +56,16 @@ class Group:
         self.static_max = 0  # never lowered: an upper bound is all pruning needs
         self.static_bound = 0.0  # static_max as a score, as static_score computes it
 
-    def add(self, key: int, static_quantum: int) -> None:
+    def add(self, key: int, static_quantum: int) -> bool:
+        """Insert a key; True when it raised the group's static bound."""
         i = bisect_right(self.keys, key)
         self.keys.insert(i, key)
         self.free.insert(i, key >> FREE_SHIFT)
         if static_quantum > self.static_max:
             self.static_max = static_quantum
             self.static_bound = static_quantum / STATIC_SCORE_SCALE
+            return True
+        return False
 
     def remove(self, key: int) -> None:
         i = bisect_left(self.keys, key)
@@ -100,7 +103,8 @@ class PodClass:
 
 
 class ModelEntry:
-    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups")
+    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_frees",
+                 "group_speeds")
 
     def __init__(self) -> None:
         self.served = 0
@@ -111,13 +115,19 @@ class ModelEntry:
         # Macs: every group with its class's bandwidth and warmth, fastest first; one flat
         # list so a decision's pass over the groups does no attribute lookups.
         self.mac_groups: list[tuple[float, Group, bool]] = []
+        self.mac_frees: list[array] = []  # each group's free bytes, in mac_groups order
+        # The search's per-job-shape facts about mac_groups (speeds, bound order); they hold
+        # while the groups and their static bounds do, so any change to those empties it.
+        self.group_speeds: dict = {}
 
     def add_class(self, key, new_class) -> None:
         self.classes[key] = new_class
+        self.group_speeds.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
             self.mac_groups = [(mac_class.bandwidth_bytes_per_s, group, warm) for mac_class in self.fastest_first
                                for group, warm in ((mac_class.cold, False), (mac_class.warm, True))]
+            self.mac_frees = [group.free for _, group, _ in self.mac_groups]
         else:
             topologies: dict[PodTopology, list[PodClass]] = {}
             for pod_class in self.fastest_first:
@@ -340,11 +350,14 @@ class FleetIndex:
             return
         free, position = slot.free, slot.position
         for model_id in mac.served_models:
-            mac_class = self.mac_models[model_id].classes[slot.step]
+            entry = self.mac_models[model_id]
+            mac_class = entry.classes[slot.step]
             if model_id in mac.warm_models:
-                mac_class.warm.add(group_key(free, slot.static_warm, position), slot.static_warm)
+                raised = mac_class.warm.add(group_key(free, slot.static_warm, position), slot.static_warm)
             else:
-                mac_class.cold.add(group_key(free, slot.static_cold, position), slot.static_cold)
+                raised = mac_class.cold.add(group_key(free, slot.static_cold, position), slot.static_cold)
+            if raised:
+                entry.group_speeds.clear()
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         mac = slot.candidate
