@@ -113,11 +113,9 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     # Groups are fastest first: those from the first one below the job's minimum speed on are all too slow.
     fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
     frees = entry.mac_frees
-    candidates = frees[:fast_enough]
-    # Where the job starts to fit in each group: these bisects run in C, one call for all groups.
-    starts = list(map(bisect_left, candidates, itertools.repeat(terms.memory.total_bytes, fast_enough)))
+    starts = entry.fit_starts_for(terms.memory.total_bytes)[:fast_enough]  # where the job starts to fit
     does_not_fit = sum(starts)
-    feasible = sum(map(len, candidates)) - does_not_fit
+    feasible = sum(map(len, frees[:fast_enough])) - does_not_fit
     filtered[FilterReason.BELOW_MIN_SPEED] = sum(map(len, frees[fast_enough:]))
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
