@@ -108,7 +108,7 @@ class PodClass:
 
 class ModelEntry:
     __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_frees",
-                 "group_speeds", "fit_starts")
+                 "group_speeds", "fit_starts", "topology_plans")
 
     def __init__(self) -> None:
         self.served = 0
@@ -127,11 +127,14 @@ class ModelEntry:
         # the first Mac that fits is, as bisect_left(free, need). Kept current as Macs come and go
         # (the common needs recur, so a decision rarely bisects all groups), oldest use first.
         self.fit_starts: dict[int, list[int]] = {}
+        # Pods: how jobs of one model and memory would run on each topology, in by_topology order.
+        self.topology_plans: dict = {}
 
     def add_class(self, key, new_class) -> None:
         self.classes[key] = new_class
         self.group_speeds.clear()
         self.fit_starts.clear()
+        self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
             self.mac_groups = [(mac_class.bandwidth_bytes_per_s, group, warm) for mac_class in self.fastest_first
