@@ -280,15 +280,14 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         keys, start, _, scored = runs[0]
         position = keys[start + seed % total] & POSITION_MASK
     else:  # runs from different speed classes can tie exactly
-        run_positions = [list(map(POSITION_MASK.__and__, keys[start:end])) for keys, start, end, _ in runs]
-        position = sorted(itertools.chain.from_iterable(run_positions))[seed % total]
-        scored = next(run[3] for run, positions in zip(runs, run_positions) if _contains(positions, position))
+        # A Mac is in one run at most: tag each position with its run (position x runs + run) and sort once.
+        count = len(runs)
+        tagged = sorted(itertools.chain.from_iterable(
+            map(run.__add__, map(count.__mul__, map(POSITION_MASK.__and__, keys[start:end])))
+            for run, (keys, start, end, _) in enumerate(runs)))
+        position, run = divmod(tagged[seed % total], count)
+        scored = runs[run][3]
     return (scored[0], position, *scored[2:])
-
-
-def _contains(sorted_values: list[int], value: int) -> bool:
-    i = bisect_left(sorted_values, value)
-    return i < len(sorted_values) and sorted_values[i] == value
 
 
 def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
