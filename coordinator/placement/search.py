@@ -6,7 +6,9 @@ A candidate's score is at most  w_fit x fit + w_speed x speed + the group's high
 static score; once that bound drops below the lowest score still worth finding,
 the rest cannot win. Groups are visited best bound first, and runs of identical
 candidates (same free memory and static score) are scored once and tie-broken by
-the job's seed. Scan limits (config) cap the work on pathological groups; with the
+the job's seed. A decision does little per group: where the job starts to fit comes
+from the index (kept current for recent job sizes), and a group's exact bound is
+computed only when its perfect-fit bound could still lead. Scan limits (config) cap the work on pathological groups; with the
 defaults the benchmark's choices match the exhaustive search.
 """
 
