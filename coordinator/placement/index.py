@@ -158,13 +158,6 @@ class ModelEntry:
         self.fit_starts[need_bytes] = starts  # the most recently used last
         return starts
 
-    def moved_fit_starts(self, group: Group, free_bytes: int, change: int) -> None:
-        """A Mac with free_bytes joined (change +1) or left (-1) a group: it sits before every start it is short of."""
-        number = group.number
-        for need_bytes, starts in self.fit_starts.items():
-            if free_bytes < need_bytes:
-                starts[number] += change
-
 
 def _class_step(item: MacClass | PodClass) -> int:
     return item.profile.bandwidth_step if isinstance(item, MacClass) else item.slowest_step
@@ -389,8 +382,9 @@ class FleetIndex:
                 group, static = mac_class.cold, slot.static_cold
             if group.add(group_key(free, static, position), static):
                 entry.group_speeds.clear()
-            if entry.fit_starts:
-                entry.moved_fit_starts(group, free, +1)
+            for need_bytes, starts in entry.fit_starts.items():  # it now sits before every start it is short of
+                if free < need_bytes:
+                    starts[group.number] += 1
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         mac = slot.candidate
@@ -407,8 +401,9 @@ class FleetIndex:
             else:
                 group, static = mac_class.cold, slot.static_cold
             group.remove(group_key(free, static, position))
-            if entry.fit_starts:
-                entry.moved_fit_starts(group, free, -1)
+            for need_bytes, starts in entry.fit_starts.items():  # no longer before the starts it was short of
+                if free < need_bytes:
+                    starts[group.number] -= 1
 
     # -- changing pods ------------------------------------------------------------------
 
