@@ -15,7 +15,7 @@ from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, ModelEntry, PodClass, PodSlot
 from coordinator.placement.pods import fit_pod
-from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score, total_score
+from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score
 from coordinator.placement.search import Best, SearchResult, skip_free_value, static_of_key
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
@@ -107,15 +107,17 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
         weighted_speed = speed_part(w_speed, speed)
+        need = plan.need_bytes
         i, end = start, min(len(keys), start + config.scan_per_group_max)
         while i < end:
             key = keys[i]
             free = key >> FREE_SHIFT
-            fit = max(0.0, 1.0 - log2(free / plan.need_bytes) / span)
+            fit = max(0.0, 1.0 - log2(free / need) / span)
             upper = w_fit * fit + weighted_speed
             if upper + static_bound < best.floor:
                 break
-            if upper + static_of_key(key) < best.floor:
+            score = upper + static_of_key(key)  # total_score's expression, split for the bound
+            if score < best.floor:
                 i = skip_free_value(keys, i, free)
                 continue
             i += 1
@@ -124,7 +126,6 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
                 split_failures += 1
                 continue
             warm = model.model_id in slot.warm
-            score = total_score(w_fit, fit, weighted_speed, static_of_key(key))
             scored += 1
             if score >= best.floor:
                 best.offer(slot.position, (score, slot.position, free, fit, speed, warm, decode, plan.strategy))
