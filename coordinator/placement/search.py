@@ -20,6 +20,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import log2
+from typing import NamedTuple
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
@@ -32,8 +33,9 @@ from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import Strategy
 
 
-@dataclass(frozen=True)
-class Scored:
+class Scored(NamedTuple):
+    """One scored candidate; a named tuple, as the scan's plain tuples become these (cheaply) at the end."""
+
     total: float
     position: int  # in the index's Mac or pod slots
     free_bytes: int  # a Mac's free memory, or a pod's summed free memory
