@@ -16,6 +16,7 @@ Decisions never change it: commit and release do, and they re-check capacity fir
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
@@ -36,6 +37,8 @@ STATIC_SHIFT = POSITION_BITS
 STATIC_MASK = (1 << STATIC_SCORE_BITS) - 1
 FREE_SHIFT = POSITION_BITS + STATIC_SCORE_BITS
 MAX_POSITIONS = 1 << POSITION_BITS
+# Job sizes per model whose fit starts are kept current; each costs a comparison per index change.
+FIT_STARTS_PER_MODEL_MAX = 8
 
 
 def group_key(free_bytes: int, static_quantum: int, position: int) -> int:
@@ -46,23 +49,27 @@ def group_key(free_bytes: int, static_quantum: int, position: int) -> int:
 class Group:
     """Available candidates of one model, profile and warmth, sorted by key."""
 
-    __slots__ = ("keys", "free", "static_max", "static_bound")
+    __slots__ = ("keys", "free", "static_max", "static_bound", "number")
 
     def __init__(self) -> None:
         self.keys: list[int] = []
+        self.number = 0  # where it is in its model's mac_groups (Mac groups only)
         # Each key's free bytes, packed: "where does the job start to fit" bisects this rather than
         # the key objects (decisions measured ~6% faster; each add or remove moves twice the memory).
         self.free = array("q")
         self.static_max = 0  # never lowered: an upper bound is all pruning needs
         self.static_bound = 0.0  # static_max as a score, as static_score computes it
 
-    def add(self, key: int, static_quantum: int) -> None:
+    def add(self, key: int, static_quantum: int) -> bool:
+        """Insert a key; True when it raised the group's static bound."""
         i = bisect_right(self.keys, key)
         self.keys.insert(i, key)
         self.free.insert(i, key >> FREE_SHIFT)
         if static_quantum > self.static_max:
             self.static_max = static_quantum
             self.static_bound = static_quantum / STATIC_SCORE_SCALE
+            return True
+        return False
 
     def remove(self, key: int) -> None:
         i = bisect_left(self.keys, key)
@@ -100,7 +107,8 @@ class PodClass:
 
 
 class ModelEntry:
-    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups")
+    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_frees",
+                 "group_speeds", "fit_starts", "topology_plans")
 
     def __init__(self) -> None:
         self.served = 0
@@ -111,18 +119,44 @@ class ModelEntry:
         # Macs: every group with its class's bandwidth and warmth, fastest first; one flat
         # list so a decision's pass over the groups does no attribute lookups.
         self.mac_groups: list[tuple[float, Group, bool]] = []
+        self.mac_frees: list[array] = []  # each group's free bytes, in mac_groups order
+        # The search's per-job-shape facts about mac_groups (speeds, bound order); they hold
+        # while the groups and their static bounds do, so any change to those empties it.
+        self.group_speeds: dict = {}
+        # For the job sizes (memory needs, bytes) asked about most recently: in each group, where
+        # the first Mac that fits is, as bisect_left(free, need). Kept current as Macs come and go
+        # (the common needs recur, so a decision rarely bisects all groups), oldest use first.
+        self.fit_starts: dict[int, list[int]] = {}
+        # Pods: how jobs of one model and memory would run on each topology, in by_topology order.
+        self.topology_plans: dict = {}
 
     def add_class(self, key, new_class) -> None:
         self.classes[key] = new_class
+        self.group_speeds.clear()
+        self.fit_starts.clear()
+        self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
             self.mac_groups = [(mac_class.bandwidth_bytes_per_s, group, warm) for mac_class in self.fastest_first
                                for group, warm in ((mac_class.cold, False), (mac_class.warm, True))]
+            self.mac_frees = [group.free for _, group, _ in self.mac_groups]
+            for number, (_, group, _) in enumerate(self.mac_groups):
+                group.number = number
         else:
             topologies: dict[PodTopology, list[PodClass]] = {}
             for pod_class in self.fastest_first:
                 topologies.setdefault(pod_class.topology, []).append(pod_class)
             self.by_topology = list(topologies.items())
+
+    def fit_starts_for(self, need_bytes: int) -> list[int]:
+        """Each Mac group's first position whose free memory is at least need_bytes (do not change it)."""
+        starts = self.fit_starts.pop(need_bytes, None)
+        if starts is None:
+            if len(self.fit_starts) >= FIT_STARTS_PER_MODEL_MAX:
+                del self.fit_starts[next(iter(self.fit_starts))]
+            starts = list(map(bisect_left, self.mac_frees, itertools.repeat(need_bytes)))
+        self.fit_starts[need_bytes] = starts  # the most recently used last
+        return starts
 
 
 def _class_step(item: MacClass | PodClass) -> int:
@@ -338,13 +372,19 @@ class FleetIndex:
                 unavailable = self.mac_models[model_id].unavailable
                 unavailable[slot.reason] = unavailable.get(slot.reason, 0) + 1
             return
-        free, position = slot.free, slot.position
+        free, position = max(slot.free, 0), slot.position
         for model_id in mac.served_models:
-            mac_class = self.mac_models[model_id].classes[slot.step]
+            entry = self.mac_models[model_id]
+            mac_class = entry.classes[slot.step]
             if model_id in mac.warm_models:
-                mac_class.warm.add(group_key(free, slot.static_warm, position), slot.static_warm)
+                group, static = mac_class.warm, slot.static_warm
             else:
-                mac_class.cold.add(group_key(free, slot.static_cold, position), slot.static_cold)
+                group, static = mac_class.cold, slot.static_cold
+            if group.add(group_key(free, static, position), static):
+                entry.group_speeds.clear()
+            for need_bytes, starts in entry.fit_starts.items():  # it now sits before every start it is short of
+                if free < need_bytes:
+                    starts[group.number] += 1
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         mac = slot.candidate
@@ -352,13 +392,18 @@ class FleetIndex:
             for model_id in mac.served_models:
                 self.mac_models[model_id].unavailable[slot.reason] -= 1
             return
-        free, position = slot.free, slot.position
+        free, position = max(slot.free, 0), slot.position
         for model_id in mac.served_models:
-            mac_class = self.mac_models[model_id].classes[slot.step]
+            entry = self.mac_models[model_id]
+            mac_class = entry.classes[slot.step]
             if model_id in mac.warm_models:
-                mac_class.warm.remove(group_key(free, slot.static_warm, position))
+                group, static = mac_class.warm, slot.static_warm
             else:
-                mac_class.cold.remove(group_key(free, slot.static_cold, position))
+                group, static = mac_class.cold, slot.static_cold
+            group.remove(group_key(free, static, position))
+            for need_bytes, starts in entry.fit_starts.items():  # no longer before the starts it was short of
+                if free < need_bytes:
+                    starts[group.number] -= 1
 
     # -- changing pods ------------------------------------------------------------------
 

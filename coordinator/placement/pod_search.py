@@ -13,9 +13,9 @@ from operator import itemgetter
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
-from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, PodClass, PodSlot
+from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, ModelEntry, PodClass, PodSlot
 from coordinator.placement.pods import fit_pod
-from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score, total_score
+from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score
 from coordinator.placement.search import Best, SearchResult, skip_free_value, static_of_key
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
@@ -32,8 +32,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     filtered.update(entry.unavailable)
     pending = []
     below = does_not_fit = feasible = 0
-    for topology, classes in entry.by_topology:
-        plan = plan_topology(topology, terms, config)
+    for (_, classes), plan in zip(entry.by_topology, _topology_plans(entry, terms, config)):
         if plan is None:
             does_not_fit += sum(len(pod_class.group.keys) for pod_class in classes)
             continue
@@ -62,6 +61,21 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
         tied = sorted(best.ties, key=lambda tie: tie[0])
         chosen = tied[terms.seed % len(tied)][1]
     return best.result(filtered, feasible - split_failures, scored, chosen)
+
+
+TOPOLOGY_PLANS_PER_MODEL_MAX = 64  # (model, memory) pairs remembered per model; past it the memory starts afresh
+
+
+def _topology_plans(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) -> list[TopologyPlan | None]:
+    """plan_topology for each of the entry's topologies; it depends only on the model and the memory need."""
+    shape = (terms.job.model, terms.memory)
+    plans = entry.topology_plans.get(shape)
+    if plans is None:
+        if len(entry.topology_plans) >= TOPOLOGY_PLANS_PER_MODEL_MAX:
+            entry.topology_plans.clear()
+        plans = entry.topology_plans[shape] = [plan_topology(topology, terms, config)
+                                               for topology, _ in entry.by_topology]
+    return plans
 
 
 def _pod_class_candidates(pod_class: PodClass, plan: TopologyPlan, decode: float, terms: JobTerms,
@@ -93,15 +107,17 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
         weighted_speed = speed_part(w_speed, speed)
+        need = plan.need_bytes
         i, end = start, min(len(keys), start + config.scan_per_group_max)
         while i < end:
             key = keys[i]
             free = key >> FREE_SHIFT
-            fit = max(0.0, 1.0 - log2(free / plan.need_bytes) / span)
+            fit = max(0.0, 1.0 - log2(free / need) / span)
             upper = w_fit * fit + weighted_speed
             if upper + static_bound < best.floor:
                 break
-            if upper + static_of_key(key) < best.floor:
+            score = upper + static_of_key(key)  # total_score's expression, split for the bound
+            if score < best.floor:
                 i = skip_free_value(keys, i, free)
                 continue
             i += 1
@@ -110,7 +126,6 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
                 split_failures += 1
                 continue
             warm = model.model_id in slot.warm
-            score = total_score(w_fit, fit, weighted_speed, static_of_key(key))
             scored += 1
             if score >= best.floor:
                 best.offer(slot.position, (score, slot.position, free, fit, speed, warm, decode, plan.strategy))
@@ -135,8 +150,7 @@ def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
     if entry is None:
         return False
     limit = config.pods_checked_for_permanence_max
-    for topology, classes in entry.by_topology:
-        plan = plan_topology(topology, terms, config)
+    for (_, classes), plan in zip(entry.by_topology, _topology_plans(entry, terms, config)):
         if plan is None:
             continue
         for pod_class in classes:

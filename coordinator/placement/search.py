@@ -6,22 +6,26 @@ A candidate's score is at most  w_fit x fit + w_speed x speed + the group's high
 static score; once that bound drops below the lowest score still worth finding,
 the rest cannot win. Groups are visited best bound first, and runs of identical
 candidates (same free memory and static score) are scored once and tie-broken by
-the job's seed. Scan limits (config) cap the work on pathological groups; with the
+the job's seed. A decision does little per group: where the job starts to fit comes
+from the index (kept current for recent job sizes), and a group's exact bound is
+computed only when its perfect-fit bound could still lead. Scan limits (config) cap the work on pathological groups; with the
 defaults the benchmark's choices match the exhaustive search.
 """
 
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left
+import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from math import log2
-from operator import itemgetter
+from typing import NamedTuple
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group,
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
 )
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.speed import decode_tokens_per_s
@@ -29,8 +33,9 @@ from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import Strategy
 
 
-@dataclass(frozen=True)
-class Scored:
+class Scored(NamedTuple):
+    """One scored candidate; a named tuple, as the scan's plain tuples become these (cheaply) at the end."""
+
     total: float
     position: int  # in the index's Mac or pod slots
     free_bytes: int  # a Mac's free memory, or a pod's summed free memory
@@ -108,56 +113,109 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    pending, below, does_not_fit, feasible = _mac_groups(entry.mac_groups, terms, config)
-    filtered[FilterReason.BELOW_MIN_SPEED] = below
+    speeds = _group_speeds(entry, terms, config)
+    # Groups are fastest first: those from the first one below the job's minimum speed on are all too slow.
+    fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
+    frees = entry.mac_frees
+    starts = entry.fit_starts_for(terms.memory.total_bytes)[:fast_enough]  # where the job starts to fit
+    does_not_fit = sum(starts)
+    feasible = sum(map(len, frees[:fast_enough])) - does_not_fit
+    filtered[FilterReason.BELOW_MIN_SPEED] = sum(map(len, frees[fast_enough:]))
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
-    scored = 0
-    budget = config.scored_per_decision_max
-    for group_pending in pending:
-        if group_pending[0] < best.floor or scored >= budget:
-            break
-        scored += _scan_mac_group(group_pending, terms, config, best, budget - scored)
+    scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
     chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
 
 
-def _mac_groups(groups: list[tuple[float, Group, bool]], terms: JobTerms, config: PlacementConfig):
-    """Count filtered Macs per group and list the groups that still have candidates, best bound first."""
+class GroupSpeeds:
+    """A model's groups as jobs of one shape see them: speeds, and the order of their best possible bounds.
+
+    Built for a job's bytes per token and a speed target at or below the job's (a lower target
+    only raises speed scores, so the bounds hold for every job of the shape); kept while the
+    groups and their static bounds are unchanged.
+    """
+
+    __slots__ = ("decodes", "negated_decodes", "optimistic_bounds", "order")
+
+    def __init__(self, groups: list[tuple[float, Group, bool]], bytes_per_token: int, target_at_most: float,
+                 config: PlacementConfig) -> None:
+        w_fit, w_speed, _, _, _ = config.weights.normalised
+        self.decodes = [bandwidth / bytes_per_token for bandwidth, _, _ in groups]  # as decode_from_bandwidth
+        self.negated_decodes = [-decode for decode in self.decodes]  # ascending: bisect for the speed cutoff
+        # A perfect fit's bound: no group's real bound (its best fit's) is higher.
+        self.optimistic_bounds = [w_fit * 1.0 + w_speed * min(decode / target_at_most, 1.0) + group.static_bound
+                                  for decode, (_, group, _) in zip(self.decodes, groups)]
+        # Best first; equal bounds keep group order, as the stable sort of exact bounds does.
+        self.order = sorted(range(len(groups)), key=lambda i: -self.optimistic_bounds[i])
+
+
+GROUP_SPEEDS_PER_MODEL_MAX = 256  # job shapes remembered per model; past it the memory starts afresh
+TARGET_STEPS_PER_OCTAVE = 4  # speed targets above the comfortable pace share bounds within a quarter octave
+
+
+def _group_speeds(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) -> GroupSpeeds:
+    target = _target_at_most(terms.speed_target, config.comfortable_decode_tokens_per_s)
+    cache = entry.group_speeds
+    shape = (terms.bytes_per_token, target)
+    speeds = cache.get(shape)
+    if speeds is None:
+        if len(cache) >= GROUP_SPEEDS_PER_MODEL_MAX:
+            cache.clear()
+        speeds = cache[shape] = GroupSpeeds(entry.mac_groups, terms.bytes_per_token, target, config)
+    return speeds
+
+
+def _target_at_most(target: float, comfortable: float) -> float:
+    """The target snapped down to a grid of quarter octaves above the comfortable pace (never above it)."""
+    if target <= comfortable:
+        return target
+    steps = math.floor(math.log2(target / comfortable) * TARGET_STEPS_PER_OCTAVE)
+    snapped = comfortable * 2.0 ** (steps / TARGET_STEPS_PER_OCTAVE)
+    return snapped if snapped <= target else comfortable * 2.0 ** ((steps - 1) / TARGET_STEPS_PER_OCTAVE)
+
+
+def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[int], terms: JobTerms,
+                           config: PlacementConfig, best: Best) -> int:
+    """Scan groups in order of their exact bound (the best fit's), stopping when none can reach the top list.
+
+    A group's exact bound is computed only once its optimistic bound could beat every exact bound
+    known so far, so the groups are scanned in the same order as if all were computed first.
+    """
     w_fit, w_speed, _, _, _ = config.weights.normalised
     span = config.best_fit_span_octaves
-    need = terms.memory.total_bytes
-    bytes_per_token = terms.bytes_per_token
-    minimum, target = terms.job.min_decode_tokens_per_s, terms.speed_target
-    pending = []
-    below = does_not_fit = feasible = 0
-    for i, (bandwidth, group, warm) in enumerate(groups):
-        free = group.free  # bisecting the packed free bytes finds the first key >= need << FREE_SHIFT
-        if not free:
-            continue
-        decode = bandwidth / bytes_per_token  # as decode_from_bandwidth for one Mac
-        if decode < minimum:  # groups are fastest first: so are all the rest
-            below += sum(len(slower.free) for _, slower, _ in groups[i:])
-            break
-        size = len(free)
-        position = bisect_left(free, need)
-        does_not_fit += position
-        if position == size:
-            continue
-        feasible += size - position
-        speed = decode / target  # as speed_score
-        if speed > 1.0:
-            speed = 1.0
-        weighted_speed = w_speed * speed  # as speed_part
-        fit = 1.0 - log2(free[position] / need) / span
-        bound = w_fit * (fit if fit > 0.0 else 0.0) + weighted_speed + group.static_bound
-        pending.append((bound, group, position, weighted_speed, speed, decode, warm))
-    pending.sort(key=itemgetter(0), reverse=True)
-    return pending, below, does_not_fit, feasible
+    need, target = terms.memory.total_bytes, terms.speed_target
+    budget = config.scored_per_decision_max
+    groups, frees, decodes = entry.mac_groups, entry.mac_frees, speeds.decodes
+    optimistic, order, fast_enough = speeds.optimistic_bounds, speeds.order, len(starts)
+    exact: list[tuple[float, int, float]] = []  # a heap of (-bound, group index, speed score)
+    next_in_order = scored = 0
+    while True:
+        while next_in_order < len(order):
+            i = order[next_in_order]
+            if optimistic[i] < best.floor or (exact and optimistic[i] < -exact[0][0]):
+                break
+            next_in_order += 1
+            if i >= fast_enough or starts[i] == len(frees[i]):
+                continue
+            speed = decodes[i] / target  # as speed_score
+            if speed > 1.0:
+                speed = 1.0
+            fit = 1.0 - log2(frees[i][starts[i]] / need) / span
+            bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + groups[i][1].static_bound
+            heappush(exact, (-bound, i, speed))
+        if not exact:
+            return scored
+        negated_bound, i, speed = heappop(exact)
+        if -negated_bound < best.floor or scored >= budget:
+            return scored
+        _, group, warm = groups[i]
+        scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, terms, config, best,
+                                  budget - scored)
 
 
-def _scan_mac_group(pending: tuple, terms: JobTerms, config: PlacementConfig, best: Best, budget: int) -> int:
+def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: float, decode: float, warm: bool,
+                    terms: JobTerms, config: PlacementConfig, best: Best, budget: int) -> int:
     """Score one group's Macs from its best fit until none can reach the top list."""
-    _, group, start, weighted_speed, speed, decode, warm = pending
     w_fit = config.weights.normalised[0]
     span = config.best_fit_span_octaves
     need = terms.memory.total_bytes
@@ -226,15 +284,14 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         keys, start, _, scored = runs[0]
         position = keys[start + seed % total] & POSITION_MASK
     else:  # runs from different speed classes can tie exactly
-        run_positions = [list(map(POSITION_MASK.__and__, keys[start:end])) for keys, start, end, _ in runs]
-        position = sorted(itertools.chain.from_iterable(run_positions))[seed % total]
-        scored = next(run[3] for run, positions in zip(runs, run_positions) if _contains(positions, position))
+        # A Mac is in one run at most: tag each position with its run (position x runs + run) and sort once.
+        count = len(runs)
+        tagged = sorted(itertools.chain.from_iterable(
+            map(run.__add__, map(count.__mul__, map(POSITION_MASK.__and__, keys[start:end])))
+            for run, (keys, start, end, _) in enumerate(runs)))
+        position, run = divmod(tagged[seed % total], count)
+        scored = runs[run][3]
     return (scored[0], position, *scored[2:])
-
-
-def _contains(sorted_values: list[int], value: int) -> bool:
-    i = bisect_left(sorted_values, value)
-    return i < len(sorted_values) and sorted_values[i] == value
 
 
 def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

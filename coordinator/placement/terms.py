@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
+from contracts.models import ModelSpec
 from coordinator.placement.candidates import JobRequest
-from coordinator.placement.config import PlacementConfig
+from coordinator.placement.config import MemoryConfig, PlacementConfig
 from coordinator.placement.memory import (
     MemoryEstimate, estimate_job_memory, pipeline_shares_bytes, tensor_shares_bytes,
 )
@@ -36,12 +38,18 @@ class PodPlan:
     need_bytes: int  # in all, counting every member's fixed overhead
 
 
+@functools.lru_cache(maxsize=1024)
+def _job_memory(model: ModelSpec, context_tokens: int, config: MemoryConfig) -> MemoryEstimate:
+    """estimate_job_memory, remembered: jobs share a few models and context lengths."""
+    return estimate_job_memory(model, context_tokens, config)
+
+
 def job_seed(job_id: str) -> int:
     return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "big")
 
 
 def job_terms(job: JobRequest, config: PlacementConfig) -> JobTerms:
-    memory = estimate_job_memory(job.model, job.context_tokens, config.memory)
+    memory = _job_memory(job.model, job.context_tokens, config.memory)
     target = speed_target(job.min_decode_tokens_per_s, config)
     return JobTerms(job, memory, bytes_read_per_token(job), target, job_seed(job.job_id))
 

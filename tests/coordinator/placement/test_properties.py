@@ -4,6 +4,7 @@ deterministic, single Macs come first, and the index agrees with the exhaustive 
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from dataclasses import replace
 
 from hypothesis import HealthCheck, event, given, settings
@@ -183,3 +184,23 @@ def test_the_index_after_commits_and_releases_equals_a_fresh_index(snapshot, req
     fresh = FleetIndex.build(index.snapshot(), CONFIG)
     probe = requests[-1]
     assert place(probe, index) == place(probe, fresh)
+
+
+@SETTINGS
+@given(fleets(), st.lists(jobs, min_size=2, max_size=10), st.randoms(use_true_random=False))
+def test_remembered_fit_starts_stay_equal_to_fresh_bisects(snapshot, requests, random) -> None:
+    """Each model's remembered fit starts, kept current through commits and releases, equal a fresh bisect."""
+    index = FleetIndex.build(snapshot, CONFIG)
+    running = []
+    for request in requests * 2:  # each job size comes back after the index has changed
+        decision = place(request, index)
+        if isinstance(decision, Placement) and index.try_commit(decision):
+            running.append(decision)
+        if running and random.random() < 0.4:
+            index.release(running.pop(random.randrange(len(running))))
+    remembered = 0
+    for entry in index.mac_models.values():
+        for need_bytes, starts in entry.fit_starts.items():
+            assert starts == [bisect_left(free, need_bytes) for free in entry.mac_frees]
+            remembered += 1
+    event("job sizes remembered: " + ("4 or more" if remembered >= 4 else str(remembered)))
