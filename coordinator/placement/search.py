@@ -188,11 +188,13 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
     groups, frees, decodes = entry.mac_groups, entry.mac_frees, speeds.decodes
     optimistic, order, fast_enough = speeds.optimistic_bounds, speeds.order, len(starts)
     exact: list[tuple[float, int, float]] = []  # a heap of (-bound, group index, speed score)
+    # Locals for the loop: best.floor changes only in a group scan, the heap's top only here.
+    floor, leading, order_count = best.floor, -math.inf, len(order)
     next_in_order = scored = 0
     while True:
-        while next_in_order < len(order):
+        while next_in_order < order_count:
             i = order[next_in_order]
-            if optimistic[i] < best.floor or (exact and optimistic[i] < -exact[0][0]):
+            if optimistic[i] < floor or optimistic[i] < leading:
                 break
             next_in_order += 1
             if i >= fast_enough or starts[i] == len(frees[i]):
@@ -203,25 +205,29 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
             fit = 1.0 - log2(frees[i][starts[i]] / need) / span
             bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + groups[i][1].static_bound
             heappush(exact, (-bound, i, speed))
+            if bound > leading:
+                leading = bound
         if not exact:
             return scored
         negated_bound, i, speed = heappop(exact)
-        if -negated_bound < best.floor or scored >= budget:
+        leading = -exact[0][0] if exact else -math.inf
+        if -negated_bound < floor or scored >= budget:
             return scored
         _, group, warm = groups[i]
-        scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, terms, config, best,
-                                  budget - scored)
+        scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, need, w_fit, span,
+                                  config.scan_per_group_max, best, budget - scored)
+        floor = best.floor
 
 
 def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: float, decode: float, warm: bool,
-                    terms: JobTerms, config: PlacementConfig, best: Best, budget: int) -> int:
-    """Score one group's Macs from its best fit until none can reach the top list."""
-    w_fit = config.weights.normalised[0]
-    span = config.best_fit_span_octaves
-    need = terms.memory.total_bytes
+                    need: int, w_fit: float, span: float, scan_max: int, best: Best, budget: int) -> int:
+    """Score one group's Macs from its best fit until none can reach the top list.
+
+    The job's and config's values come in as arguments: this runs a few times per decision.
+    """
     keys = group.keys
     static_bound = group.static_bound
-    end = min(len(keys), start + config.scan_per_group_max, start + budget)
+    end = min(len(keys), start + scan_max, start + budget)
     scored = 0
     i = start
     while i < end:
