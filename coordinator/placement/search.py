@@ -244,6 +244,7 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
     static_bound = group.static_bound
     end = min(len(keys), start + scan_max, start + budget)
     scored = 0
+    floor = best.floor  # changes only when a Mac is offered
     i = start
     while i < end:
         key = keys[i]
@@ -252,10 +253,10 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
         if fit < 0.0:
             fit = 0.0
         partial = w_fit * fit + weighted_speed  # total_score's expression, split for the bound
-        if partial + static_bound < best.floor:
+        if partial + static_bound < floor:
             break
         score = partial + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
-        if score < best.floor:  # and so is every later Mac with this free memory (as skip_free_value)
+        if score < floor:  # and so is every later Mac with this free memory (as skip_free_value)
             i += 1
             if i < end and keys[i] >> FREE_SHIFT == free:
                 i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
@@ -267,6 +268,7 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
             i = _next_run(keys, i, key, best, scored_tuple)
         else:
             i += 1
+        floor = best.floor
     return scored
 
 
