@@ -42,4 +42,4 @@ def state_reason(online: bool, owner_active: bool, running_jobs: int, max_concur
 
 def counts_tuple(counts: dict[FilterReason, int]) -> tuple[tuple[FilterReason, int], ...]:
     """Non-zero counts in filter order, for a frozen explanation."""
-    return tuple((reason, counts[reason]) for reason in FILTER_ORDER if counts.get(reason, 0))
+    return tuple([(reason, counts[reason]) for reason in FILTER_ORDER if counts.get(reason, 0)])

@@ -127,7 +127,8 @@ class ModelEntry:
         # the first Mac that fits is, as bisect_left(free, need). Kept current as Macs come and go
         # (the common needs recur, so a decision rarely bisects all groups), oldest use first.
         self.fit_starts: dict[int, list[int]] = {}
-        # Pods: how jobs of one model and memory would run on each topology, in by_topology order.
+        # Pods: how jobs of one model, memory and bytes per token would run on each topology and its
+        # classes, in by_topology order.
         self.topology_plans: dict = {}
 
     def add_class(self, key, new_class) -> None:

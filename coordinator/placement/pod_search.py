@@ -14,7 +14,7 @@ from operator import itemgetter
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, ModelEntry, PodClass, PodSlot
-from coordinator.placement.pods import fit_pod
+from coordinator.placement.pods import PodTopology, fit_pod
 from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score
 from coordinator.placement.search import Best, SearchResult, skip_free_value, static_of_key
 from coordinator.placement.speed import decode_from_bandwidth
@@ -32,20 +32,22 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     filtered.update(entry.unavailable)
     pending = []
     below = does_not_fit = feasible = 0
-    for (_, classes), plan in zip(entry.by_topology, _topology_plans(entry, terms, config)):
+    min_decode = terms.job.min_decode_tokens_per_s
+    for (_, classes), (plan, decodes) in zip(entry.by_topology, _topology_plans(entry, terms, config)):
         if plan is None:
-            does_not_fit += sum(len(pod_class.group.keys) for pod_class in classes)
+            for pod_class in classes:
+                does_not_fit += len(pod_class.group.keys)
             continue
         need_key = plan.need_bytes << FREE_SHIFT
-        for i, pod_class in enumerate(classes):  # fastest first
+        for i, decode in enumerate(decodes):  # fastest first
+            if decode < min_decode:  # and so are the rest of this topology's
+                for slower in classes[i:]:
+                    below += len(slower.group.keys)
+                break
+            pod_class = classes[i]
             keys = pod_class.group.keys
             if not keys:
                 continue
-            decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
-                                           plan.hop_latency_s, terms.bytes_per_token)
-            if decode < terms.job.min_decode_tokens_per_s:  # and so are the rest of this topology's
-                below += sum(len(slower.group.keys) for slower in classes[i:])
-                break
             if keys[-1] < need_key:  # common for big jobs: no pod of this class is big enough now
                 does_not_fit += len(keys)
                 continue
@@ -63,19 +65,32 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     return best.result(filtered, feasible - split_failures, scored, chosen)
 
 
-TOPOLOGY_PLANS_PER_MODEL_MAX = 64  # (model, memory) pairs remembered per model; past it the memory starts afresh
+TOPOLOGY_PLANS_PER_MODEL_MAX = 64  # job shapes remembered per model; past it the memory starts afresh
 
 
-def _topology_plans(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) -> list[TopologyPlan | None]:
-    """plan_topology for each of the entry's topologies; it depends only on the model and the memory need."""
-    shape = (terms.job.model, terms.memory)
+def _topology_plans(entry: ModelEntry, terms: JobTerms,
+                    config: PlacementConfig) -> list[tuple[TopologyPlan | None, list[float]]]:
+    """For each of the entry's topologies: plan_topology, and each class's decode speed (fastest first).
+
+    Both depend only on the model, the memory need and the bytes per token, which jobs share.
+    """
+    shape = (terms.job.model, terms.memory, terms.bytes_per_token)
     plans = entry.topology_plans.get(shape)
     if plans is None:
         if len(entry.topology_plans) >= TOPOLOGY_PLANS_PER_MODEL_MAX:
             entry.topology_plans.clear()
-        plans = entry.topology_plans[shape] = [plan_topology(topology, terms, config)
-                                               for topology, _ in entry.by_topology]
+        plans = entry.topology_plans[shape] = [_plan_with_decodes(topology, classes, terms, config)
+                                               for topology, classes in entry.by_topology]
     return plans
+
+
+def _plan_with_decodes(topology: PodTopology, classes: list[PodClass], terms: JobTerms,
+                       config: PlacementConfig) -> tuple[TopologyPlan | None, list[float]]:
+    plan = plan_topology(topology, terms, config)
+    if plan is None:
+        return None, []
+    return plan, [decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
+                                        plan.hop_latency_s, terms.bytes_per_token) for pod_class in classes]
 
 
 def _pod_class_candidates(pod_class: PodClass, plan: TopologyPlan, decode: float, terms: JobTerms,
@@ -150,12 +165,10 @@ def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
     if entry is None:
         return False
     limit = config.pods_checked_for_permanence_max
-    for (_, classes), plan in zip(entry.by_topology, _topology_plans(entry, terms, config)):
+    for (_, classes), (plan, decodes) in zip(entry.by_topology, _topology_plans(entry, terms, config)):
         if plan is None:
             continue
-        for pod_class in classes:
-            decode = decode_from_bandwidth(pod_class.bandwidth_bytes_per_s, plan.speedup, plan.hops,
-                                           plan.hop_latency_s, terms.bytes_per_token)
+        for pod_class, decode in zip(classes, decodes):
             if decode < terms.job.min_decode_tokens_per_s:
                 break
             if _largest_could_take(index, pod_class, plan, terms, limit):

@@ -117,10 +117,15 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     # Groups are fastest first: those from the first one below the job's minimum speed on are all too slow.
     fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
     frees = entry.mac_frees
-    starts = entry.fit_starts_for(terms.memory.total_bytes)[:fast_enough]  # where the job starts to fit
+    starts = entry.fit_starts_for(terms.memory.total_bytes)  # where the job starts to fit
+    if fast_enough < len(frees):  # most jobs ask for no speed: no copies then
+        starts, below = starts[:fast_enough], sum(map(len, frees[fast_enough:]))
+        frees = frees[:fast_enough]
+    else:
+        below = 0
     does_not_fit = sum(starts)
-    feasible = sum(map(len, frees[:fast_enough])) - does_not_fit
-    filtered[FilterReason.BELOW_MIN_SPEED] = sum(map(len, frees[fast_enough:]))
+    feasible = sum(map(len, frees)) - does_not_fit
+    filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
     chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
@@ -135,7 +140,8 @@ class GroupSpeeds:
     groups and their static bounds are unchanged.
     """
 
-    __slots__ = ("decodes", "negated_decodes", "optimistic_bounds", "order")
+    __slots__ = ("decodes", "negated_decodes", "optimistic_bounds", "order", "target", "speed_scores",
+                 "static_bounds")
 
     def __init__(self, groups: list[tuple[float, Group, bool]], bytes_per_token: int, target_at_most: float,
                  config: PlacementConfig) -> None:
@@ -147,6 +153,10 @@ class GroupSpeeds:
                                   for decode, (_, group, _) in zip(self.decodes, groups)]
         # Best first; equal bounds keep group order, as the stable sort of exact bounds does.
         self.order = sorted(range(len(groups)), key=lambda i: -self.optimistic_bounds[i])
+        # Most jobs' target is exactly this one (the comfortable pace): their speed scores are ready.
+        self.target = target_at_most
+        self.speed_scores = [min(decode / target_at_most, 1.0) for decode in self.decodes]
+        self.static_bounds = [group.static_bound for _, group, _ in groups]
 
 
 GROUP_SPEEDS_PER_MODEL_MAX = 256  # job shapes remembered per model; past it the memory starts afresh
@@ -187,42 +197,54 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
     budget = config.scored_per_decision_max
     groups, frees, decodes = entry.mac_groups, entry.mac_frees, speeds.decodes
     optimistic, order, fast_enough = speeds.optimistic_bounds, speeds.order, len(starts)
+    static_bounds = speeds.static_bounds
+    speed_scores = speeds.speed_scores if target == speeds.target else None
     exact: list[tuple[float, int, float]] = []  # a heap of (-bound, group index, speed score)
+    # Locals for the loop: best.floor changes only in a group scan, the heap's top only here.
+    floor, leading, order_count = best.floor, -math.inf, len(order)
     next_in_order = scored = 0
     while True:
-        while next_in_order < len(order):
+        while next_in_order < order_count:
             i = order[next_in_order]
-            if optimistic[i] < best.floor or (exact and optimistic[i] < -exact[0][0]):
+            if optimistic[i] < floor or optimistic[i] < leading:
                 break
             next_in_order += 1
             if i >= fast_enough or starts[i] == len(frees[i]):
                 continue
-            speed = decodes[i] / target  # as speed_score
-            if speed > 1.0:
-                speed = 1.0
+            if speed_scores is not None:
+                speed = speed_scores[i]
+            else:
+                speed = decodes[i] / target  # as speed_score
+                if speed > 1.0:
+                    speed = 1.0
             fit = 1.0 - log2(frees[i][starts[i]] / need) / span
-            bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + groups[i][1].static_bound
+            bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + static_bounds[i]
             heappush(exact, (-bound, i, speed))
+            if bound > leading:
+                leading = bound
         if not exact:
             return scored
         negated_bound, i, speed = heappop(exact)
-        if -negated_bound < best.floor or scored >= budget:
+        leading = -exact[0][0] if exact else -math.inf
+        if -negated_bound < floor or scored >= budget:
             return scored
         _, group, warm = groups[i]
-        scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, terms, config, best,
-                                  budget - scored)
+        scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, need, w_fit, span,
+                                  config.scan_per_group_max, best, budget - scored)
+        floor = best.floor
 
 
 def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: float, decode: float, warm: bool,
-                    terms: JobTerms, config: PlacementConfig, best: Best, budget: int) -> int:
-    """Score one group's Macs from its best fit until none can reach the top list."""
-    w_fit = config.weights.normalised[0]
-    span = config.best_fit_span_octaves
-    need = terms.memory.total_bytes
+                    need: int, w_fit: float, span: float, scan_max: int, best: Best, budget: int) -> int:
+    """Score one group's Macs from its best fit until none can reach the top list.
+
+    The job's and config's values come in as arguments: this runs a few times per decision.
+    """
     keys = group.keys
     static_bound = group.static_bound
-    end = min(len(keys), start + config.scan_per_group_max, start + budget)
+    end = min(len(keys), start + scan_max, start + budget)
     scored = 0
+    floor = best.floor  # changes only when a Mac is offered
     i = start
     while i < end:
         key = keys[i]
@@ -231,10 +253,10 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
         if fit < 0.0:
             fit = 0.0
         partial = w_fit * fit + weighted_speed  # total_score's expression, split for the bound
-        if partial + static_bound < best.floor:
+        if partial + static_bound < floor:
             break
         score = partial + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
-        if score < best.floor:  # and so is every later Mac with this free memory (as skip_free_value)
+        if score < floor:  # and so is every later Mac with this free memory (as skip_free_value)
             i += 1
             if i < end and keys[i] >> FREE_SHIFT == free:
                 i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
@@ -242,7 +264,11 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
         scored += 1
         scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, Strategy.SINGLE)
         best.offer((group, i), scored_tuple)
-        i = _next_run(keys, i, key, best, scored_tuple)
+        if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals: rare
+            i = _next_run(keys, i, key, best, scored_tuple)
+        else:
+            i += 1
+        floor = best.floor
     return scored
 
 
