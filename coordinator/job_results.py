@@ -26,30 +26,32 @@ from ledger import jobs as ledger_jobs
 TOKENS_PER_CHUNK_MAX = 4_096
 
 
+def _refuse_unless_active(job_id: str, node: NodeRecord, status: JobStatus | None, assigned: bool) -> None:
+    """A node reports on a job only while the job is assigned to it and still running."""
+    if status is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if not assigned:
+        raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
+    if status in records.TERMINAL_STATUSES:
+        raise AlreadyDone(f"job {job_id} is already {status.value}; its result is recorded")
+    if status not in ACTIVE_STATUSES:
+        raise PermissionDenied(f"job {job_id} was handed back and is {status.value}")
+
+
 def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecord:
     job = records.job_by_id(session, job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} does not exist")
-    if node.node_id not in job.node_ids:
-        raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
-    if job.status in records.TERMINAL_STATUSES:
-        raise AlreadyDone(f"job {job_id} is already {job.status.value}; its result is recorded")
-    if job.status not in ACTIVE_STATUSES:
-        raise PermissionDenied(f"job {job_id} was handed back and is {job.status.value}")
+    _refuse_unless_active(job_id, node, job.status if job else None,
+                          job is not None and node.node_id in job.node_ids)
+    assert job is not None
     return job
 
 
 def _check_streaming(job: records.StreamingJob | None, node: NodeRecord,
                      job_id: str) -> records.StreamingJob:
     """As _own_active_job, over the narrow read the token path makes for every chunk."""
-    if job is None:
-        raise NotFound(f"job {job_id} does not exist")
-    if not job.assigned_to_node:
-        raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
-    if job.status in records.TERMINAL_STATUSES:
-        raise AlreadyDone(f"job {job_id} is already {job.status.value}; its result is recorded")
-    if job.status not in ACTIVE_STATUSES:
-        raise PermissionDenied(f"job {job_id} was handed back and is {job.status.value}")
+    _refuse_unless_active(job_id, node, job.status if job else None,
+                          job is not None and job.assigned_to_node)
+    assert job is not None
     return job
 
 

@@ -55,7 +55,6 @@ __all__ = [
     "ensure_account",
     "expire_pending",
     "expired_pending_ids",
-    "get_accounts",
     "get_transfer",
     "get_transfers",
     "job_transfer_id",
@@ -170,7 +169,7 @@ def accounts_exist(session: Session, accounts: Iterable[tuple[str, AccountKind]]
     store.lock_chain_head(session)
     existing = store.read_accounts(session, [account_id for account_id, _ in wanted])
     return all(account_id in existing and existing[account_id].kind is kind
-               and existing[account_id].debits_must_not_exceed_credits == (kind not in _OVERDRAFT_ALLOWED_KINDS)
+               and existing[account_id].debits_must_not_exceed_credits == refuses_overdraft_by_default(kind)
                for account_id, kind in wanted)
 
 
@@ -220,11 +219,6 @@ def expire_pending(
 
 def account(session: Session, account_id: str) -> Account | None:
     return store.read_account(session, account_id)
-
-
-def get_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
-    """The existing accounts among these ids, by id."""
-    return store.read_accounts(session, account_ids)
 
 
 def balance(session: Session, account_id: str) -> Balance | None:

@@ -217,7 +217,13 @@ def settle_job(
     if price.consumer_charge == 0:
         return JobPayment((void_job(session, job_id, now_us=now_us),))
     open_operator_account(session, operator_id)
-    post = PostPending(
+    operations = [_charge_operation(job_id, consumer_id, price), *_escrow_payouts(job_id, operator_id, price)]
+    return JobPayment(create_transfers(session, operations, now_us=now_us))
+
+
+def _charge_operation(job_id: JobId, consumer_id: ConsumerId, price: JobPrice) -> PostPending:
+    """Post the job's charge from its reservation into escrow."""
+    return PostPending(
         id=job_transfer_id(job_id, JobStep.POST),
         pending_id=job_transfer_id(job_id, JobStep.RESERVE),
         amount=price.consumer_charge,
@@ -226,8 +232,6 @@ def settle_job(
         debit_account=consumer_account_id(consumer_id),
         credit_account=CONSUMER_ESCROW_ACCOUNT,
     )
-    operations = [post, *_escrow_payouts(job_id, operator_id, price)]
-    return JobPayment(create_transfers(session, operations, now_us=now_us))
 
 
 def void_job(session: Session, job_id: JobId, *, now_us: int | None = None) -> TransferResult:
@@ -309,17 +313,7 @@ def completion_operations(
         return [_held_credit(job_id, ISSUANCE_REWARDS_ACCOUNT, operator_id, price, hold_s)]
     if price.consumer_charge == 0:
         return [_void_operation(job_id)]
-    operations: list[Operation] = [
-        PostPending(
-            id=job_transfer_id(job_id, JobStep.POST),
-            pending_id=job_transfer_id(job_id, JobStep.RESERVE),
-            amount=price.consumer_charge,
-            kind=TransferKind.JOB_CHARGE,
-            policy_version=price.policy_version,
-            debit_account=consumer_account_id(consumer_id),
-            credit_account=CONSUMER_ESCROW_ACCOUNT,
-        )
-    ]
+    operations: list[Operation] = [_charge_operation(job_id, consumer_id, price)]
     if price.operator_credit > 0:
         operations.append(_held_credit(job_id, CONSUMER_ESCROW_ACCOUNT, operator_id, price, hold_s))
     operations.extend(_fee_payouts(job_id, price))
