@@ -25,6 +25,7 @@ from node_agent.coordinator_client import (
 from node_agent.hooks import AgentHooks, PodJobResult
 from node_agent.identity import Identity
 from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, PromptTooLong
+from node_agent.job_timeline import JobTimeline
 from node_agent.token_sender import TokenSender
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class NodeAgent:
         self._heartbeat_wake = threading.Event()
         self._client = CoordinatorClient(settings.coordinator)
         self._paths = {spec.model_id: path for spec, path in settings.models}
-        self._jobs: queue.Queue[Assignment] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
         self._seen: set[str] = set()
         self._running = 0
         self._heartbeat_interval_s = 2.0
@@ -139,29 +140,31 @@ class NodeAgent:
         if assignment.job_id in self._seen:
             return
         self._seen.add(assignment.job_id)
-        self._jobs.put(assignment)
+        self._jobs.put((assignment, JobTimeline(assignment.job_id)))
 
     # --- jobs ----------------------------------------------------------------
 
     def _work_forever(self) -> None:
         while not self.stopping.is_set():
             try:
-                assignment = self._jobs.get(timeout=0.5)
+                assignment, timeline = self._jobs.get(timeout=0.5)
             except queue.Empty:
                 self._hooks.idle_work()
                 continue
             self._running += 1
+            timeline.mark("dequeued")
             try:
-                self._run(assignment)
+                self._run(assignment, timeline)
             finally:
                 self._running -= 1
+                timeline.log()
 
     def _hand_back(self, job_id: str, reason: str) -> None:
         log.info("handing job %s back: %s", job_id, reason)
         self._retry(lambda: self._client.report_failure(job_id, reason, handed_back=True))
         self._hooks.job_finished(job_id, None)
 
-    def _run(self, assignment: Assignment) -> None:
+    def _run(self, assignment: Assignment, timeline: JobTimeline) -> None:
         refusal = self._hooks.refusal(assignment)
         if refusal is not None:
             self._hand_back(assignment.job_id, refusal)
@@ -171,6 +174,7 @@ class NodeAgent:
                 self._run_pod(assignment)
             return  # a member only lends its memory: the leader starts its rank
         self._hooks.job_started(assignment.job_id)
+        timeline.mark("started")
         log.info("running job %s (%s, %d tokens max)", assignment.job_id,
                  assignment.model.model_id, assignment.max_tokens)
         request = GenerationRequest(
@@ -178,10 +182,13 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
             top_logprobs=assignment.top_logprobs)
-        sender = TokenSender(self._client, assignment.job_id)
+        sender = TokenSender(self._client, assignment.job_id, timeline=timeline)
         keep_going = self._hooks.keep_going
+        timeline.mark("generating")
 
         def on_token(index: int, token_id: int, text: str) -> bool:
+            if index == 0:
+                timeline.mark("first_token")
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
         try:
@@ -194,7 +201,9 @@ class NodeAgent:
                                                             prompt_too_long=True))
             self._hooks.job_finished(assignment.job_id, None)
             return
+        timeline.mark("generated")
         chunks = sender.close()
+        timeline.mark("tokens_sent")
         if result.stopped_early and not sender.rejected and not keep_going(assignment.job_id):
             self._hand_back(assignment.job_id, self._hooks.hand_back_reason())
             return
@@ -205,7 +214,9 @@ class NodeAgent:
             self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
         body = encode_receipt(self._receipt(assignment, result))
         signature = self.settings.identity.sign(body)
+        timeline.mark("receipt_signed")
         credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body, signature))
+        timeline.mark("receipt_reported")
         log.info("job %s done: %d tokens, credited %s base units", assignment.job_id,
                  len(result.token_ids), credited)
         self._hooks.job_finished(assignment.job_id, credited)

@@ -23,6 +23,7 @@ from contracts.logprobs import TokenLogprob
 from node_agent.coordinator_client import (
     CallRejected, Chunk, CoordinatorCallError, CoordinatorClient,
 )
+from node_agent.job_timeline import JobTimeline
 
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
@@ -31,8 +32,10 @@ FLUSH_INTERVAL_S = 0.02  # longest a token waits for company; well under a reade
 
 class TokenSender:
     def __init__(self, client: CoordinatorClient, job_id: str,
-                 flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+                 flush_interval_s: float = FLUSH_INTERVAL_S,
+                 timeline: JobTimeline | None = None) -> None:
         self._client = client
+        self._timeline = timeline
         self._job_id = job_id
         self._flush_interval_s = flush_interval_s
         self._queue: queue.Queue[Chunk | None] = queue.Queue()
@@ -61,6 +64,8 @@ class TokenSender:
                     break
                 chunk = chunk.merged(following)
             self.sent.append(chunk)
+            if self._timeline is not None and len(self.sent) == 1:
+                self._timeline.mark("first_chunk_to_grpc")
             yield chunk
 
     def _send(self) -> None:
