@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
 from contracts.ids import JobId
 from contracts.models import ModelSpec
@@ -241,7 +242,13 @@ class NodeAgent:
                 return
             if sender.error is not None:  # the stream broke: re-send every chunk, harmlessly
                 self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
-            result = with_commitment(assignment.job_id, job.result)
+            try:
+                result = with_commitment(assignment.job_id, job.result)
+            except CommitmentError as error:  # NaN or infinity: no honest proof exists
+                reason = f"cannot commit to the job's hidden states: {error}"
+                self._retry(lambda: self._client.report_failure(assignment.job_id, reason))
+                self._hooks.job_finished(assignment.job_id, None)
+                return
             body = encode_receipt(self._receipt(assignment, result))
             signature = self.settings.identity.sign(body)
             timeline.mark("receipt_signed")
