@@ -14,7 +14,8 @@ Decode rate is (tokens - 1) / (last token time - first token time), the same for
 both paths; time to first token runs from the request to its first text. The node
 hands each token after the first over one step late (so its text is final), and
 sends the tokens that come within node_agent.token_sender.FLUSH_INTERVAL_S of each
-other as one message; neither changes the first or the last token's time.
+other as one message; neither changes the first or the last token's time (the last
+message goes once the last token is made, before the node computes its proof).
 """
 
 from __future__ import annotations

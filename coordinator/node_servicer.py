@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import grpc
 
 from coordinator import convert
@@ -12,6 +15,7 @@ from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
 
 SESSION_METADATA_KEY = "x-mlxnet-session"
+log = logging.getLogger(__name__)
 
 
 def _session_token(context: grpc.ServicerContext) -> str | None:
@@ -50,9 +54,13 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
 
     @translate_errors
     def StreamTokens(self, request_iterator, context):  # noqa: N802
+        opened_ms = time.time_ns() // 1_000_000
         node = self._node(context)
         accepted = 0
         for request in request_iterator:
+            if request.first_index == 0:
+                log.debug("job %s token stream opened at %d, first chunk read at %d",
+                          request.job_id, opened_ms, time.time_ns() // 1_000_000)
             if self._service.accept_tokens(node, request.job_id, convert.token_chunk_from_pb(request),
                                            request.prompt_tokens):
                 accepted += len(request.token_ids)

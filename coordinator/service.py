@@ -106,6 +106,7 @@ class CoordinatorService:
                     session, job, decision, fleet, now, self.config)
             view = self._view(session, records.job_by_id(session, job.job_id) if placed else job)
         if placed:
+            log.debug("job %s placed at submit, committed at %d", job.job_id, time.time_ns() // 10**6)
             log.info("job %s queued for model %s and assigned to %s", job.job_id, job.model_id,
                      ", ".join(view.job.node_ids))
             self.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in view.job.node_ids))
@@ -295,6 +296,7 @@ class CoordinatorService:
             for job in jobs:
                 if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
                     sent.add(job.job_id)
+                    log.debug("job %s sent to its node at %d", job.job_id, time.time_ns() // 10**6)
                     yield job
             self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
 
@@ -304,6 +306,8 @@ class CoordinatorService:
             stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
                                                prompt_tokens)
         if stored:  # committed: the job's live readers may have it now
+            if chunk.first_index == 0:
+                log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
             self.live_chunks.publish(job_id, [chunk])
         self.notifier.notify(job_topic(job_id))
         return stored

@@ -1,8 +1,9 @@
 """The node agent: joins the network, takes assignments, runs them, proves them.
 
-Three threads: the connection loop (register, then listen for assignments),
-heartbeats, and one worker that owns all MLX work and runs jobs from a
-bounded queue.
+Four threads: the connection loop (register, then listen for assignments),
+heartbeats, one worker that owns all MLX work and runs jobs from a bounded
+queue, and the reporter that finishes each generated job (receipt and its
+report) while the worker starts the next.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
 from contracts.ids import JobId
 from contracts.models import ModelSpec
@@ -24,7 +26,11 @@ from node_agent.coordinator_client import (
 )
 from node_agent.hooks import AgentHooks, PodJobResult
 from node_agent.identity import Identity
-from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, PromptTooLong
+from node_agent.inference.engine import (
+    Engine, GenerationRequest, GenerationResult, PromptTooLong, with_commitment,
+)
+from node_agent.job_reporter import Generated, JobReporter
+from node_agent.job_timeline import JobTimeline
 from node_agent.token_sender import TokenSender
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ QUEUED_ASSIGNMENTS_MAX = 64
 RETRY_DELAY_S_MIN = 0.1
 RETRY_DELAY_S_MAX = 5.0
 REPORT_DEADLINE_S = 600.0  # how long a finished job's result is retried before it is dropped
+LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
 T = TypeVar("T")
 
 
@@ -56,9 +63,11 @@ class NodeAgent:
         self._heartbeat_wake = threading.Event()
         self._client = CoordinatorClient(settings.coordinator)
         self._paths = {spec.model_id: path for spec, path in settings.models}
-        self._jobs: queue.Queue[Assignment] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
         self._seen: set[str] = set()
-        self._running = 0
+        self._running = 0  # dequeued and not yet reported; the worker and the reporter count it
+        self._running_lock = threading.Lock()
+        self._reporter = JobReporter(self._finish_generated)
         self._heartbeat_interval_s = 2.0
         self.stopping = threading.Event()
         self.registered = threading.Event()
@@ -100,6 +109,8 @@ class NodeAgent:
         Returns the number of jobs the coordinator handed back, or None when it
         could not be told (it then hands them back once heartbeats stop).
         """
+        if not self._reporter.wait_until_idle(LEAVE_REPORTS_WAIT_S):
+            log.warning("leaving with receipts still unreported after %.0fs", LEAVE_REPORTS_WAIT_S)
         try:
             return self._client.leave("the operator ran mlxnet node leave")
         except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
@@ -139,38 +150,48 @@ class NodeAgent:
         if assignment.job_id in self._seen:
             return
         self._seen.add(assignment.job_id)
-        self._jobs.put(assignment)
+        self._jobs.put((assignment, JobTimeline(assignment.job_id)))
 
     # --- jobs ----------------------------------------------------------------
 
     def _work_forever(self) -> None:
         while not self.stopping.is_set():
             try:
-                assignment = self._jobs.get(timeout=0.5)
+                assignment, timeline = self._jobs.get(timeout=0.5)
             except queue.Empty:
                 self._hooks.idle_work()
                 continue
-            self._running += 1
+            self._count_running(+1)
+            timeline.mark("dequeued")
+            handed_over = False
             try:
-                self._run(assignment)
+                handed_over = self._run(assignment, timeline)
             finally:
-                self._running -= 1
+                if not handed_over:
+                    self._count_running(-1)
+                    timeline.log()
+
+    def _count_running(self, change: int) -> None:
+        with self._running_lock:
+            self._running += change
 
     def _hand_back(self, job_id: str, reason: str) -> None:
         log.info("handing job %s back: %s", job_id, reason)
         self._retry(lambda: self._client.report_failure(job_id, reason, handed_back=True))
         self._hooks.job_finished(job_id, None)
 
-    def _run(self, assignment: Assignment) -> None:
+    def _run(self, assignment: Assignment, timeline: JobTimeline) -> bool:
+        """Run one job; True when it was handed to the reporter to finish."""
         refusal = self._hooks.refusal(assignment)
         if refusal is not None:
             self._hand_back(assignment.job_id, refusal)
-            return
+            return False
         if assignment.pod_id:
             if assignment.pod_leader_node_id == self.settings.identity.node_id:
                 self._run_pod(assignment)
-            return  # a member only lends its memory: the leader starts its rank
+            return False  # a member only lends its memory: the leader starts its rank
         self._hooks.job_started(assignment.job_id)
+        timeline.mark("started")
         log.info("running job %s (%s, %d tokens max)", assignment.job_id,
                  assignment.model.model_id, assignment.max_tokens)
         request = GenerationRequest(
@@ -178,37 +199,68 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
             top_logprobs=assignment.top_logprobs)
-        sender = TokenSender(self._client, assignment.job_id)
+        sender = TokenSender(self._client, assignment.job_id, timeline=timeline)
         keep_going = self._hooks.keep_going
+        timeline.mark("generating")
 
         def on_token(index: int, token_id: int, text: str) -> bool:
+            if index == 0:
+                timeline.mark("first_token")
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
         try:
+            # The commitment is arithmetic over recorded values: the reporter makes it.
             result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
-                                           sender.note_prompt_tokens, sender.note_logprob)
+                                           sender.note_prompt_tokens, sender.note_logprob,
+                                           on_end=sender.finish, commit=False)
         except PromptTooLong as error:
             sender.close()
             reason = str(error)  # the name `error` is unbound once the except block ends
             self._retry(lambda: self._client.report_failure(assignment.job_id, reason,
                                                             prompt_too_long=True))
             self._hooks.job_finished(assignment.job_id, None)
-            return
-        chunks = sender.close()
-        if result.stopped_early and not sender.rejected and not keep_going(assignment.job_id):
+            return False
+        timeline.mark("generated")
+        if not result.stopped_early:
+            self._reporter.hand_over(Generated(assignment, result, sender, timeline))
+            return True
+        sender.close()
+        if not sender.rejected and not keep_going(assignment.job_id):
             self._hand_back(assignment.job_id, self._hooks.hand_back_reason())
-            return
-        if sender.rejected or result.stopped_early:
+        else:
             log.info("job %s stopped: %s", assignment.job_id, sender.error)
-            return
-        if sender.error is not None:  # the stream broke: re-send every chunk, harmlessly
-            self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
-        body = encode_receipt(self._receipt(assignment, result))
-        signature = self.settings.identity.sign(body)
-        credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body, signature))
-        log.info("job %s done: %d tokens, credited %s base units", assignment.job_id,
-                 len(result.token_ids), credited)
-        self._hooks.job_finished(assignment.job_id, credited)
+        return False
+
+    def _finish_generated(self, job: Generated) -> None:
+        """On the reporter's thread: the token stream's end, then the signed receipt."""
+        assignment, sender, timeline = job.assignment, job.sender, job.timeline
+        try:
+            chunks = sender.close()
+            timeline.mark("tokens_sent")
+            if sender.rejected:  # cancelled after its last token: no receipt is due
+                log.info("job %s stopped: %s", assignment.job_id, sender.error)
+                return
+            if sender.error is not None:  # the stream broke: re-send every chunk, harmlessly
+                self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
+            try:
+                result = with_commitment(assignment.job_id, job.result)
+            except CommitmentError as error:  # NaN or infinity: no honest proof exists
+                reason = f"cannot commit to the job's hidden states: {error}"
+                self._retry(lambda: self._client.report_failure(assignment.job_id, reason))
+                self._hooks.job_finished(assignment.job_id, None)
+                return
+            body = encode_receipt(self._receipt(assignment, result))
+            signature = self.settings.identity.sign(body)
+            timeline.mark("receipt_signed")
+            credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body,
+                                                                       signature))
+            timeline.mark("receipt_reported")
+            log.info("job %s done: %d tokens, credited %s base units", assignment.job_id,
+                     len(result.token_ids), credited)
+            self._hooks.job_finished(assignment.job_id, credited)
+        finally:
+            self._count_running(-1)
+            timeline.log()
 
     def _run_pod(self, assignment: Assignment) -> None:
         """Lead a pod job: the hooks start every rank; tokens and the receipt go out as for one Mac."""

@@ -114,7 +114,8 @@ class OperatorHooks(AgentHooks):
     def job_finished(self, job_id: str, credited_base_units: int | None) -> None:
         with self._lock:
             self._roll_day()
-            self._current_job = None
+            if self._current_job == job_id:  # a receipt may come in after the next job started
+                self._current_job = None
             if credited_base_units is None:
                 self._unfinished += 1
             else:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-import time
 from collections.abc import Iterator
 
 from contracts.logprobs import TokenLogprob
 from node_agent.coordinator_client import (
     CallRejected, Chunk, CoordinatorCallError, CoordinatorClient,
 )
+from node_agent.job_timeline import JobTimeline
 
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
@@ -31,8 +31,10 @@ FLUSH_INTERVAL_S = 0.02  # longest a token waits for company; well under a reade
 
 class TokenSender:
     def __init__(self, client: CoordinatorClient, job_id: str,
-                 flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+                 flush_interval_s: float = FLUSH_INTERVAL_S,
+                 timeline: JobTimeline | None = None) -> None:
         self._client = client
+        self._timeline = timeline
         self._job_id = job_id
         self._flush_interval_s = flush_interval_s
         self._queue: queue.Queue[Chunk | None] = queue.Queue()
@@ -40,28 +42,41 @@ class TokenSender:
         self.error: CoordinatorCallError | None = None
         self._prompt_tokens = 0
         self._logprobs: dict[int, TokenLogprob] = {}  # noted by generation, sent with the token
+        self._ended = threading.Event()  # finish() was called: stop waiting for company
         self._thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
         self._thread.start()
 
     def _pending(self) -> Iterator[Chunk]:
-        """Chunks as queued; those that come within the flush interval go out merged."""
-        done = False
-        while not done:
+        """Chunks as queued; those that come within the flush interval go out merged.
+
+        The thread sleeps out the interval and then takes what came, rather than waking
+        for every token: it shares the CPU with generation.
+        """
+        while True:
             chunk = self._queue.get()
             if chunk is _DONE:
                 return
-            deadline = time.monotonic() + (self._flush_interval_s if self.sent else 0.0)
-            while len(chunk.token_ids) < CHUNK_TOKENS_MAX:
-                try:
-                    following = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if following is _DONE:
-                    done = True
-                    break
-                chunk = chunk.merged(following)
+            if self.sent:  # the first token goes at once
+                self._ended.wait(self._flush_interval_s)
+            chunk, done = self._merge_queued(chunk)
             self.sent.append(chunk)
+            if self._timeline is not None and len(self.sent) == 1:
+                self._timeline.mark("first_chunk_to_grpc")
             yield chunk
+            if done:
+                return
+
+    def _merge_queued(self, chunk: Chunk) -> tuple[Chunk, bool]:
+        """The chunk with the tokens queued behind it (up to the limit); True once the end came."""
+        while len(chunk.token_ids) < CHUNK_TOKENS_MAX:
+            try:
+                following = self._queue.get_nowait()
+            except queue.Empty:
+                return chunk, False
+            if following is _DONE:
+                return chunk, True
+            chunk = chunk.merged(following)
+        return chunk, False
 
     def _send(self) -> None:
         try:
@@ -90,9 +105,15 @@ class TokenSender:
                               self._prompt_tokens if index == 0 else 0))
         return not self.rejected
 
+    def finish(self) -> None:
+        """No more tokens come: what is queued goes out now, and the call ends."""
+        if not self._ended.is_set():
+            self._ended.set()
+            self._queue.put(_DONE)
+
     def close(self) -> list[Chunk]:
         """Finish the call; returns every chunk, with the boundaries already sent kept."""
-        self._queue.put(_DONE)
+        self.finish()
         self._thread.join()
         unsent = []
         while True:

@@ -156,8 +156,12 @@ def _prefill(model, ids: mx.array, cache, recorder: _Recorder) -> int:  # type: 
 
 def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  # type: ignore[no-untyped-def]
            top_p: float, seed: int, eos_token_ids: frozenset[int],
-           on_step: Callable[[DecodeStep], bool]) -> Decoded | None:
+           on_step: Callable[[DecodeStep], bool],
+           on_last: Callable[[], None] | None = None) -> Decoded | None:
     """Generate up to max_tokens, recording hidden states; None when on_step asked to stop.
+
+    on_last is called once the last step is handed out, before the recorded states are
+    gathered: a consumer holding the last token back can release it without that wait.
 
     Step s runs the model on the previous token (the last prompt token at s = 0) and
     samples token s. Greedy steps are pipelined as in mlx_lm's generate_step: step s+1
@@ -200,6 +204,8 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
         hidden, logits, token = following or forward(token, step + 1)
         if recorded := recorder.generated_row(hidden[0]):
             mx.async_eval(*recorded)
+    if on_last is not None:
+        on_last()
     recorder.flush()
     return Decoded(tuple(tokens), finish, len(prompt_ids), recorder.prompt.result(),
                    tuple(c.result() for c in recorder.chunks))

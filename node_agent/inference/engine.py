@@ -8,6 +8,7 @@ first out.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ class GenerationResult:
     finish_reason: FinishReason = FinishReason.LENGTH
     first_token_at_ms: int = 0
     activation_commitment: bytes = b""  # contracts.commitments encoding; empty when stopped early
+    recorded: Decoded | None = None  # the states to commit to, while the commitment is not made yet
 
 
 # on_token(index, token_id, text) -> keep going?
@@ -101,7 +103,9 @@ class Engine:
 
     def generate(self, request: GenerationRequest, max_context_tokens: int,
                  on_token: TokenSink, on_prompt: Callable[[int], None] | None = None,
-                 on_logprob: Callable[[int, TokenLogprob], None] | None = None) -> GenerationResult:
+                 on_logprob: Callable[[int, TokenLogprob], None] | None = None,
+                 on_end: Callable[[], None] | None = None,
+                 commit: bool = True) -> GenerationResult:
         """Generate, handing each token to on_token one step late so its text is final.
 
         The first token goes at once when its text already is (see _settled): it is
@@ -110,7 +114,9 @@ class Engine:
         Records the final hidden states as it goes and returns the activation
         commitment for the receipt. on_prompt gets the prompt's token count before
         the first token; on_logprob gets each token's logprobs (when the request asks)
-        before on_token gets the token.
+        before on_token gets the token. on_end is called once the last token is handed
+        over (not when stopped early), before the commitment is computed. With commit
+        False the result carries the recorded states instead: with_commitment finishes it.
         """
         model, tokenizer = self._model(request.model_path)
         prompt_ids = prompts.encode_job_prompt(tokenizer, request.prompt)
@@ -147,11 +153,7 @@ class Engine:
             held.append((step.index, step.token_id, segment))
             return True
 
-        started = _now_ms()
-        decoded = activations.decode(model, prompt_ids, request.max_tokens, request.temperature,
-                                     request.top_p, request.seed,
-                                     self.end_token_ids(request.model_path), on_step)
-        if decoded is not None:
+        def on_last() -> None:
             detokenizer.finalize()
             tail = detokenizer.last_segment
             if held:
@@ -159,13 +161,20 @@ class Engine:
                 hand_over(index, token_id, text + tail)
             elif tail:  # _settled said the detokenizer held nothing back
                 log.warning("job %s: text %r after the last token was dropped", request.job_id, tail)
+            if on_end is not None:
+                on_end()
+
+        started = _now_ms()
+        decoded = activations.decode(model, prompt_ids, request.max_tokens, request.temperature,
+                                     request.top_p, request.seed,
+                                     self.end_token_ids(request.model_path), on_step, on_last)
         tokens = tuple(token_id for token_id, _ in accepted)
         text = "".join(text for _, text in accepted)
         if decoded is None or len(tokens) < len(decoded.token_ids):  # cancelled: no proof
             return GenerationResult(tokens, text, len(prompt_ids), started, _now_ms(), True)
-        return GenerationResult(tokens, text, len(prompt_ids), started, _now_ms(), False,
-                                decoded.finish_reason, first_token_at_ms,
-                                _commitment(request.job_id, decoded))
+        result = GenerationResult(tokens, text, len(prompt_ids), started, _now_ms(), False,
+                                  decoded.finish_reason, first_token_at_ms, recorded=decoded)
+        return with_commitment(request.job_id, result) if commit else result
 
     def replay(self, model_path: str, prompt: str, output_ids: tuple[int, ...],
                check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
@@ -209,6 +218,17 @@ def _settled(tokenizer, token_id: int, segment: str) -> bool:  # type: ignore[no
     full = tokenizer.decode([token_id])
     return (bool(segment) and full.endswith(segment) and not full[-1].isspace()
             and not full.endswith("\ufffd"))
+
+
+def with_commitment(job_id: str, result: GenerationResult) -> GenerationResult:
+    """The result with the activation commitment to its recorded states.
+
+    Pure arithmetic over the recorded values, no MLX work: any thread may run it.
+    """
+    if result.recorded is None:
+        return result
+    return dataclasses.replace(result, recorded=None,
+                               activation_commitment=_commitment(job_id, result.recorded))
 
 
 def _commitment(job_id: str, decoded: Decoded) -> bytes:

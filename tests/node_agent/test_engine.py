@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mlx_lm import load, stream_generate
 
-from node_agent.inference.engine import Engine, GenerationRequest, _settled
+from node_agent.inference.engine import Engine, GenerationRequest, _settled, with_commitment
 
 
 class _Tokenizer:
@@ -55,3 +55,19 @@ def test_the_first_token_goes_before_the_second_is_made_and_the_text_is_mlx_lms(
     assert "".join(texts) == result.text == "".join(r.text for r in expected)
     assert events.index(("token", 0)) < events.index(("logprobs", 1))
     assert [index for kind, index in events if kind == "token"] == list(range(24))
+
+
+def test_the_last_token_goes_before_the_proof_and_a_later_commitment_is_the_same(
+        tiny_model_dir: Path) -> None:
+    engine = Engine()
+    request = GenerationRequest(str(tiny_model_dir), "And Abraham", 40, 0.0, 1.0, 0, "job-p")
+    events: list[str] = []
+    deferred = engine.generate(request, 4096, lambda index, *_: events.append(f"token {index}") is None,
+                               on_end=lambda: events.append("end"), commit=False)
+    assert events[-2:] == ["token 39", "end"]
+    assert deferred.activation_commitment == b"" and deferred.recorded is not None
+    inline = engine.generate(request, 4096, lambda *_: True)
+    assert inline.recorded is None and inline.activation_commitment
+    finished = with_commitment("job-p", deferred)
+    assert finished.activation_commitment == inline.activation_commitment
+    assert finished.recorded is None and finished.token_ids == inline.token_ids

@@ -47,3 +47,20 @@ def test_without_an_interval_only_queued_tokens_merge() -> None:
     assert client.first.wait(30)
     chunks = sender.close()
     assert [(c.first_index, c.token_ids) for c in chunks] == [(0, (1,))]
+
+
+def test_finish_sends_the_last_tokens_without_waiting_and_close_keeps_them() -> None:
+    client = _FakeClient()
+    sender = TokenSender(client, "job-3", flush_interval_s=600)  # type: ignore[arg-type]
+    sender.offer(0, 1, "x")
+    assert client.first.wait(30)
+    sender.offer(1, 2, "y")
+    sender.offer(2, 3, "z")
+    sender.finish()
+    closing = threading.Thread(target=sender.close)
+    closing.start()
+    closing.join(60)  # finish() ended the interval's wait
+    assert not closing.is_alive()
+    assert [(c.first_index, c.token_ids, c.text) for c in client.received] == [
+        (0, (1,), "x"), (1, (2, 3), "yz")]
+    assert sender.close() == client.received  # closing again changes nothing
