@@ -116,15 +116,15 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     speeds = _group_speeds(entry, terms, config)
     # Groups are fastest first: those from the first one below the job's minimum speed on are all too slow.
     fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
-    frees = entry.mac_frees
+    keys = entry.mac_keys
     starts = entry.fit_starts_for(terms.memory.total_bytes)  # where the job starts to fit
-    if fast_enough < len(frees):  # most jobs ask for no speed: no copies then
-        starts, below = starts[:fast_enough], sum(map(len, frees[fast_enough:]))
-        frees = frees[:fast_enough]
+    if fast_enough < len(keys):  # most jobs ask for no speed: no copies then
+        starts, below = starts[:fast_enough], sum(map(len, keys[fast_enough:]))
+        keys = keys[:fast_enough]
     else:
         below = 0
     does_not_fit = sum(starts)
-    feasible = sum(map(len, frees)) - does_not_fit
+    feasible = sum(map(len, keys)) - does_not_fit
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
@@ -195,7 +195,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
     span = config.best_fit_span_octaves
     need, target = terms.memory.total_bytes, terms.speed_target
     budget = config.scored_per_decision_max
-    groups, frees, decodes = entry.mac_groups, entry.mac_frees, speeds.decodes
+    groups, keys, decodes = entry.mac_groups, entry.mac_keys, speeds.decodes
     optimistic, order, fast_enough = speeds.optimistic_bounds, speeds.order, len(starts)
     static_bounds = speeds.static_bounds
     speed_scores = speeds.speed_scores if target == speeds.target else None
@@ -209,7 +209,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
             if optimistic[i] < floor or optimistic[i] < leading:
                 break
             next_in_order += 1
-            if i >= fast_enough or starts[i] == len(frees[i]):
+            if i >= fast_enough or starts[i] == len(keys[i]):
                 continue
             if speed_scores is not None:
                 speed = speed_scores[i]
@@ -217,7 +217,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
                 speed = decodes[i] / target  # as speed_score
                 if speed > 1.0:
                     speed = 1.0
-            fit = 1.0 - log2(frees[i][starts[i]] / need) / span
+            fit = 1.0 - log2((keys[i][starts[i]] >> FREE_SHIFT) / need) / span
             bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + static_bounds[i]
             heappush(exact, (-bound, i, speed))
             if bound > leading:
