@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from coordinator.placement.assemble import mac_placement, mac_score, pod_placement, pod_score
+from coordinator.placement.assemble import mac_placement, pod_placement, ranked_mac, ranked_pod
 from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement, Unplaceable
@@ -125,16 +125,18 @@ def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placeme
 
 def _explain(terms: JobTerms, view: FleetView, macs: SearchResult, pods: SearchResult | None,
              config: PlacementConfig, notes: tuple[str, ...] = ()) -> Explanation:
-    top = tuple(mac_score(view.mac_at(s.position), s, config) for s in macs.top)
     if pods is not None and pods.top:
-        top = tuple(pod_score(*view.pod_at(s.position), s, config) for s in pods.top)
-    chosen = top[0].candidate_id if top else None
+        ranked = tuple([ranked_pod(*view.pod_at(s.position), s) for s in pods.top])
+    else:
+        ranked = tuple([ranked_mac(view.mac_at(s.position), s) for s in macs.top])
+    chosen = ranked[0].candidate_id if ranked else None
     return Explanation(
         job_id=terms.job.job_id, model_id=terms.job.model.model_id, memory=terms.memory,
         macs_total=view.mac_count, mac_filtered=counts_tuple(macs.filtered), macs_feasible=macs.feasible,
         macs_scored=macs.scored, pods_total=view.pod_count, pods_considered=pods is not None,
         pod_filtered=counts_tuple(pods.filtered) if pods else (), pods_feasible=pods.feasible if pods else 0,
-        pods_scored=pods.scored if pods else 0, top_candidates=top, chosen_id=chosen, notes=notes)
+        pods_scored=pods.scored if pods else 0, ranked=ranked,
+        price_reference_per_million_tokens=config.price_reference_per_million_tokens, chosen_id=chosen, notes=notes)
 
 
 def _needs(terms: JobTerms) -> str:
