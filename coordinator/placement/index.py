@@ -189,7 +189,7 @@ class MacSlot:
 
 class PodSlot:
     __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_cold",
-                 "static_warm", "served", "warm", "ceiling_sum", "reason")
+                 "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free")
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.warm else self.static_cold
@@ -537,6 +537,8 @@ class FleetIndex:
                 unavailable[slot.reason] = unavailable.get(slot.reason, 0) + sign
             return
         free = self.pod_free_sum(slot)
+        if sign > 0:  # a pod is re-filed whenever a member's load changes, so this stays current
+            slot.smallest_free = min([member.free for member in slot.members])
         class_key = (slot.topology, slot.slowest_step)
         for model_id in slot.served:
             group = self.pod_models[model_id].classes[class_key].group
