@@ -7,7 +7,8 @@ read-only and then `--jobs` more committing each placement (releasing the oldest
 15,000 running), as bench/placement.py does. Prints two digests: one over the decisions
 (where each job went, what it reserved, its score), one over their explanations
 (to_dict, which is what the scheduler stores). Both must stay equal across optimisations;
-with the defaults they were decision c4035d8d81f0edcb, explanation 0be68098ba3dbbe3.
+with the defaults they were decision c4035d8d81f0edcb, explanation 0be68098ba3dbbe3; since the
+time-to-first-token fix (a warm model loads nothing) decision 1150c7a4099eb4a2, explanation unchanged.
 """
 
 from __future__ import annotations
