@@ -14,10 +14,8 @@ defaults the benchmark's choices match the exhaustive search.
 
 from __future__ import annotations
 
-import itertools
 import math
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import log2
 from typing import NamedTuple
@@ -46,8 +44,9 @@ class Scored(NamedTuple):
     strategy: Strategy = Strategy.SINGLE
 
 
-@dataclass(frozen=True)
-class SearchResult:
+class SearchResult(NamedTuple):
+    """A named tuple: one is made per search, and a tuple is quicker to make than a frozen dataclass."""
+
     filtered: dict[FilterReason, int]
     feasible: int
     scored: int
@@ -102,7 +101,7 @@ class Best:
         if chosen is None:
             return SearchResult(filtered, feasible, scored, ())
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
-        return SearchResult(filtered, feasible, scored, tuple(Scored(*s) for s in (chosen, *others)))
+        return SearchResult(filtered, feasible, scored, tuple(map(Scored._make, (chosen, *others))))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -310,13 +309,16 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         keys, start, _, scored = runs[0]
         position = keys[start + seed % total] & POSITION_MASK
     else:  # runs from different speed classes can tie exactly
-        # A Mac is in one run at most: tag each position with its run (position x runs + run) and sort once.
-        count = len(runs)
-        tagged = sorted(itertools.chain.from_iterable(
-            map(run.__add__, map(count.__mul__, map(POSITION_MASK.__and__, keys[start:end])))
-            for run, (keys, start, end, _) in enumerate(runs)))
-        position, run = divmod(tagged[seed % total], count)
-        scored = runs[run][3]
+        # Each run's keys share everything above the position, so they are in position order: sorting
+        # their positions together merges sorted runs. A Mac is in one run at most; then find its run.
+        positions = []
+        for keys, start, end, _ in runs:
+            positions += map(POSITION_MASK.__and__, keys[start:end])
+        positions.sort()
+        position = positions[seed % total]
+        scored = next(scored for keys, start, end, scored in runs
+                      if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
+                      & POSITION_MASK == position)
     return (scored[0], position, *scored[2:])
 
 
