@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left, insort
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from contracts.ids import NodeId
 from coordinator.placement.candidates import FleetSnapshot, MacCandidate, PodCandidate
@@ -30,6 +30,9 @@ from coordinator.placement.memory import mac_ceiling_bytes
 from coordinator.placement.pods import PodTopology, pod_topology
 from coordinator.placement.scoring import STATIC_SCORE_BITS, STATIC_SCORE_SCALE, static_score_quantum
 from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, step_bandwidth_bytes_per_s
+
+if TYPE_CHECKING:
+    from coordinator.placement.planner import IndexView
 
 POSITION_BITS = 20
 POSITION_MASK = (1 << POSITION_BITS) - 1
@@ -216,6 +219,7 @@ class FleetIndex:
         self._topologies: dict[PodTopology, PodTopology] = {}
         self.mac_count = 0
         self.pod_count = 0
+        self.view: IndexView | None = None  # the planner's view of this index, made once by the planner
 
     @classmethod
     def build(cls, snapshot: FleetSnapshot, config: PlacementConfig = PlacementConfig()) -> FleetIndex:

@@ -44,8 +44,14 @@ class FleetView(Protocol):
 class IndexView:
     def __init__(self, index: FleetIndex) -> None:
         self.index = index
-        self.mac_count = index.mac_count
-        self.pod_count = index.pod_count
+
+    @property
+    def mac_count(self) -> int:
+        return self.index.mac_count
+
+    @property
+    def pod_count(self) -> int:
+        return self.index.pod_count
 
     def search_macs(self, terms: JobTerms) -> SearchResult:
         return search_macs(self.index, terms)
@@ -95,9 +101,17 @@ def place(job: JobRequest, fleet: FleetSnapshot | FleetIndex,
     if isinstance(fleet, FleetIndex):
         assert config is None or config is fleet.config or config == fleet.config, \
             "the index was built with another config"
-        return decide(job, IndexView(fleet), fleet.config)
+        return decide(job, _view_of(fleet), fleet.config)
     config = config if config is not None else PlacementConfig()
-    return decide(job, IndexView(index_for(fleet, config)), config)
+    return decide(job, _view_of(index_for(fleet, config)), config)
+
+
+def _view_of(index: FleetIndex) -> IndexView:
+    """The index's view, made once: decisions are asked of the same index many times."""
+    view = index.view
+    if view is None:
+        view = index.view = IndexView(index)
+    return view
 
 
 def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placement | Unplaceable:

@@ -117,13 +117,14 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
     keys = entry.mac_keys
     starts = entry.fit_starts_for(terms.memory.total_bytes)  # where the job starts to fit
+    # Every serving Mac is either unavailable (counted by reason) or in one of the groups.
+    available = entry.served - sum(entry.unavailable.values())
     if fast_enough < len(keys):  # most jobs ask for no speed: no copies then
         starts, below = starts[:fast_enough], sum(map(len, keys[fast_enough:]))
-        keys = keys[:fast_enough]
     else:
         below = 0
     does_not_fit = sum(starts)
-    feasible = sum(map(len, keys)) - does_not_fit
+    feasible = available - below - does_not_fit
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
