@@ -17,7 +17,7 @@ Decisions never change it: commit and release do, and they re-check capacity fir
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -110,7 +110,7 @@ class PodClass:
 
 class ModelEntry:
     __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_keys",
-                 "group_speeds", "fit_starts", "topology_plans")
+                 "group_speeds", "fit_starts", "fit_needs", "topology_plans")
 
     def __init__(self) -> None:
         self.served = 0
@@ -129,6 +129,8 @@ class ModelEntry:
         # the first Mac that fits is, as bisect_left(free, need). Kept current as Macs come and go
         # (the common needs recur, so a decision rarely bisects all groups), oldest use first.
         self.fit_starts: dict[int, list[int]] = {}
+        # fit_starts' needs, ascending: a Mac's change of free memory touches only the needs it crosses.
+        self.fit_needs: list[int] = []
         # Pods: how jobs of one model, memory and bytes per token would run on each topology and its
         # classes, in by_topology order.
         self.topology_plans: dict = {}
@@ -137,6 +139,7 @@ class ModelEntry:
         self.classes[key] = new_class
         self.group_speeds.clear()
         self.fit_starts.clear()
+        self.fit_needs.clear()
         self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
@@ -159,8 +162,11 @@ class ModelEntry:
         starts = self.fit_starts.pop(need_bytes, None)
         if starts is None:
             if len(self.fit_starts) >= FIT_STARTS_PER_MODEL_MAX:
-                del self.fit_starts[next(iter(self.fit_starts))]
+                oldest = next(iter(self.fit_starts))
+                del self.fit_starts[oldest]
+                self.fit_needs.remove(oldest)
             starts = list(map(bisect_left, self.mac_keys, itertools.repeat(need_bytes << FREE_SHIFT)))
+            insort(self.fit_needs, need_bytes)
         self.fit_starts[need_bytes] = starts  # the most recently used last
         return starts
 
@@ -408,11 +414,11 @@ class FleetIndex:
             if static > group.static_max:
                 group.raise_static_bound(static)
                 entry.group_speeds.clear()
-            if entry.fit_starts:
-                number = group.number
-                for need_bytes, starts in entry.fit_starts.items():  # it now sits before every start it is short of
-                    if free < need_bytes:
-                        starts[number] += 1
+            needs = entry.fit_needs
+            if needs and free < needs[-1]:  # it now sits before every start it is short of
+                fit_starts, number = entry.fit_starts, group.number
+                for need_bytes in needs[bisect_right(needs, free):]:
+                    fit_starts[need_bytes][number] += 1
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         reason = slot.reason
@@ -427,11 +433,11 @@ class FleetIndex:
             i = bisect_left(keys, shifted | tail)
             assert i < len(keys) and keys[i] == shifted | tail, "index out of step with its slots"
             del keys[i]
-            if entry.fit_starts:
-                number = group.number
-                for need_bytes, starts in entry.fit_starts.items():  # no longer before the starts it was short of
-                    if free < need_bytes:
-                        starts[number] -= 1
+            needs = entry.fit_needs
+            if needs and free < needs[-1]:  # no longer before the starts it was short of
+                fit_starts, number = entry.fit_starts, group.number
+                for need_bytes in needs[bisect_right(needs, free):]:
+                    fit_starts[need_bytes][number] -= 1
 
     def _move_mac_state(self, slot: MacSlot, old_free: int, new_free: int) -> None:
         """An available Mac's free memory changed and it stays available: re-file its keys in one pass."""
@@ -444,11 +450,13 @@ class FleetIndex:
             assert i < len(keys) and keys[i] == old_shifted | tail, "index out of step with its slots"
             del keys[i]
             insort(keys, new_shifted | tail)
-            if entry.fit_starts:
-                number = group.number
-                for need_bytes, starts in entry.fit_starts.items():
-                    if low < need_bytes <= high:
-                        starts[number] += change
+            needs = entry.fit_needs
+            if needs:
+                first = bisect_right(needs, low)
+                if first < len(needs) and needs[first] <= high:
+                    fit_starts, number = entry.fit_starts, group.number
+                    for need_bytes in needs[first:bisect_right(needs, high, first)]:
+                        fit_starts[need_bytes][number] += change
 
     # -- changing pods ------------------------------------------------------------------
 
