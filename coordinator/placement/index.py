@@ -320,6 +320,13 @@ class FleetIndex:
 
     def try_commit(self, placement: Placement) -> bool:
         """Reserve a decision's memory, re-checking capacity; False when it is no longer there."""
+        if placement.pod_id is None:  # one Mac, the common case: no lists to build
+            slot = self._mac_by_node.get(placement.node_ids[0])
+            share = placement.reserved_memory_bytes[0]
+            if slot is None or slot.reason is not None or slot.free < share:
+                return False
+            self._set_load(slot, slot.committed + share, slot.running + 1)
+            return True
         slots = [self._mac_by_node.get(node_id) for node_id in placement.node_ids]
         for slot, share in zip(slots, placement.reserved_memory_bytes):
             if slot is None or slot.reason is not None or slot.free < share:
@@ -337,6 +344,9 @@ class FleetIndex:
         slots = [self._mac_by_node[node_id] for node_id in node_ids]
         for slot, share in zip(slots, reserved_memory_bytes):
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
+        if len(slots) == 1:
+            self._set_load(slots[0], slots[0].committed - reserved_memory_bytes[0], slots[0].running - 1)
+            return
         self._set_loads([(slot, slot.committed - share, slot.running - 1)
                          for slot, share in zip(slots, reserved_memory_bytes)])
 
@@ -346,19 +356,29 @@ class FleetIndex:
         for pod in pods:
             self._detach_pod_state(pod)
         for slot, committed, running in loads:
-            mac = slot.candidate
-            reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
-            if reason is None and slot.reason is None:  # available before and after: move its keys
-                old_free = max(slot.free, 0)
-                slot.committed, slot.running = committed, running
-                self._move_mac_state(slot, old_free, max(slot.free, 0))
-                continue
-            self._detach_mac_state(slot)
-            slot.committed, slot.running, slot.reason = committed, running, reason
-            self._attach_mac_state(slot)
+            self._refile_mac(slot, committed, running)
         for pod in pods:
             pod.reason = self._pod_reason(pod)
             self._attach_pod_state(pod)
+
+    def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
+        """_set_loads for one Mac."""
+        if slot.pods:
+            self._set_loads([(slot, committed, running)])
+        else:
+            self._refile_mac(slot, committed, running)
+
+    def _refile_mac(self, slot: MacSlot, committed: int, running: int) -> None:
+        mac = slot.candidate
+        reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
+        if reason is None and slot.reason is None:  # available before and after: move its keys
+            old_free = max(slot.free, 0)
+            slot.committed, slot.running = committed, running
+            self._move_mac_state(slot, old_free, max(slot.free, 0))
+            return
+        self._detach_mac_state(slot)
+        slot.committed, slot.running, slot.reason = committed, running, reason
+        self._attach_mac_state(slot)
 
     def _fill_mac_slot(self, slot: MacSlot, mac: MacCandidate) -> None:
         config = self.config
