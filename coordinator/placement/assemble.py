@@ -6,30 +6,23 @@ from contracts.ids import NodeId
 from coordinator.placement.candidates import MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement
-from coordinator.placement.explain import CandidateScore, Explanation
+from coordinator.placement.explain import Explanation, RankedCandidate
 from coordinator.placement.pods import fit_pod
-from coordinator.placement.scoring import named_scores, price_score
 from coordinator.placement.search import Scored
 from coordinator.placement.speed import prefill_tokens_per_s, tensor_speedup, time_to_first_token_s
 from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import CandidateKind, Strategy
 
 
-def mac_score(mac: MacCandidate, scored: Scored, config: PlacementConfig) -> CandidateScore:
-    scores = named_scores(scored.fit, scored.speed, 1.0 if scored.warm else 0.0, mac.reputation,
-                          price_score(mac.price_per_million_tokens, config))
-    return CandidateScore(mac.node_id, CandidateKind.MAC, Strategy.SINGLE, scored.total, scores,
-                          scored.free_bytes, scored.decode_tokens_per_s)
+def ranked_mac(mac: MacCandidate, scored: Scored) -> RankedCandidate:
+    return RankedCandidate(mac.node_id, CandidateKind.MAC, mac.reputation, mac.price_per_million_tokens, scored)
 
 
-def pod_score(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored,
-              config: PlacementConfig) -> CandidateScore:
+def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored) -> RankedCandidate:
+    # A pod is as trustworthy as its least reputable member and costs all its members' time.
     reputation = min(mac.reputation for mac in members)
     price = sum(mac.price_per_million_tokens for mac in members)
-    scores = named_scores(scored.fit, scored.speed, 1.0 if scored.warm else 0.0, reputation,
-                          price_score(price, config))
-    return CandidateScore(pod.pod_id, CandidateKind.POD, scored.strategy, scored.total, scores,
-                          scored.free_bytes, scored.decode_tokens_per_s)
+    return RankedCandidate(pod.pod_id, CandidateKind.POD, reputation, price, scored)
 
 
 def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,

@@ -1,13 +1,20 @@
-"""Why a decision came out as it did: filter counts by named reason and the top candidates' scores."""
+"""Why a decision came out as it did: filter counts by named reason and the top candidates' scores.
+
+Every decision carries its Explanation. The top candidates' named scores are spelled out
+from what the search kept (RankedCandidate) when first read, since most explanations are
+stored as JSON once or never read: a decision does not pay for building them.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple, Protocol
 
 from contracts.ids import JobId
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.memory import MemoryEstimate
-from coordinator.placement.scoring import ScoreName
+from coordinator.placement.scoring import ScoreName, named_scores, price_score_against
 from coordinator.placement.vocabulary import CandidateKind, Strategy
 
 GB = 1e9
@@ -30,6 +37,42 @@ class CandidateScore:
                 "predicted_decode_tokens_per_s": round(self.predicted_decode_tokens_per_s, 3)}
 
 
+class ScoredFacts(Protocol):
+    """What the search scored about a candidate (search.Scored has these)."""
+
+    @property
+    def total(self) -> float: ...
+    @property
+    def free_bytes(self) -> int: ...
+    @property
+    def fit(self) -> float: ...
+    @property
+    def speed(self) -> float: ...
+    @property
+    def warm(self) -> bool: ...
+    @property
+    def decode_tokens_per_s(self) -> float: ...
+    @property
+    def strategy(self) -> Strategy: ...
+
+
+class RankedCandidate(NamedTuple):
+    """A top candidate as the search scored it, with the facts its named scores need."""
+
+    candidate_id: str  # a node id or a pod id
+    kind: CandidateKind
+    reputation: float  # a pod's least reputable member's
+    price_per_million_tokens: int  # a pod's members' summed
+    scored: ScoredFacts
+
+    def score(self, price_reference_per_million_tokens: int) -> CandidateScore:
+        scored = self.scored
+        scores = named_scores(scored.fit, scored.speed, 1.0 if scored.warm else 0.0, self.reputation,
+                              price_score_against(self.price_per_million_tokens, price_reference_per_million_tokens))
+        return CandidateScore(self.candidate_id, self.kind, scored.strategy, scored.total, scores,
+                              scored.free_bytes, scored.decode_tokens_per_s)
+
+
 @dataclass(frozen=True)
 class Explanation:
     job_id: JobId
@@ -44,9 +87,26 @@ class Explanation:
     pod_filtered: tuple[tuple[FilterReason, int], ...]
     pods_feasible: int
     pods_scored: int
-    top_candidates: tuple[CandidateScore, ...]  # best first
+    # The top candidates, best first, as the search found them (see top_candidates). Not compared:
+    # it holds positions in one index; equality compares top_candidates instead.
+    ranked: tuple[RankedCandidate, ...] = field(compare=False)
+    price_reference_per_million_tokens: int  # the config's, for the price score
     chosen_id: str | None
     notes: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def top_candidates(self) -> tuple[CandidateScore, ...]:
+        """Best first, each with its named scores (computed on first read, then kept)."""
+        return tuple(ranked.score(self.price_reference_per_million_tokens) for ranked in self.ranked)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Explanation)
+        return self._compared() == other._compared()
+
+    def _compared(self) -> tuple:
+        return (*(getattr(self, f.name) for f in fields(self) if f.compare), self.top_candidates)
 
     def filtered_count(self, reason: FilterReason, kind: CandidateKind = CandidateKind.MAC) -> int:
         counts = self.mac_filtered if kind == CandidateKind.MAC else self.pod_filtered

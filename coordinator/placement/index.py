@@ -17,9 +17,9 @@ Decisions never change it: commit and release do, and they re-check capacity fir
 from __future__ import annotations
 
 import itertools
-from array import array
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from contracts.ids import NodeId
 from coordinator.placement.candidates import FleetSnapshot, MacCandidate, PodCandidate
@@ -30,6 +30,9 @@ from coordinator.placement.memory import mac_ceiling_bytes
 from coordinator.placement.pods import PodTopology, pod_topology
 from coordinator.placement.scoring import STATIC_SCORE_BITS, STATIC_SCORE_SCALE, static_score_quantum
 from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, step_bandwidth_bytes_per_s
+
+if TYPE_CHECKING:
+    from coordinator.placement.planner import IndexView
 
 POSITION_BITS = 20
 POSITION_MASK = (1 << POSITION_BITS) - 1
@@ -49,33 +52,32 @@ def group_key(free_bytes: int, static_quantum: int, position: int) -> int:
 class Group:
     """Available candidates of one model, profile and warmth, sorted by key."""
 
-    __slots__ = ("keys", "free", "static_max", "static_bound", "number")
+    __slots__ = ("keys", "static_max", "static_bound", "number")
 
     def __init__(self) -> None:
+        # No packed copy of the free bytes beside the keys: decisions rarely bisect now (fit starts
+        # are kept current), and every commit and release would move both.
         self.keys: list[int] = []
         self.number = 0  # where it is in its model's mac_groups (Mac groups only)
-        # Each key's free bytes, packed: "where does the job start to fit" bisects this rather than
-        # the key objects (decisions measured ~6% faster; each add or remove moves twice the memory).
-        self.free = array("q")
         self.static_max = 0  # never lowered: an upper bound is all pruning needs
         self.static_bound = 0.0  # static_max as a score, as static_score computes it
 
     def add(self, key: int, static_quantum: int) -> bool:
         """Insert a key; True when it raised the group's static bound."""
-        i = bisect_right(self.keys, key)
-        self.keys.insert(i, key)
-        self.free.insert(i, key >> FREE_SHIFT)
+        insort(self.keys, key)
         if static_quantum > self.static_max:
-            self.static_max = static_quantum
-            self.static_bound = static_quantum / STATIC_SCORE_SCALE
+            self.raise_static_bound(static_quantum)
             return True
         return False
+
+    def raise_static_bound(self, static_quantum: int) -> None:
+        self.static_max = static_quantum
+        self.static_bound = static_quantum / STATIC_SCORE_SCALE
 
     def remove(self, key: int) -> None:
         i = bisect_left(self.keys, key)
         assert i < len(self.keys) and self.keys[i] == key, "index out of step with its slots"
         del self.keys[i]
-        del self.free[i]
 
 
 class MacClass:
@@ -107,8 +109,8 @@ class PodClass:
 
 
 class ModelEntry:
-    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_frees",
-                 "group_speeds", "fit_starts", "topology_plans")
+    __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_keys",
+                 "group_speeds", "fit_starts", "fit_needs", "topology_plans")
 
     def __init__(self) -> None:
         self.served = 0
@@ -119,7 +121,7 @@ class ModelEntry:
         # Macs: every group with its class's bandwidth and warmth, fastest first; one flat
         # list so a decision's pass over the groups does no attribute lookups.
         self.mac_groups: list[tuple[float, Group, bool]] = []
-        self.mac_frees: list[array] = []  # each group's free bytes, in mac_groups order
+        self.mac_keys: list[list[int]] = []  # each group's keys, in mac_groups order
         # The search's per-job-shape facts about mac_groups (speeds, bound order); they hold
         # while the groups and their static bounds do, so any change to those empties it.
         self.group_speeds: dict = {}
@@ -127,6 +129,8 @@ class ModelEntry:
         # the first Mac that fits is, as bisect_left(free, need). Kept current as Macs come and go
         # (the common needs recur, so a decision rarely bisects all groups), oldest use first.
         self.fit_starts: dict[int, list[int]] = {}
+        # fit_starts' needs, ascending: a Mac's change of free memory touches only the needs it crosses.
+        self.fit_needs: list[int] = []
         # Pods: how jobs of one model, memory and bytes per token would run on each topology and its
         # classes, in by_topology order.
         self.topology_plans: dict = {}
@@ -135,12 +139,13 @@ class ModelEntry:
         self.classes[key] = new_class
         self.group_speeds.clear()
         self.fit_starts.clear()
+        self.fit_needs.clear()
         self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
             self.mac_groups = [(mac_class.bandwidth_bytes_per_s, group, warm) for mac_class in self.fastest_first
                                for group, warm in ((mac_class.cold, False), (mac_class.warm, True))]
-            self.mac_frees = [group.free for _, group, _ in self.mac_groups]
+            self.mac_keys = [group.keys for _, group, _ in self.mac_groups]
             for number, (_, group, _) in enumerate(self.mac_groups):
                 group.number = number
         else:
@@ -150,12 +155,18 @@ class ModelEntry:
             self.by_topology = list(topologies.items())
 
     def fit_starts_for(self, need_bytes: int) -> list[int]:
-        """Each Mac group's first position whose free memory is at least need_bytes (do not change it)."""
+        """Each Mac group's first position whose free memory is at least need_bytes (do not change it).
+
+        A key is at least need_bytes << FREE_SHIFT exactly when its free memory is at least need_bytes.
+        """
         starts = self.fit_starts.pop(need_bytes, None)
         if starts is None:
             if len(self.fit_starts) >= FIT_STARTS_PER_MODEL_MAX:
-                del self.fit_starts[next(iter(self.fit_starts))]
-            starts = list(map(bisect_left, self.mac_frees, itertools.repeat(need_bytes)))
+                oldest = next(iter(self.fit_starts))
+                del self.fit_starts[oldest]
+                self.fit_needs.remove(oldest)
+            starts = list(map(bisect_left, self.mac_keys, itertools.repeat(need_bytes << FREE_SHIFT)))
+            insort(self.fit_needs, need_bytes)
         self.fit_starts[need_bytes] = starts  # the most recently used last
         return starts
 
@@ -164,9 +175,18 @@ def _class_step(item: MacClass | PodClass) -> int:
     return item.profile.bandwidth_step if isinstance(item, MacClass) else item.slowest_step
 
 
+class Membership(NamedTuple):
+    """Where an available Mac's key goes for one model it serves: key = free << FREE_SHIFT | tail."""
+
+    entry: ModelEntry
+    group: Group
+    tail: int  # the static score and position part of the key
+    static_quantum: int
+
+
 class MacSlot:
     __slots__ = ("position", "candidate", "ceiling", "committed", "running", "reason", "step",
-                 "static_cold", "static_warm", "pods")
+                 "static_cold", "static_warm", "pods", "memberships")
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.candidate.warm_models else self.static_cold
@@ -178,7 +198,7 @@ class MacSlot:
 
 class PodSlot:
     __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_cold",
-                 "static_warm", "served", "warm", "ceiling_sum", "reason")
+                 "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free")
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.warm else self.static_cold
@@ -205,6 +225,7 @@ class FleetIndex:
         self._topologies: dict[PodTopology, PodTopology] = {}
         self.mac_count = 0
         self.pod_count = 0
+        self.view: IndexView | None = None  # the planner's view of this index, made once by the planner
 
     @classmethod
     def build(cls, snapshot: FleetSnapshot, config: PlacementConfig = PlacementConfig()) -> FleetIndex:
@@ -299,6 +320,13 @@ class FleetIndex:
 
     def try_commit(self, placement: Placement) -> bool:
         """Reserve a decision's memory, re-checking capacity; False when it is no longer there."""
+        if placement.pod_id is None:  # one Mac, the common case: no lists to build
+            slot = self._mac_by_node.get(placement.node_ids[0])
+            share = placement.reserved_memory_bytes[0]
+            if slot is None or slot.reason is not None or slot.free < share:
+                return False
+            self._set_load(slot, slot.committed + share, slot.running + 1)
+            return True
         slots = [self._mac_by_node.get(node_id) for node_id in placement.node_ids]
         for slot, share in zip(slots, placement.reserved_memory_bytes):
             if slot is None or slot.reason is not None or slot.free < share:
@@ -316,6 +344,9 @@ class FleetIndex:
         slots = [self._mac_by_node[node_id] for node_id in node_ids]
         for slot, share in zip(slots, reserved_memory_bytes):
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
+        if len(slots) == 1:
+            self._set_load(slots[0], slots[0].committed - reserved_memory_bytes[0], slots[0].running - 1)
+            return
         self._set_loads([(slot, slot.committed - share, slot.running - 1)
                          for slot, share in zip(slots, reserved_memory_bytes)])
 
@@ -325,14 +356,29 @@ class FleetIndex:
         for pod in pods:
             self._detach_pod_state(pod)
         for slot, committed, running in loads:
-            self._detach_mac_state(slot)
-            slot.committed, slot.running = committed, running
-            mac = slot.candidate
-            slot.reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
-            self._attach_mac_state(slot)
+            self._refile_mac(slot, committed, running)
         for pod in pods:
             pod.reason = self._pod_reason(pod)
             self._attach_pod_state(pod)
+
+    def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
+        """_set_loads for one Mac."""
+        if slot.pods:
+            self._set_loads([(slot, committed, running)])
+        else:
+            self._refile_mac(slot, committed, running)
+
+    def _refile_mac(self, slot: MacSlot, committed: int, running: int) -> None:
+        mac = slot.candidate
+        reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
+        if reason is None and slot.reason is None:  # available before and after: move its keys
+            old_free = max(slot.free, 0)
+            slot.committed, slot.running = committed, running
+            self._move_mac_state(slot, old_free, max(slot.free, 0))
+            return
+        self._detach_mac_state(slot)
+        slot.committed, slot.running, slot.reason = committed, running, reason
+        self._attach_mac_state(slot)
 
     def _fill_mac_slot(self, slot: MacSlot, mac: MacCandidate) -> None:
         config = self.config
@@ -345,7 +391,9 @@ class FleetIndex:
         slot.static_warm = static_score_quantum(mac.reputation, mac.price_per_million_tokens, True, config)
 
     def _register_mac(self, slot: MacSlot) -> None:
-        for model_id in slot.candidate.served_models:
+        mac = slot.candidate
+        slot.memberships = []
+        for model_id in mac.served_models:
             entry = self.mac_models.get(model_id)
             if entry is None:
                 entry = self.mac_models[model_id] = ModelEntry()
@@ -356,6 +404,12 @@ class FleetIndex:
                 mac_class = MacClass(SpeedProfile(slot.step), bandwidth)
                 entry.add_class(slot.step, mac_class)
             insort(mac_class.ceilings, slot.ceiling)
+            if model_id in mac.warm_models:
+                group, static = mac_class.warm, slot.static_warm
+            else:
+                group, static = mac_class.cold, slot.static_cold
+            # Groups are never dropped, so this holds until the Mac's served or warm models change.
+            slot.memberships.append(Membership(entry, group, group_key(0, static, slot.position), static))
         self._attach_mac_state(slot)
 
     def _unregister_mac(self, slot: MacSlot) -> None:
@@ -367,44 +421,62 @@ class FleetIndex:
             del ceilings[bisect_left(ceilings, slot.ceiling)]
 
     def _attach_mac_state(self, slot: MacSlot) -> None:
-        mac = slot.candidate
-        if slot.reason is not None:
-            for model_id in mac.served_models:
-                unavailable = self.mac_models[model_id].unavailable
-                unavailable[slot.reason] = unavailable.get(slot.reason, 0) + 1
+        reason = slot.reason
+        if reason is not None:
+            for membership in slot.memberships:
+                unavailable = membership.entry.unavailable
+                unavailable[reason] = unavailable.get(reason, 0) + 1
             return
-        free, position = max(slot.free, 0), slot.position
-        for model_id in mac.served_models:
-            entry = self.mac_models[model_id]
-            mac_class = entry.classes[slot.step]
-            if model_id in mac.warm_models:
-                group, static = mac_class.warm, slot.static_warm
-            else:
-                group, static = mac_class.cold, slot.static_cold
-            if group.add(group_key(free, static, position), static):
+        free = max(slot.free, 0)
+        shifted = free << FREE_SHIFT
+        for entry, group, tail, static in slot.memberships:  # Group.add, inline: a commit runs this per model
+            insort(group.keys, shifted | tail)
+            if static > group.static_max:
+                group.raise_static_bound(static)
                 entry.group_speeds.clear()
-            for need_bytes, starts in entry.fit_starts.items():  # it now sits before every start it is short of
-                if free < need_bytes:
-                    starts[group.number] += 1
+            needs = entry.fit_needs
+            if needs and free < needs[-1]:  # it now sits before every start it is short of
+                fit_starts, number = entry.fit_starts, group.number
+                for need_bytes in needs[bisect_right(needs, free):]:
+                    fit_starts[need_bytes][number] += 1
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
-        mac = slot.candidate
-        if slot.reason is not None:
-            for model_id in mac.served_models:
-                self.mac_models[model_id].unavailable[slot.reason] -= 1
+        reason = slot.reason
+        if reason is not None:
+            for membership in slot.memberships:
+                membership.entry.unavailable[reason] -= 1
             return
-        free, position = max(slot.free, 0), slot.position
-        for model_id in mac.served_models:
-            entry = self.mac_models[model_id]
-            mac_class = entry.classes[slot.step]
-            if model_id in mac.warm_models:
-                group, static = mac_class.warm, slot.static_warm
-            else:
-                group, static = mac_class.cold, slot.static_cold
-            group.remove(group_key(free, static, position))
-            for need_bytes, starts in entry.fit_starts.items():  # no longer before the starts it was short of
-                if free < need_bytes:
-                    starts[group.number] -= 1
+        free = max(slot.free, 0)
+        shifted = free << FREE_SHIFT
+        for entry, group, tail, _ in slot.memberships:
+            keys = group.keys
+            i = bisect_left(keys, shifted | tail)
+            assert i < len(keys) and keys[i] == shifted | tail, "index out of step with its slots"
+            del keys[i]
+            needs = entry.fit_needs
+            if needs and free < needs[-1]:  # no longer before the starts it was short of
+                fit_starts, number = entry.fit_starts, group.number
+                for need_bytes in needs[bisect_right(needs, free):]:
+                    fit_starts[need_bytes][number] -= 1
+
+    def _move_mac_state(self, slot: MacSlot, old_free: int, new_free: int) -> None:
+        """An available Mac's free memory changed and it stays available: re-file its keys in one pass."""
+        old_shifted, new_shifted = old_free << FREE_SHIFT, new_free << FREE_SHIFT
+        # A fit start counts the Macs short of its need: only needs between the two values change.
+        low, high, change = (new_free, old_free, 1) if new_free < old_free else (old_free, new_free, -1)
+        for entry, group, tail, _ in slot.memberships:
+            keys = group.keys
+            i = bisect_left(keys, old_shifted | tail)
+            assert i < len(keys) and keys[i] == old_shifted | tail, "index out of step with its slots"
+            del keys[i]
+            insort(keys, new_shifted | tail)
+            needs = entry.fit_needs
+            if needs:
+                first = bisect_right(needs, low)
+                if first < len(needs) and needs[first] <= high:
+                    fit_starts, number = entry.fit_starts, group.number
+                    for need_bytes in needs[first:bisect_right(needs, high, first)]:
+                        fit_starts[need_bytes][number] += change
 
     # -- changing pods ------------------------------------------------------------------
 
@@ -497,6 +569,8 @@ class FleetIndex:
                 unavailable[slot.reason] = unavailable.get(slot.reason, 0) + sign
             return
         free = self.pod_free_sum(slot)
+        if sign > 0:  # a pod is re-filed whenever a member's load changes, so this stays current
+            slot.smallest_free = min([member.free for member in slot.members])
         class_key = (slot.topology, slot.slowest_step)
         for model_id in slot.served:
             group = self.pod_models[model_id].classes[class_key].group

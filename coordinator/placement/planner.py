@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from coordinator.placement.assemble import mac_placement, mac_score, pod_placement, pod_score
+from coordinator.placement.assemble import mac_placement, pod_placement, ranked_mac, ranked_pod
 from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement, Unplaceable
@@ -44,8 +44,14 @@ class FleetView(Protocol):
 class IndexView:
     def __init__(self, index: FleetIndex) -> None:
         self.index = index
-        self.mac_count = index.mac_count
-        self.pod_count = index.pod_count
+
+    @property
+    def mac_count(self) -> int:
+        return self.index.mac_count
+
+    @property
+    def pod_count(self) -> int:
+        return self.index.pod_count
 
     def search_macs(self, terms: JobTerms) -> SearchResult:
         return search_macs(self.index, terms)
@@ -95,9 +101,17 @@ def place(job: JobRequest, fleet: FleetSnapshot | FleetIndex,
     if isinstance(fleet, FleetIndex):
         assert config is None or config is fleet.config or config == fleet.config, \
             "the index was built with another config"
-        return decide(job, IndexView(fleet), fleet.config)
+        return decide(job, _view_of(fleet), fleet.config)
     config = config if config is not None else PlacementConfig()
-    return decide(job, IndexView(index_for(fleet, config)), config)
+    return decide(job, _view_of(index_for(fleet, config)), config)
+
+
+def _view_of(index: FleetIndex) -> IndexView:
+    """The index's view, made once: decisions are asked of the same index many times."""
+    view = index.view
+    if view is None:
+        view = index.view = IndexView(index)
+    return view
 
 
 def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placement | Unplaceable:
@@ -125,16 +139,18 @@ def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placeme
 
 def _explain(terms: JobTerms, view: FleetView, macs: SearchResult, pods: SearchResult | None,
              config: PlacementConfig, notes: tuple[str, ...] = ()) -> Explanation:
-    top = tuple(mac_score(view.mac_at(s.position), s, config) for s in macs.top)
     if pods is not None and pods.top:
-        top = tuple(pod_score(*view.pod_at(s.position), s, config) for s in pods.top)
-    chosen = top[0].candidate_id if top else None
+        ranked = tuple([ranked_pod(*view.pod_at(s.position), s) for s in pods.top])
+    else:
+        ranked = tuple([ranked_mac(view.mac_at(s.position), s) for s in macs.top])
+    chosen = ranked[0].candidate_id if ranked else None
     return Explanation(
         job_id=terms.job.job_id, model_id=terms.job.model.model_id, memory=terms.memory,
         macs_total=view.mac_count, mac_filtered=counts_tuple(macs.filtered), macs_feasible=macs.feasible,
         macs_scored=macs.scored, pods_total=view.pod_count, pods_considered=pods is not None,
         pod_filtered=counts_tuple(pods.filtered) if pods else (), pods_feasible=pods.feasible if pods else 0,
-        pods_scored=pods.scored if pods else 0, top_candidates=top, chosen_id=chosen, notes=notes)
+        pods_scored=pods.scored if pods else 0, ranked=ranked,
+        price_reference_per_million_tokens=config.price_reference_per_million_tokens, chosen_id=chosen, notes=notes)
 
 
 def _needs(terms: JobTerms) -> str:

@@ -13,10 +13,12 @@ from operator import itemgetter
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import FilterReason
-from coordinator.placement.index import FREE_SHIFT, POSITION_MASK, FleetIndex, ModelEntry, PodClass, PodSlot
+from coordinator.placement.index import (
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, ModelEntry, PodClass, PodSlot,
+)
 from coordinator.placement.pods import PodTopology, fit_pod
-from coordinator.placement.scoring import STATIC_SCORE_SCALE, speed_part, speed_score
-from coordinator.placement.search import Best, SearchResult, skip_free_value, static_of_key
+from coordinator.placement.scoring import STATIC_SCORE_SCALE
+from coordinator.placement.search import Best, SearchResult, skip_free_value
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
 from coordinator.placement.vocabulary import Strategy
@@ -103,59 +105,61 @@ def _pod_class_candidates(pod_class: PodClass, plan: TopologyPlan, decode: float
     if start == len(keys):
         return start, 0
     w_fit, w_speed, _, _, _ = config.weights.normalised
-    speed = speed_score(decode, terms.speed_target)
+    speed = decode / terms.speed_target  # as speed_score
+    if speed > 1.0:
+        speed = 1.0
     fit = max(0.0, 1.0 - log2((keys[start] >> FREE_SHIFT) / plan.need_bytes) / config.best_fit_span_octaves)
-    bound = w_fit * fit + speed_part(w_speed, speed) + pod_class.group.static_max / STATIC_SCORE_SCALE
+    bound = w_fit * fit + w_speed * speed + pod_class.group.static_max / STATIC_SCORE_SCALE
     pending.append((bound, pod_class, start, plan, decode, speed))
     return start, len(keys) - start
 
 
 def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tuple[int, int]:
+    """Scan the queued classes best bound first; the scores are the exhaustive search's expressions, inline."""
     config = index.config
     w_fit, w_speed, _, _, _ = config.weights.normalised
     span = config.best_fit_span_octaves
-    model = terms.job.model
+    model_id = terms.job.model.model_id
+    pod_slots = index.pod_slots
     scored = split_failures = 0
+    floor = best.floor  # changes only when a pod is offered
     for bound, pod_class, start, plan, decode, speed in pending:
-        if bound < best.floor or scored >= config.scored_per_decision_max:
+        if bound < floor or scored >= config.scored_per_decision_max:
             break
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
-        weighted_speed = speed_part(w_speed, speed)
-        need = plan.need_bytes
+        weighted_speed = w_speed * speed  # as speed_part
+        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is Strategy.TENSOR
         i, end = start, min(len(keys), start + config.scan_per_group_max)
         while i < end:
             key = keys[i]
             free = key >> FREE_SHIFT
-            fit = max(0.0, 1.0 - log2(free / need) / span)
+            fit = 1.0 - log2(free / need) / span
+            if fit < 0.0:
+                fit = 0.0
             upper = w_fit * fit + weighted_speed
-            if upper + static_bound < best.floor:
+            if upper + static_bound < floor:
                 break
-            score = upper + static_of_key(key)  # total_score's expression, split for the bound
-            if score < best.floor:
+            score = upper + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
+            if score < floor:  # as total_score with static_of_key; skip the rest with this free memory
                 i = skip_free_value(keys, i, free)
                 continue
             i += 1
-            slot = index.pod_slots[key & POSITION_MASK]
-            if not _members_hold_shares(index, slot, plan, terms):
+            slot = pod_slots[key & POSITION_MASK]
+            # fit_pod's answer: a member short of its least share fails; tensor shares are that share.
+            if slot.smallest_free < member_min or not (tensor or _pipeline_fits(index, slot, terms)):
                 split_failures += 1
                 continue
-            warm = model.model_id in slot.warm
             scored += 1
-            if score >= best.floor:
-                best.offer(slot.position, (score, slot.position, free, fit, speed, warm, decode, plan.strategy))
+            best.offer(slot.position, (score, slot.position, free, fit, speed, model_id in slot.warm, decode,
+                                       plan.strategy))
+            floor = best.floor
     return scored, split_failures
 
 
-def _members_hold_shares(index: FleetIndex, slot: PodSlot, plan: TopologyPlan, terms: JobTerms) -> bool:
-    """Exactly fit_pod's answer; tensor shares are equal, so a minimum decides without splitting."""
-    smallest = min(member.free for member in slot.members)
-    if smallest < plan.member_min_bytes:
-        return False
-    if plan.strategy is Strategy.TENSOR:
-        return True
+def _pipeline_fits(index: FleetIndex, slot: PodSlot, terms: JobTerms) -> bool:
     free = index.pod_free_bytes(slot)
-    return fit_pod(terms.memory, plan.strategy, terms.job.model.num_layers, free) is not None
+    return fit_pod(terms.memory, Strategy.PIPELINE, terms.job.model.num_layers, free) is not None
 
 
 def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

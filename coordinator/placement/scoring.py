@@ -41,7 +41,12 @@ def speed_target(min_decode_tokens_per_s: float, config: PlacementConfig) -> flo
 
 
 def price_score(price_per_million_tokens: int, config: PlacementConfig) -> float:
-    return 1.0 / (1.0 + price_per_million_tokens / config.price_reference_per_million_tokens)
+    return price_score_against(price_per_million_tokens, config.price_reference_per_million_tokens)
+
+
+def price_score_against(price_per_million_tokens: int, reference_per_million_tokens: int) -> float:
+    """1 when free, 0.5 at the reference price, falling towards 0."""
+    return 1.0 / (1.0 + price_per_million_tokens / reference_per_million_tokens)
 
 
 def static_score_quantum(reputation: float, price_per_million_tokens: int, warm: bool,

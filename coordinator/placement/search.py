@@ -14,10 +14,8 @@ defaults the benchmark's choices match the exhaustive search.
 
 from __future__ import annotations
 
-import itertools
 import math
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from math import log2
 from typing import NamedTuple
@@ -46,8 +44,9 @@ class Scored(NamedTuple):
     strategy: Strategy = Strategy.SINGLE
 
 
-@dataclass(frozen=True)
-class SearchResult:
+class SearchResult(NamedTuple):
+    """A named tuple: one is made per search, and a tuple is quicker to make than a frozen dataclass."""
+
     filtered: dict[FilterReason, int]
     feasible: int
     scored: int
@@ -102,7 +101,7 @@ class Best:
         if chosen is None:
             return SearchResult(filtered, feasible, scored, ())
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
-        return SearchResult(filtered, feasible, scored, tuple(Scored(*s) for s in (chosen, *others)))
+        return SearchResult(filtered, feasible, scored, tuple(map(Scored._make, (chosen, *others))))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -116,15 +115,16 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     speeds = _group_speeds(entry, terms, config)
     # Groups are fastest first: those from the first one below the job's minimum speed on are all too slow.
     fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
-    frees = entry.mac_frees
+    keys = entry.mac_keys
     starts = entry.fit_starts_for(terms.memory.total_bytes)  # where the job starts to fit
-    if fast_enough < len(frees):  # most jobs ask for no speed: no copies then
-        starts, below = starts[:fast_enough], sum(map(len, frees[fast_enough:]))
-        frees = frees[:fast_enough]
+    # Every serving Mac is either unavailable (counted by reason) or in one of the groups.
+    available = entry.served - sum(entry.unavailable.values())
+    if fast_enough < len(keys):  # most jobs ask for no speed: no copies then
+        starts, below = starts[:fast_enough], sum(map(len, keys[fast_enough:]))
     else:
         below = 0
     does_not_fit = sum(starts)
-    feasible = sum(map(len, frees)) - does_not_fit
+    feasible = available - below - does_not_fit
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
@@ -195,7 +195,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
     span = config.best_fit_span_octaves
     need, target = terms.memory.total_bytes, terms.speed_target
     budget = config.scored_per_decision_max
-    groups, frees, decodes = entry.mac_groups, entry.mac_frees, speeds.decodes
+    groups, keys, decodes = entry.mac_groups, entry.mac_keys, speeds.decodes
     optimistic, order, fast_enough = speeds.optimistic_bounds, speeds.order, len(starts)
     static_bounds = speeds.static_bounds
     speed_scores = speeds.speed_scores if target == speeds.target else None
@@ -209,7 +209,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
             if optimistic[i] < floor or optimistic[i] < leading:
                 break
             next_in_order += 1
-            if i >= fast_enough or starts[i] == len(frees[i]):
+            if i >= fast_enough or starts[i] == len(keys[i]):
                 continue
             if speed_scores is not None:
                 speed = speed_scores[i]
@@ -217,7 +217,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
                 speed = decodes[i] / target  # as speed_score
                 if speed > 1.0:
                     speed = 1.0
-            fit = 1.0 - log2(frees[i][starts[i]] / need) / span
+            fit = 1.0 - log2((keys[i][starts[i]] >> FREE_SHIFT) / need) / span
             bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + static_bounds[i]
             heappush(exact, (-bound, i, speed))
             if bound > leading:
@@ -310,13 +310,16 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         keys, start, _, scored = runs[0]
         position = keys[start + seed % total] & POSITION_MASK
     else:  # runs from different speed classes can tie exactly
-        # A Mac is in one run at most: tag each position with its run (position x runs + run) and sort once.
-        count = len(runs)
-        tagged = sorted(itertools.chain.from_iterable(
-            map(run.__add__, map(count.__mul__, map(POSITION_MASK.__and__, keys[start:end])))
-            for run, (keys, start, end, _) in enumerate(runs)))
-        position, run = divmod(tagged[seed % total], count)
-        scored = runs[run][3]
+        # Each run's keys share everything above the position, so they are in position order: sorting
+        # their positions together merges sorted runs. A Mac is in one run at most; then find its run.
+        positions = []
+        for keys, start, end, _ in runs:
+            positions += map(POSITION_MASK.__and__, keys[start:end])
+        positions.sort()
+        position = positions[seed % total]
+        scored = next(scored for keys, start, end, scored in runs
+                      if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
+                      & POSITION_MASK == position)
     return (scored[0], position, *scored[2:])
 
 

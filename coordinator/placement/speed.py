@@ -83,9 +83,8 @@ def prefill_tokens_per_s(job: JobRequest, gpu_cores: int, decode: float, speedup
     return flops / (2.0 * active_parameters)
 
 
-def time_to_first_token_s(job: JobRequest, prefill: float, decode: float, warm: bool,
+def time_to_first_token_s(job: JobRequest, prefill: float, decode: float, load_bytes: int,
                           config: SpeedConfig) -> float:
-    """Load the weights if cold, process the prompt, then one decode step."""
+    """Load the weights not yet in memory (0 bytes when warm), process the prompt, then one decode step."""
     prompt = job.prompt_tokens if job.prompt_tokens is not None else job.context_tokens
-    load = 0.0 if warm else job.model.weights_bytes / config.cold_load_bytes_per_s
-    return load + prompt / prefill + 1.0 / decode
+    return load_bytes / config.cold_load_bytes_per_s + prompt / prefill + 1.0 / decode

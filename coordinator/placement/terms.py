@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass
 
@@ -38,10 +37,23 @@ class PodPlan:
     need_bytes: int  # in all, counting every member's fixed overhead
 
 
-@functools.lru_cache(maxsize=1024)
-def _job_memory(model: ModelSpec, context_tokens: int, config: MemoryConfig) -> MemoryEstimate:
-    """estimate_job_memory, remembered: jobs share a few models and context lengths."""
-    return estimate_job_memory(model, context_tokens, config)
+# (model, context, active bytes, memory config) -> (model, memory config, memory estimate, bytes per token).
+# Keyed by the objects' identities: hashing a ModelSpec's fields costs more than the lookup saves.
+# Each entry holds its model and config, so an id in a key is never reused while the entry lives.
+_shapes: dict[tuple[int, int, int | None, int], tuple[ModelSpec, MemoryConfig, MemoryEstimate, int]] = {}
+SHAPES_MAX = 1024  # jobs share a few models and context lengths; past this the memory starts afresh
+
+
+def _job_shape(job: JobRequest, config: MemoryConfig) -> tuple[MemoryEstimate, int]:
+    """estimate_job_memory and bytes_read_per_token, remembered."""
+    key = (id(job.model), job.context_tokens, job.active_weights_bytes, id(config))
+    known = _shapes.get(key)
+    if known is None or known[0] is not job.model or known[1] is not config:
+        if len(_shapes) >= SHAPES_MAX:
+            _shapes.clear()
+        known = _shapes[key] = (job.model, config, estimate_job_memory(job.model, job.context_tokens, config),
+                                bytes_read_per_token(job))
+    return known[2], known[3]
 
 
 def job_seed(job_id: str) -> int:
@@ -49,9 +61,9 @@ def job_seed(job_id: str) -> int:
 
 
 def job_terms(job: JobRequest, config: PlacementConfig) -> JobTerms:
-    memory = _job_memory(job.model, job.context_tokens, config.memory)
+    memory, bytes_per_token = _job_shape(job, config.memory)
     target = speed_target(job.min_decode_tokens_per_s, config)
-    return JobTerms(job, memory, bytes_read_per_token(job), target, job_seed(job.job_id))
+    return JobTerms(job, memory, bytes_per_token, target, job_seed(job.job_id))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from coordinator.placement import (
 )
 from coordinator.placement.exhaustive import ExhaustiveView
 from coordinator.placement.filters import mac_state_reason
+from coordinator.placement.index import FREE_SHIFT
 from coordinator.placement.memory import mac_ceiling_bytes
 from coordinator.placement.speed import SpeedProfile, decode_tokens_per_s, effective_bandwidth_step
 from coordinator.placement.terms import job_terms
@@ -201,6 +202,7 @@ def test_remembered_fit_starts_stay_equal_to_fresh_bisects(snapshot, requests, r
     remembered = 0
     for entry in index.mac_models.values():
         for need_bytes, starts in entry.fit_starts.items():
-            assert starts == [bisect_left(free, need_bytes) for free in entry.mac_frees]
+            frees = [[key >> FREE_SHIFT for key in keys] for keys in entry.mac_keys]
+            assert starts == [bisect_left(free, need_bytes) for free in frees]
             remembered += 1
     event("job sizes remembered: " + ("4 or more" if remembered >= 4 else str(remembered)))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from contracts.hardware import LinkKind
-from coordinator.placement import JobRequest, SpeedConfig
+from coordinator.placement import JobRequest, Placement, SpeedConfig, place
 from coordinator.placement.speed import (
     SpeedProfile, bytes_read_per_token, decode_tokens_per_s, effective_bandwidth_step, link_latency_s,
-    prefill_tokens_per_s, step_bandwidth_bytes_per_s, tensor_speedup,
+    prefill_tokens_per_s, step_bandwidth_bytes_per_s, tensor_speedup, time_to_first_token_s,
 )
 from tests.coordinator.placement.harness import M4_MAX, QWEN3_4B_4BIT, Fleet, model
 
@@ -64,3 +64,27 @@ def test_a_pipeline_pays_link_latency_per_hop() -> None:
     rdma = SpeedProfile(200, 1.0, 3, link_latency_s(LinkKind.RDMA_TB5, config))
     speeds = [decode_tokens_per_s(p, 10**9, config) for p in (single, rdma, tcp)]
     assert speeds[0] > speeds[1] > speeds[2]
+
+
+def test_a_cold_model_adds_its_load_time_to_the_first_token_and_a_warm_one_none() -> None:
+    config = SpeedConfig()
+    job = JobRequest("job-1", QWEN3_4B_4BIT, 4096, prompt_tokens=1000)
+    warm = time_to_first_token_s(job, 1000.0, 50.0, 0, config)
+    assert warm == pytest.approx(1.0 + 1 / 50)
+    cold = time_to_first_token_s(job, 1000.0, 50.0, QWEN3_4B_4BIT.weights_bytes, config)
+    assert cold == pytest.approx(warm + QWEN3_4B_4BIT.weights_bytes / config.cold_load_bytes_per_s)
+
+
+def test_a_placement_on_a_warm_mac_predicts_an_earlier_first_token() -> None:
+    fleet = Fleet()
+    fleet.mac(M4_MAX, 64, (QWEN3_4B_4BIT,), name="cold")
+    fleet.mac(M4_MAX, 64, (QWEN3_4B_4BIT,), name="warm", warm_models=frozenset({QWEN3_4B_4BIT.model_id}))
+    snapshot = fleet.snapshot()
+    job = JobRequest("job-1", QWEN3_4B_4BIT, 4096)
+    on_warm = place(job, snapshot)
+    assert isinstance(on_warm, Placement) and on_warm.node_ids == ("warm",)
+    cold_only = type(snapshot)(tuple(mac for mac in snapshot.macs if mac.node_id == "cold"))
+    on_cold = place(job, cold_only)
+    assert isinstance(on_cold, Placement) and on_cold.node_ids == ("cold",)
+    load_s = QWEN3_4B_4BIT.weights_bytes / SpeedConfig().cold_load_bytes_per_s
+    assert on_cold.predicted_time_to_first_token_s == pytest.approx(on_warm.predicted_time_to_first_token_s + load_s)
