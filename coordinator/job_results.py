@@ -39,7 +39,8 @@ def _refuse_unless_active(job_id: str, node: NodeRecord, status: JobStatus | Non
 
 
 def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecord:
-    job = records.job_by_id(session, job_id)
+    # Locked before the ledger is touched, in the order cancel_job takes them.
+    job = records.job_by_id(session, job_id, for_update=True)
     _refuse_unless_active(job_id, node, job.status if job else None,
                           job is not None and node.node_id in job.node_ids)
     assert job is not None

@@ -333,8 +333,11 @@ def lock_streaming_job(session: Session, job_id: str, node_id: str) -> Streaming
                                                  bool(row.assigned))
 
 
-def job_by_id(session: Session, job_id: str) -> JobRecord | None:
-    row = session.execute(select(jobs).where(jobs.c.job_id == job_id)).first()
+def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRecord | None:
+    """The job; for_update row-locks it (PostgreSQL), which every path that goes on to
+    the ledger does first: job row, then the ledger's write lock, never the other order."""
+    query = select(jobs).where(jobs.c.job_id == job_id)
+    row = session.execute(query.with_for_update(of=jobs) if for_update else query).first()
     return None if row is None else _job_from_row(session, row)
 
 
