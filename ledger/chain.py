@@ -58,6 +58,11 @@ def transfer_hash(transfer: Transfer) -> str:
     return hashlib.sha256(canonical_encoding(transfer)).hexdigest()
 
 
+def row_hash(row: Sequence[Any]) -> str:
+    """The hash of a row in encode_row's order: what the ledger stores as the row's `hash`."""
+    return hashlib.sha256(encode_row(row)).hexdigest()
+
+
 def linked(transfer: Transfer, sequence: int, prev_hash: str) -> Transfer:
     """The transfer placed at `sequence` after a transfer whose hash is `prev_hash`."""
     assert sequence >= 1 and len(prev_hash) == len(GENESIS_HASH)
