@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, ColumnElement, Row, String, any_, bindparam, exists, insert, select, update
+from sqlalchemy import ARRAY, BigInteger, ColumnElement, Row, String, any_, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
 
 from ledger import tables
@@ -235,11 +235,15 @@ _MOVE_BALANCES = (
 )
 
 
+_COPY_TYPES = ["int8" if isinstance(column.type, BigInteger) else "text" for column in _TRANSFERS.columns]
+
+
 def _insert_transfers(session: Session, transfers: Sequence[Transfer]) -> None:
     if _psycopg(session):
         # COPY: the fastest way into PostgreSQL (about three times executemany's rows per second).
-        copy = f"COPY {_TRANSFERS.name} ({', '.join(_TRANSFER_COLUMNS)}) FROM STDIN"
+        copy = f"COPY {_TRANSFERS.name} ({', '.join(_TRANSFER_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
         with session.connection().connection.driver_connection.cursor() as cursor, cursor.copy(copy) as rows:
+            rows.set_types(_COPY_TYPES)
             for transfer in transfers:
                 rows.write_row(_transfer_to_values(transfer))
         return
