@@ -53,6 +53,7 @@ __all__ = [
     "create_transfer_chains",
     "create_transfers",
     "ensure_account",
+    "existing_transfer_ids",
     "expire_pending",
     "expired_pending_ids",
     "get_transfer",
@@ -234,6 +235,11 @@ def get_transfer(session: Session, transfer_id: str) -> Transfer | None:
 def get_transfers(session: Session, transfer_ids: Iterable[str]) -> dict[str, Transfer]:
     """The stored transfers among these ids, by id (missing ids are left out)."""
     return store.read_transfers(session, transfer_ids)
+
+
+def existing_transfer_ids(session: Session, transfer_ids: Iterable[str]) -> set[str]:
+    """The ids among these that name a stored transfer: a cheaper question than get_transfers."""
+    return store.existing_transfer_ids(session, transfer_ids)
 
 
 def pending_state(session: Session, pending_id: str) -> TransferState | None:
