@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from ledger import epoch_store, store
 from ledger.anchoring import PayoutChainLike, check_anchors
-from ledger.chain import GENESIS_HASH, encode_row
+from ledger.chain import GENESIS_HASH, stored_row_encoder
 from ledger.epochs import epoch_tree
 from ledger.model import TransferKind
 from ledger.policy import price_job, policy_for_version
@@ -111,6 +111,7 @@ def audit(session: Session, *, chain: PayoutChainLike | None = None,
 def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int]) -> None:
     expected_sequence, prev_hash, chain_ok = 1, GENESIS_HASH, True
     sha256, balances, open_pending = hashlib.sha256, replay.balances, replay.open_pending
+    encode = stored_row_encoder()
     for page in _pages(session):
         for row in page:
             (sequence, transfer_id, debit, credit, amount, state, pending_id, _timeout, job_id, kind,
@@ -121,7 +122,7 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
                     problem = f"expected sequence {expected_sequence}, found {sequence}: a transfer is missing"
                 elif row_prev_hash != prev_hash:
                     problem = "prev_hash does not match the previous transfer's hash"
-                elif sha256(encode_row(row[:13])).hexdigest() != row_hash:
+                elif sha256(encode(row)).hexdigest() != row_hash:  # prev_hash is a checked link here
                     problem = "hash does not match the transfer's fields: the row was edited"
                 if problem is not None:
                     report.add("chain", transfer_id, problem)

@@ -357,8 +357,13 @@ def transfer_row_pages(session: Session, after_sequence: int, page_size: int) ->
     query = (f"SELECT {_SCAN_COLUMNS} FROM {_TRANSFERS.name} WHERE sequence > {after_sequence}"
              " ORDER BY sequence")
     driver_connection = session.connection().connection.driver_connection
-    postgres = session.get_bind().dialect.name == "postgresql"
-    cursor = driver_connection.cursor(name="ledger_transfer_scan") if postgres else driver_connection.cursor()
+    if _psycopg(session):
+        # Binary rows: the integers arrive as int8, not text to parse.
+        cursor = driver_connection.cursor(name="ledger_transfer_scan", binary=True)
+    elif session.get_bind().dialect.name == "postgresql":
+        cursor = driver_connection.cursor(name="ledger_transfer_scan")
+    else:
+        cursor = driver_connection.cursor()
     try:
         cursor.execute(query)
         while page := cursor.fetchmany(page_size):
