@@ -92,9 +92,10 @@ def payments_one_per_transaction(engine: Engine, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def payments_batched(engine: Engine, count: int, batch_jobs: int) -> float:
+def payments_batched(engine: Engine, count: int, batch_jobs: int) -> tuple[float, float]:
+    """(jobs per second, this process's CPU microseconds per job): the CPU figure holds on a shared machine."""
     _fresh(engine)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for first in range(0, count, batch_jobs):
         job_ids = [JobId(f"job-batch-{index}") for index in range(first, min(count, first + batch_jobs))]
         # Each phase commits on its own, as the coordinator would: reserve at submit, complete
@@ -109,7 +110,7 @@ def payments_batched(engine: Engine, count: int, batch_jobs: int) -> float:
         with Session(engine) as session, session.begin():
             released = job_batches.release_job_credits(session, job_ids)
             assert all(payment.ok and payment.results for payment in released), released[0]
-    return count / (time.perf_counter() - started)
+    return count / (time.perf_counter() - started), (time.process_time() - cpu_started) * 1e6 / count
 
 
 def write_transfers(engine: Engine, count: int) -> None:
@@ -147,14 +148,15 @@ def write_transfers(engine: Engine, count: int) -> None:
                                                           last_hash=prev_hash))
 
 
-def audit_speed(engine: Engine, count: int) -> float:
+def audit_speed(engine: Engine, count: int) -> tuple[float, float]:
+    """(transfers per second, this process's CPU microseconds per transfer)."""
     write_transfers(engine, count)
     with Session(engine) as session:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         report = audit(session)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     assert report.ok and report.transfers_checked == count, report.differences[:3]
-    return count / elapsed
+    return count / elapsed, cpu_s * 1e6 / count
 
 
 def gas(leaves: int) -> None:
@@ -182,11 +184,14 @@ def main() -> None:
         for name, engine in found:
             single = payments_one_per_transaction(engine, max(1, args.jobs // 10))
             print(f"{name}: job payments, one job per transaction: {single:,.0f}/s")
-            batched = payments_batched(engine, args.jobs, args.batch_jobs)
-            print(f"{name}: job payments, {args.batch_jobs} jobs per transaction: {batched:,.0f}/s")
+            batched, cpu_us = payments_batched(engine, args.jobs, args.batch_jobs)
+            print(f"{name}: job payments, {args.batch_jobs} jobs per transaction: {batched:,.0f}/s"
+                  f" (client CPU {cpu_us:.0f} us a job)")
         for name, engine in found:
-            rate = audit_speed(engine, args.audit_transfers)
-            print(f"{name}: audit over {args.audit_transfers:,} transfers: {rate:,.0f} transfers/s")
+            rate, cpu_us = audit_speed(engine, args.audit_transfers)
+            print(f"{name}: audit over {args.audit_transfers:,} transfers: {rate:,.0f} transfers/s"
+                  f" (client CPU {cpu_us:.2f} us a transfer)")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (2 cores shared: compare the CPU figures)")
     gas(args.leaves)
 
 

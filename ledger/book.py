@@ -53,6 +53,7 @@ __all__ = [
     "create_transfer_chains",
     "create_transfers",
     "ensure_account",
+    "existing_transfer_ids",
     "expire_pending",
     "expired_pending_ids",
     "get_transfer",
@@ -132,6 +133,9 @@ def ensure_account(
     return ResultCode.CREATED
 
 
+_OPERATION_TYPES = (TransferRequest, PostPending, VoidPending, ExpirePending)  # a tuple: isinstance's fast path
+
+
 def create_transfer_chains(
     session: Session, chains: Iterable[Iterable[Operation]], *, now_us: int | None = None
 ) -> tuple[tuple[TransferResult, ...], ...]:
@@ -145,11 +149,12 @@ def create_transfer_chains(
     """
     batch = tuple(tuple(chain) for chain in chains)
     assert batch, "at least one chain"
-    assert all(1 <= len(chain) <= BATCH_SIZE_MAX for chain in batch), f"a chain holds 1..{BATCH_SIZE_MAX} operations"
+    lengths = list(map(len, batch))  # min and max over a list: no generator step per chain
+    assert min(lengths) >= 1 and max(lengths) <= BATCH_SIZE_MAX, f"a chain holds 1..{BATCH_SIZE_MAX} operations"
     operations = [operation for chain in batch for operation in chain]
     assert len(operations) <= OPERATIONS_PER_CALL_MAX, f"a call holds at most {OPERATIONS_PER_CALL_MAX} operations"
     for operation in operations:
-        assert isinstance(operation, TransferRequest | PostPending | VoidPending | ExpirePending)
+        assert isinstance(operation, _OPERATION_TYPES)
         assert isinstance(operation.id, str), "transfer ids are text"
         assert isinstance(getattr(operation, "pending_id", ""), str), "pending ids are text"
     head = store.lock_chain_head(session)
@@ -234,6 +239,11 @@ def get_transfer(session: Session, transfer_id: str) -> Transfer | None:
 def get_transfers(session: Session, transfer_ids: Iterable[str]) -> dict[str, Transfer]:
     """The stored transfers among these ids, by id (missing ids are left out)."""
     return store.read_transfers(session, transfer_ids)
+
+
+def existing_transfer_ids(session: Session, transfer_ids: Iterable[str]) -> set[str]:
+    """The ids among these that name a stored transfer: a cheaper question than get_transfers."""
+    return store.existing_transfer_ids(session, transfer_ids)
 
 
 def pending_state(session: Session, pending_id: str) -> TransferState | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ledger.model import Transfer
@@ -54,8 +54,49 @@ def encode_row(row: Sequence[Any]) -> bytes:
     ).encode("ascii")
 
 
+QUOTED_REMEMBERED_MAX = 65_536  # distinct account ids, states, kinds and policy versions kept quoted
+
+
+class _Quoted(dict[str | None, str]):
+    """The JSON text of values that repeat from row to row, remembered up to a limit (None is null)."""
+
+    def __missing__(self, value: str | None) -> str:
+        text = "null" if value is None else _quote(value)
+        if len(self) < QUOTED_REMEMBERED_MAX:
+            self[value] = text
+        return text
+
+
+def stored_row_encoder() -> Callable[[Sequence[Any]], bytes]:
+    """encode_row for a stream of stored rows (sequence, ..., prev_hash, hash), for the audit.
+
+    The caller promises each row's prev_hash is a hash this module made (hex digits, which
+    need no escaping) or GENESIS_HASH: the audit checks that link first. Account ids,
+    states, kinds and policy versions repeat, so their quoted text is looked up, not rebuilt.
+    """
+    quoted = _Quoted()
+
+    def encode(row: Sequence[Any]) -> bytes:
+        (sequence, transfer_id, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
+         policy_version, created_at_us, prev_hash, _hash) = row
+        return (
+            f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{quoted[debit_account]},'
+            f'{quoted[credit_account]},{amount:d},{quoted[state]},'
+            f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s:d},'
+            f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
+            f'{created_at_us:d},"{prev_hash}"]'
+        ).encode("ascii")
+
+    return encode
+
+
 def transfer_hash(transfer: Transfer) -> str:
     return hashlib.sha256(canonical_encoding(transfer)).hexdigest()
+
+
+def row_hash(row: Sequence[Any]) -> str:
+    """The hash of a row in encode_row's order: what the ledger stores as the row's `hash`."""
+    return hashlib.sha256(encode_row(row)).hexdigest()
 
 
 def linked(transfer: Transfer, sequence: int, prev_hash: str) -> Transfer:

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from ledger import epoch_store, store
 from ledger.anchoring import PayoutChainLike, check_anchors
-from ledger.chain import GENESIS_HASH, encode_row
+from ledger.chain import GENESIS_HASH, stored_row_encoder
 from ledger.epochs import epoch_tree
 from ledger.model import TransferKind
 from ledger.policy import price_job, policy_for_version
@@ -111,20 +111,18 @@ def audit(session: Session, *, chain: PayoutChainLike | None = None,
 def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int]) -> None:
     expected_sequence, prev_hash, chain_ok = 1, GENESIS_HASH, True
     sha256, balances, open_pending = hashlib.sha256, replay.balances, replay.open_pending
+    encode = stored_row_encoder()
+    checked = report.transfers_checked
     for page in _pages(session):
         for row in page:
             (sequence, transfer_id, debit, credit, amount, state, pending_id, _timeout, job_id, kind,
              policy_version, _created, row_prev_hash, row_hash) = row
             if chain_ok:
-                problem = None
-                if sequence != expected_sequence:
-                    problem = f"expected sequence {expected_sequence}, found {sequence}: a transfer is missing"
-                elif row_prev_hash != prev_hash:
-                    problem = "prev_hash does not match the previous transfer's hash"
-                elif sha256(encode_row(row[:13])).hexdigest() != row_hash:
-                    problem = "hash does not match the transfer's fields: the row was edited"
-                if problem is not None:
-                    report.add("chain", transfer_id, problem)
+                # encode trusts prev_hash only once it matched the previous link (the `and` keeps that order).
+                if not (sequence == expected_sequence and row_prev_hash == prev_hash
+                        and sha256(encode(row)).hexdigest() == row_hash):
+                    report.add("chain", transfer_id, _link_problem(sequence, expected_sequence, row_prev_hash,
+                                                                   prev_hash))
                     chain_ok = False
                 expected_sequence, prev_hash = sequence + 1, row_hash
             if sequence in heads:
@@ -160,13 +158,23 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
                 credit_fields[2] -= pending[0]
                 debit_fields[1] += posted
                 credit_fields[3] += posted
-            report.transfers_checked += 1
+            checked += 1
+        report.transfers_checked = checked  # kept current page by page, counted in a local
     head = store.read_chain_head(session)
     if chain_ok and head.last_sequence != expected_sequence - 1:
         report.add("chain", head.last_transfer_id or "(head)",
                    f"the chain head is at {head.last_sequence} but the transfers end at {expected_sequence - 1}")
     elif chain_ok and head.last_sequence and head.last_hash != prev_hash:
         report.add("chain", head.last_transfer_id or "(head)", "the chain head's hash differs from the last transfer")
+
+
+def _link_problem(sequence: int, expected_sequence: int, row_prev_hash: str, prev_hash: str) -> str:
+    """Why a row failed the chain check, in the order the checks ran."""
+    if sequence != expected_sequence:
+        return f"expected sequence {expected_sequence}, found {sequence}: a transfer is missing"
+    if row_prev_hash != prev_hash:
+        return "prev_hash does not match the previous transfer's hash"
+    return "hash does not match the transfer's fields: the row was edited"
 
 
 def _check_balances(session: Session, report: AuditReport, balances: dict[str, list[int]]) -> None:

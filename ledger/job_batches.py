@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger.book import JobStep, create_transfer_chains, get_transfers, job_transfer_id
+from ledger.book import JobStep, create_transfer_chains, existing_transfer_ids, job_transfer_id
 from ledger.jobs import (
     JobPayment,
     completion_operations,
@@ -81,9 +81,10 @@ def release_job_credits(
 ) -> tuple[JobPayment, ...]:
     """jobs.release_job_credit for each job, in one call: no results for a job that holds no credit."""
     assert len(job_ids) <= JOBS_PER_CALL_MAX, f"at most {JOBS_PER_CALL_MAX} jobs per call"
-    held = get_transfers(session, [job_transfer_id(job_id, JobStep.CREDIT) for job_id in job_ids])
+    credit_ids = [job_transfer_id(job_id, JobStep.CREDIT) for job_id in job_ids]
+    held = existing_transfer_ids(session, credit_ids)
     chains: list[list[Operation]] = [
-        [release_operation(job_id)] if job_transfer_id(job_id, JobStep.CREDIT) in held else [] for job_id in job_ids
+        [release_operation(job_id)] if credit_id in held else [] for job_id, credit_id in zip(job_ids, credit_ids)
     ]
     return _payments(session, chains, now_us)
 

@@ -162,6 +162,19 @@ class Transfer:
     prev_hash: str
     hash: str
 
+    # Written out because the generated frozen __init__ sets each field through
+    # object.__setattr__ (about 3 us here); the ledger builds one per row it reads or writes.
+    def __init__(self, sequence: int, id: str, debit_account: str, credit_account: str, amount: int,
+                 state: TransferState, pending_id: str | None, timeout_s: int, job_id: str | None,
+                 kind: TransferKind, policy_version: str | None, created_at_us: int, prev_hash: str,
+                 hash: str) -> None:
+        object.__setattr__(self, "__dict__", {
+            "sequence": sequence, "id": id, "debit_account": debit_account, "credit_account": credit_account,
+            "amount": amount, "state": state, "pending_id": pending_id, "timeout_s": timeout_s, "job_id": job_id,
+            "kind": kind, "policy_version": policy_version, "created_at_us": created_at_us,
+            "prev_hash": prev_hash, "hash": hash,
+        })
+
     @property
     def expires_at_us(self) -> int | None:
         if self.state is not TransferState.PENDING or self.timeout_s == 0:
@@ -224,6 +237,10 @@ class TransferResult:
     id: str
     code: ResultCode
     transfer: Transfer | None = None  # the stored transfer for created/exists/exists_with_different_fields
+
+    # Written out like Transfer's: a call answers one of these per operation.
+    def __init__(self, id: str, code: ResultCode, transfer: Transfer | None = None) -> None:
+        object.__setattr__(self, "__dict__", {"id": id, "code": code, "transfer": transfer})
 
     @property
     def ok(self) -> bool:

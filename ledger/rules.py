@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ledger.chain import linked
+from ledger.chain import row_hash
 from ledger.model import (
     BATCH_SIZE_MAX,
     OPERATIONS_PER_CALL_MAX,
@@ -126,9 +126,17 @@ class _Working:
         self.last_hash = snapshot.head.last_hash
         self.appended: list[tuple[Transfer, Transfer | None]] = []  # (transfer, the pending one it resolves)
 
-    def append(self, draft: Transfer, pending: Transfer | None) -> Transfer:
-        transfer = linked(draft, self.last_sequence + 1, self.last_hash)
-        self.last_sequence, self.last_hash = transfer.sequence, transfer.hash
+    def append(self, transfer_id: str, debit_account: str, credit_account: str, amount: int, state: TransferState,
+               pending: Transfer | None, timeout_s: int, job_id: str | None, kind: TransferKind,
+               policy_version: str | None) -> Transfer:
+        """The new transfer, linked after the last one: built once, with its hash (no draft to copy)."""
+        sequence, prev_hash, now_us = self.last_sequence + 1, self.last_hash, self.now_us
+        pending_id = None if pending is None else pending.id
+        link_hash = row_hash((sequence, transfer_id, debit_account, credit_account, amount, state, pending_id,
+                              timeout_s, job_id, kind, policy_version, now_us, prev_hash))
+        transfer = Transfer(sequence, transfer_id, debit_account, credit_account, amount, state, pending_id,
+                            timeout_s, job_id, kind, policy_version, now_us, prev_hash, link_hash)
+        self.last_sequence, self.last_hash = sequence, link_hash
         self.transfers[transfer.id] = transfer
         if pending is not None:
             self.resolutions[pending.id] = transfer
@@ -181,8 +189,9 @@ def evaluate_chains(chains: Sequence[Sequence[Operation]], snapshot: Snapshot, n
     Equivalent to evaluating the chains one call at a time, each over the state the
     previous ones left, which the batched-path tests check.
     """
-    assert 1 <= sum(len(chain) for chain in chains) <= OPERATIONS_PER_CALL_MAX
-    assert all(1 <= len(chain) <= BATCH_SIZE_MAX for chain in chains), f"a chain holds 1..{BATCH_SIZE_MAX}"
+    lengths = list(map(len, chains))
+    assert 1 <= sum(lengths) <= OPERATIONS_PER_CALL_MAX
+    assert min(lengths) >= 1 and max(lengths) <= BATCH_SIZE_MAX, f"a chain holds 1..{BATCH_SIZE_MAX}"
     assert type(now_us) is int and now_us > 0
     if now_us <= snapshot.closed_until_us:
         closed = tuple(_failed(chain, 0, TransferResult(chain[0].id, ResultCode.EPOCH_CLOSED)) for chain in chains)
@@ -282,23 +291,10 @@ def _create(request: TransferRequest, working: _Working) -> Outcome:
         return ResultCode.OVERFLOWS_CREDITS, None
     if debit.debits_must_not_exceed_credits and debits_after > debit_balance.credits_posted:
         return ResultCode.EXCEEDS_CREDITS, None
-    draft = Transfer(
-        sequence=0,
-        id=request.id,
-        debit_account=request.debit_account,
-        credit_account=request.credit_account,
-        amount=request.amount,
-        state=TransferState.PENDING if request.pending else TransferState.POSTED,
-        pending_id=None,
-        timeout_s=request.timeout_s,
-        job_id=request.job_id,
-        kind=request.kind,
-        policy_version=request.policy_version,
-        created_at_us=working.now_us,
-        prev_hash="",
-        hash="",
-    )
-    return ResultCode.CREATED, working.append(draft, pending=None)
+    state = TransferState.PENDING if request.pending else TransferState.POSTED
+    transfer = working.append(request.id, request.debit_account, request.credit_account, request.amount, state,
+                              None, request.timeout_s, request.job_id, request.kind, request.policy_version)
+    return ResultCode.CREATED, transfer
 
 
 _RESOLVED_STATE = {
@@ -387,20 +383,6 @@ def _resolve(resolution: Resolution, working: _Working) -> Outcome:
         problem = ResultCode.EXCEEDS_PENDING_AMOUNT
     if problem is not None:
         return problem, None
-    draft = Transfer(
-        sequence=0,
-        id=resolution.id,
-        debit_account=pending.debit_account,
-        credit_account=pending.credit_account,
-        amount=amount,
-        state=_RESOLVED_STATE[type(resolution)],
-        pending_id=pending.id,
-        timeout_s=0,
-        job_id=pending.job_id,
-        kind=kind,
-        policy_version=policy_version,
-        created_at_us=working.now_us,
-        prev_hash="",
-        hash="",
-    )
-    return ResultCode.CREATED, working.append(draft, pending=pending)
+    transfer = working.append(resolution.id, pending.debit_account, pending.credit_account, amount,
+                              _RESOLVED_STATE[type(resolution)], pending, 0, pending.job_id, kind, policy_version)
+    return ResultCode.CREATED, transfer

@@ -50,6 +50,20 @@ def test_single_phase_transfer_moves_posted_balances(session: Session) -> None:
     assert book.balance(session, SOURCE).net_posted == -1_000  # type: ignore[union-attr]
 
 
+def test_lookups_by_id_find_exactly_the_stored_ids(session: Session) -> None:
+    # The PostgreSQL reads send the ids as one space-joined text; odd characters must not leak through.
+    open_accounts(session)
+    fund(session, ALICE, 1_000)
+    stored = ["t,1", 't"2', "t\\3", "t{4}", "t'5"]
+    for transfer_id in stored:
+        assert book.create_transfer(session, pay(transfer_id, 1), now_us=NOW_US).code is ResultCode.CREATED
+    asked = [*stored, "t,1", "t,1 t\"2", "t", "", "t{4} ", "missing", "deposit-1"]
+    assert book.existing_transfer_ids(session, asked) == {*stored, "deposit-1"}
+    assert set(book.get_transfers(session, asked)) == {*stored, "deposit-1"}
+    assert book.existing_transfer_ids(session, []) == set()
+    assert book.accounts_exist(session, [(ALICE, AccountKind.CONSUMER), (BOB, AccountKind.OPERATOR)])
+
+
 def test_retry_answers_exists_and_a_different_retry_writes_nothing(session: Session) -> None:
     open_accounts(session)
     fund(session, ALICE, 1_000)
