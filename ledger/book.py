@@ -159,8 +159,9 @@ def create_transfer_chains(
         assert isinstance(getattr(operation, "pending_id", ""), str), "pending ids are text"
     head = store.lock_chain_head(session)
     snapshot = store.load_snapshot(session, operations, head)
-    evaluation = evaluate_chains(batch, snapshot, _now_us(now_us))
-    store.write(session, evaluation)
+    with store.transfer_writer(session) as settled:  # rows go out while later chains are evaluated
+        evaluation = evaluate_chains(batch, snapshot, _now_us(now_us), settled)
+    store.write(session, evaluation, transfers_written=True)
     return evaluation.chain_results
 
 

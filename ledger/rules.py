@@ -7,7 +7,7 @@ each chain is all-or-nothing without savepoints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ledger.chain import row_hash
@@ -183,11 +183,18 @@ def evaluate(operations: Sequence[Operation], snapshot: Snapshot, now_us: int) -
     return evaluate_chains([operations], snapshot, now_us)
 
 
-def evaluate_chains(chains: Sequence[Sequence[Operation]], snapshot: Snapshot, now_us: int) -> Evaluation:
+SETTLE_EVERY_CHAINS = 64  # how often evaluate_chains hands its settled rows on
+
+
+def evaluate_chains(chains: Sequence[Sequence[Operation]], snapshot: Snapshot, now_us: int,
+                    settled: Callable[[Sequence[Transfer]], None] | None = None) -> Evaluation:
     """Apply each chain all-or-nothing, in order; a failed chain leaves no trace for the ones after it.
 
     Equivalent to evaluating the chains one call at a time, each over the state the
-    previous ones left, which the batched-path tests check.
+    previous ones left, which the batched-path tests check. settled, when given, gets
+    the new transfers of finished chains as they become final, in order, every
+    SETTLE_EVERY_CHAINS chains and at the end: a writer can send them while later
+    chains are still being evaluated.
     """
     lengths = list(map(len, chains))
     assert 1 <= sum(lengths) <= OPERATIONS_PER_CALL_MAX
@@ -197,7 +204,10 @@ def evaluate_chains(chains: Sequence[Sequence[Operation]], snapshot: Snapshot, n
         closed = tuple(_failed(chain, 0, TransferResult(chain[0].id, ResultCode.EPOCH_CLOSED)) for chain in chains)
         return Evaluation(closed, (), {})
     working = _Working(snapshot, now_us)
-    chain_results = tuple(_apply_chain(chain, working) for chain in chains)
+    if settled is None:
+        chain_results = tuple(_apply_chain(chain, working) for chain in chains)
+    else:
+        chain_results = _apply_chains_settling(chains, working, settled)
     changes: dict[str, BalanceChange] = {}
     for account_id, running in working.balances.items():
         before = snapshot.accounts[account_id].balance
@@ -206,6 +216,18 @@ def evaluate_chains(chains: Sequence[Sequence[Operation]], snapshot: Snapshot, n
             changes[account_id] = after.minus(before)
     new_transfers = tuple(transfer for transfer, _ in working.appended)
     return Evaluation(chain_results, new_transfers, changes)
+
+
+def _apply_chains_settling(chains: Sequence[Sequence[Operation]], working: _Working,
+                           settled: Callable[[Sequence[Transfer]], None]) -> tuple[tuple[TransferResult, ...], ...]:
+    results = []
+    handed = 0  # appended rows before this are final: only the chain being applied can roll back
+    for number, chain in enumerate(chains, 1):
+        results.append(_apply_chain(chain, working))
+        if number % SETTLE_EVERY_CHAINS == 0 or number == len(chains):
+            settled([transfer for transfer, _ in working.appended[handed:]])
+            handed = len(working.appended)
+    return tuple(results)
 
 
 def _apply_chain(chain: Sequence[Operation], working: _Working) -> tuple[TransferResult, ...]:

@@ -18,7 +18,7 @@ from hypothesis.stateful import rule, run_state_machine_as_test
 from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session
 
-from ledger import book, epochs, tables
+from ledger import book, epochs, rules, tables
 from ledger.model import (
     Balance,
     Operation,
@@ -188,3 +188,52 @@ def test_a_call_holds_thousands_of_chains(session: Session) -> None:
     assert all(result.ok for [result] in book.create_transfer_chains(session, posts, now_us=NOW_US))
     assert book.balance(session, ALICE) == Balance(debits_posted=1_500, credits_posted=10_000)
     assert book.verify_chain(session).ok and book.verify_balances(session).ok
+
+
+def test_chains_failing_on_either_side_of_a_streamed_batch_write_what_one_call_each_writes(
+        session: Session) -> None:
+    """Rows stream out every SETTLE_EVERY_CHAINS chains: failed chains around those points leave no row."""
+    open_accounts(session)
+    fund(session, ALICE, 1_000)
+    count = 3 * rules.SETTLE_EVERY_CHAINS + 5
+    # Every fifth chain overdraws BOB on its second transfer, so the first must be undone too.
+    chains = [[request(f"c{index}-a", ALICE, BOB, 1),
+               request(f"c{index}-b", BOB, ESCROW, 100 if index % 5 == 0 else 1)] for index in range(count)]
+    chains[rules.SETTLE_EVERY_CHAINS - 1][1] = request("last-before-a-send", BOB, ESCROW, 10_000)
+    one_call_each = session.begin_nested()
+    one_by_one = [book.create_transfers(session, chain, now_us=NOW_US) for chain in chains]
+    expected = journal(session)
+    one_call_each.rollback()
+    at_once = book.create_transfer_chains(session, chains, now_us=NOW_US)
+    assert codes(at_once) == codes(tuple(one_by_one))
+    assert sum(1 for chain in at_once if not chain[0].ok) > count // 5  # failures did happen
+    assert journal(session) == expected
+    assert book.verify_chain(session).ok and book.verify_balances(session).ok
+
+
+def test_a_fault_after_some_rows_were_streamed_leaves_nothing(engine: Engine,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    with Session(engine) as session:
+        open_accounts(session)
+        fund(session, ALICE, 1_000)
+        session.commit()
+        before = journal(session)
+    applied = rules._apply_chain
+    calls = 0
+
+    def fail_after_the_first_send(chain: Any, working: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > rules.SETTLE_EVERY_CHAINS + 1:  # the first SETTLE_EVERY_CHAINS chains' rows went out
+            raise InjectedFault
+        return applied(chain, working)
+
+    monkeypatch.setattr(rules, "_apply_chain", fail_after_the_first_send)
+    with Session(engine) as session, pytest.raises(InjectedFault):
+        book.create_transfer_chains(
+            session, [[request(f"t{index}", ALICE, BOB, 1)] for index in range(2 * rules.SETTLE_EVERY_CHAINS)],
+            now_us=NOW_US)
+    assert calls > rules.SETTLE_EVERY_CHAINS
+    with Session(engine) as session:
+        assert journal(session) == before
+        assert book.verify_chain(session).ok and book.verify_balances(session).ok
