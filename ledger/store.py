@@ -9,6 +9,8 @@ follow cannot go stale. Nothing here commits or rolls back.
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -396,10 +398,54 @@ def transfer_row_pages(session: Session, after_sequence: int, page_size: int) ->
         cursor = driver_connection.cursor()
     try:
         cursor.execute(query)
-        while page := cursor.fetchmany(page_size):
-            yield page
+        pages = iter(lambda: cursor.fetchmany(page_size), [])
+        yield from _read_ahead(pages) if _psycopg(session) else pages
     finally:
         cursor.close()
+
+
+_DONE = object()
+
+
+def _read_ahead(pages: Iterator[list[tuple[Any, ...]]]) -> Iterator[list[tuple[Any, ...]]]:
+    """The pages, each fetched on a thread while the caller works through the one before.
+
+    The server reads and sends the next page while the client hashes this one. Only the
+    thread touches the cursor until it has finished, which happens before this returns.
+    """
+    ready: queue.Queue[object] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            for page in pages:
+                while not stop.is_set():
+                    try:
+                        ready.put(page, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread, re-raised there
+            failure.append(error)
+        finally:
+            ready.put(_DONE)  # the caller takes pages until it sees this, or stops reading
+
+    fetcher = threading.Thread(target=fetch, name="ledger-audit-read-ahead", daemon=True)
+    fetcher.start()
+    try:
+        while (page := ready.get()) is not _DONE:
+            yield page  # type: ignore[misc]
+        if failure:
+            raise failure[0]
+    finally:
+        stop.set()
+        while fetcher.is_alive():  # make room for its last put, then wait for it
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.1)
+        fetcher.join()
 
 
 def expired_pending_ids(session: Session, now_us: int, limit: int) -> list[str]:
