@@ -161,7 +161,7 @@ def create_transfer_chains(
     snapshot = store.load_snapshot(session, operations, head)
     with store.transfer_writer(session) as settled:  # rows go out while later chains are evaluated
         evaluation = evaluate_chains(batch, snapshot, _now_us(now_us), settled)
-    store.write(session, evaluation, transfers_written=True)
+    store.write(session, evaluation)
     return evaluation.chain_results
 
 

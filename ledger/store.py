@@ -231,16 +231,14 @@ def transfer_writer(session: Session) -> Iterator[Callable[[Sequence[Transfer]],
     gathered: list[Transfer] = []
     yield gathered.extend
     if gathered:
-        _insert_transfers(session, gathered)
+        session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in gathered])
 
 
-def write(session: Session, evaluation: Evaluation, *, transfers_written: bool = False) -> None:
-    """Insert the new transfers (unless transfer_writer already did), move the balances and
-    advance the chain head, a statement each."""
+def write(session: Session, evaluation: Evaluation) -> None:
+    """Move the balances and advance the chain head, a statement each (transfer_writer
+    has inserted the new transfers)."""
     if not evaluation.new_transfers:
         return
-    if not transfers_written:
-        _insert_transfers(session, evaluation.new_transfers)
     # Relative updates: even a writer that skipped the head lock could not lose an update.
     changes = [
         dict(account_id=account_id, debits_pending=change.debits_pending, debits_posted=change.debits_posted,
@@ -270,20 +268,9 @@ _MOVE_BALANCES = (
 )
 
 
+# COPY: the fastest way into PostgreSQL (about three times executemany's rows per second).
 _COPY_TRANSFERS = f"COPY {_TRANSFERS.name} ({', '.join(_TRANSFER_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _COPY_TYPES = ["int8" if isinstance(column.type, BigInteger) else "text" for column in _TRANSFERS.columns]
-
-
-def _insert_transfers(session: Session, transfers: Sequence[Transfer]) -> None:
-    if _psycopg(session):
-        # COPY: the fastest way into PostgreSQL (about three times executemany's rows per second).
-        with session.connection().connection.driver_connection.cursor() as cursor, \
-                cursor.copy(_COPY_TRANSFERS) as rows:
-            rows.set_types(_COPY_TYPES)
-            for transfer in transfers:
-                rows.write_row(_transfer_to_values(transfer))
-        return
-    session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in transfers])
 
 
 def read_account(session: Session, account_id: str) -> Account | None:

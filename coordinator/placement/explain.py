@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 from contracts.ids import JobId
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.memory import MemoryEstimate
 from coordinator.placement.scoring import ScoreName, named_scores, price_score_against
 from coordinator.placement.vocabulary import CandidateKind, Strategy
+
+if TYPE_CHECKING:  # search imports the index, which imports decision, which imports this
+    from coordinator.placement.search import Scored
 
 GB = 1e9
 
@@ -37,25 +40,6 @@ class CandidateScore:
                 "predicted_decode_tokens_per_s": round(self.predicted_decode_tokens_per_s, 3)}
 
 
-class ScoredFacts(Protocol):
-    """What the search scored about a candidate (search.Scored has these)."""
-
-    @property
-    def total(self) -> float: ...
-    @property
-    def free_bytes(self) -> int: ...
-    @property
-    def fit(self) -> float: ...
-    @property
-    def speed(self) -> float: ...
-    @property
-    def warm(self) -> bool: ...
-    @property
-    def decode_tokens_per_s(self) -> float: ...
-    @property
-    def strategy(self) -> Strategy: ...
-
-
 class RankedCandidate(NamedTuple):
     """A top candidate as the search scored it, with the facts its named scores need."""
 
@@ -63,7 +47,7 @@ class RankedCandidate(NamedTuple):
     kind: CandidateKind
     reputation: float  # a pod's least reputable member's
     price_per_million_tokens: int  # a pod's members' summed
-    scored: ScoredFacts
+    scored: Scored
 
     def score(self, price_reference_per_million_tokens: int) -> CandidateScore:
         scored = self.scored
