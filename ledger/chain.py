@@ -67,6 +67,28 @@ class _Quoted(dict[str | None, str]):
         return text
 
 
+def row_encoder() -> Callable[[Sequence[Any]], bytes]:
+    """encode_row for a stream of new rows, in encode_row's order: what a batch of payments hashes.
+
+    Account ids, states, kinds and policy versions repeat from row to row, so their quoted
+    text is looked up, not rebuilt (tests/ledger/test_chain.py checks it against encode_row).
+    """
+    quoted = _Quoted()
+
+    def encode(row: Sequence[Any]) -> bytes:
+        (sequence, transfer_id, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
+         policy_version, created_at_us, prev_hash) = row
+        return (
+            f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{quoted[debit_account]},'
+            f'{quoted[credit_account]},{amount:d},{quoted[state]},'
+            f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s:d},'
+            f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
+            f'{created_at_us:d},{_quote(prev_hash)}]'
+        ).encode("ascii")
+
+    return encode
+
+
 def stored_row_encoder() -> Callable[[Sequence[Any]], bytes]:
     """encode_row for a stream of stored rows (sequence, ..., prev_hash, hash), for the audit.
 

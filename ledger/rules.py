@@ -7,10 +7,11 @@ each chain is all-or-nothing without savepoints.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ledger.chain import row_hash
+from ledger.chain import row_encoder
 from ledger.model import (
     BATCH_SIZE_MAX,
     OPERATIONS_PER_CALL_MAX,
@@ -125,6 +126,7 @@ class _Working:
         self.last_sequence = snapshot.head.last_sequence
         self.last_hash = snapshot.head.last_hash
         self.appended: list[tuple[Transfer, Transfer | None]] = []  # (transfer, the pending one it resolves)
+        self._encode = row_encoder()  # chain.row_hash's encoding, remembering the text of repeated fields
 
     def append(self, transfer_id: str, debit_account: str, credit_account: str, amount: int, state: TransferState,
                pending: Transfer | None, timeout_s: int, job_id: str | None, kind: TransferKind,
@@ -132,8 +134,9 @@ class _Working:
         """The new transfer, linked after the last one: built once, with its hash (no draft to copy)."""
         sequence, prev_hash, now_us = self.last_sequence + 1, self.last_hash, self.now_us
         pending_id = None if pending is None else pending.id
-        link_hash = row_hash((sequence, transfer_id, debit_account, credit_account, amount, state, pending_id,
-                              timeout_s, job_id, kind, policy_version, now_us, prev_hash))
+        link_hash = hashlib.sha256(self._encode((sequence, transfer_id, debit_account, credit_account, amount, state,
+                                                 pending_id, timeout_s, job_id, kind, policy_version, now_us,
+                                                 prev_hash))).hexdigest()
         transfer = Transfer(sequence, transfer_id, debit_account, credit_account, amount, state, pending_id,
                             timeout_s, job_id, kind, policy_version, now_us, prev_hash, link_hash)
         self.last_sequence, self.last_hash = sequence, link_hash
