@@ -63,7 +63,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     chosen = None
     if best.ties:
         tied = sorted(best.ties, key=lambda tie: tie[0])
-        chosen = tied[terms.seed % len(tied)][1]
+        chosen = tied[terms.seed % len(tied)][1] if len(tied) > 1 else tied[0][1]
     return best.result(filtered, feasible - split_failures, scored, chosen)
 
 

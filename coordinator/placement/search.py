@@ -128,7 +128,7 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     filtered[FilterReason.BELOW_MIN_SPEED] = below
     filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
-    chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
+    chosen = _break_mac_tie(best.ties, terms) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
 
 
@@ -200,16 +200,21 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
     static_bounds = speeds.static_bounds
     speed_scores = speeds.speed_scores if target == speeds.target else None
     exact: list[tuple[float, int, float]] = []  # a heap of (-bound, group index, speed score)
-    # Locals for the loop: best.floor changes only in a group scan, the heap's top only here.
+    # Locals for the loop: best.floor changes only in a group scan, the heap's top only here. A group
+    # waits while its optimistic bound is below cut = max(floor, the heap's best exact bound).
     floor, leading, order_count = best.floor, -math.inf, len(order)
+    cut = floor
     next_in_order = scored = 0
     while True:
         while next_in_order < order_count:
             i = order[next_in_order]
-            if optimistic[i] < floor or optimistic[i] < leading:
+            if optimistic[i] < cut:
                 break
             next_in_order += 1
-            if i >= fast_enough or starts[i] == len(keys[i]):
+            if i >= fast_enough:
+                continue
+            group_keys, start = keys[i], starts[i]
+            if start == len(group_keys):
                 continue
             if speed_scores is not None:
                 speed = speed_scores[i]
@@ -217,11 +222,11 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
                 speed = decodes[i] / target  # as speed_score
                 if speed > 1.0:
                     speed = 1.0
-            fit = 1.0 - log2((keys[i][starts[i]] >> FREE_SHIFT) / need) / span
+            fit = 1.0 - log2((group_keys[start] >> FREE_SHIFT) / need) / span
             bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + static_bounds[i]
             heappush(exact, (-bound, i, speed))
-            if bound > leading:
-                leading = bound
+            if bound > cut:
+                cut = bound
         if not exact:
             return scored
         negated_bound, i, speed = heappop(exact)
@@ -232,6 +237,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
         scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, need, w_fit, span,
                                   config.scan_per_group_max, best, budget - scored)
         floor = best.floor
+        cut = floor if floor > leading else leading
 
 
 def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: float, decode: float, warm: bool,
@@ -298,7 +304,7 @@ def _next_run(keys: list[int], i: int, key: int, best: Best, scored: tuple) -> i
     return end
 
 
-def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tuple:
+def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], terms: JobTerms) -> tuple:
     """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does)."""
     runs = []
     for (group, start), scored in ties:
@@ -306,9 +312,12 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         end = bisect_left(keys, ((keys[start] >> STATIC_SHIFT) + 1) << STATIC_SHIFT, start)
         runs.append((keys, start, end, scored))
     total = sum(end - start for _, start, end, _ in runs)
-    if len(runs) == 1:
+    if total == 1:  # no tie: the seed is not needed
         keys, start, _, scored = runs[0]
-        position = keys[start + seed % total] & POSITION_MASK
+        position = keys[start] & POSITION_MASK
+    elif len(runs) == 1:
+        keys, start, _, scored = runs[0]
+        position = keys[start + terms.seed % total] & POSITION_MASK
     else:  # runs from different speed classes can tie exactly
         # Each run's keys share everything above the position, so they are in position order: sorting
         # their positions together merges sorted runs. A Mac is in one run at most; then find its run.
@@ -316,7 +325,7 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tu
         for keys, start, end, _ in runs:
             positions += map(POSITION_MASK.__and__, keys[start:end])
         positions.sort()
-        position = positions[seed % total]
+        position = positions[terms.seed % total]
         scored = next(scored for keys, start, end, scored in runs
                       if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
                       & POSITION_MASK == position)
