@@ -323,7 +323,7 @@ class FleetIndex:
         if placement.pod_id is None:  # one Mac, the common case: no lists to build
             slot = self._mac_by_node.get(placement.node_ids[0])
             share = placement.reserved_memory_bytes[0]
-            if slot is None or slot.reason is not None or slot.free < share:
+            if slot is None or slot.reason is not None or slot.ceiling - slot.committed < share:
                 return False
             self._set_load(slot, slot.committed + share, slot.running + 1)
             return True
@@ -341,12 +341,14 @@ class FleetIndex:
 
     def release_shares(self, node_ids: tuple[NodeId, ...], reserved_memory_bytes: tuple[int, ...]) -> None:
         """The same, for a caller that kept only where the job ran and what it reserved."""
+        if len(node_ids) == 1:  # one Mac, the common case: no lists to build
+            slot, share = self._mac_by_node[node_ids[0]], reserved_memory_bytes[0]
+            assert slot.committed >= share and slot.running >= 1, "released more than was committed"
+            self._set_load(slot, slot.committed - share, slot.running - 1)
+            return
         slots = [self._mac_by_node[node_id] for node_id in node_ids]
         for slot, share in zip(slots, reserved_memory_bytes):
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
-        if len(slots) == 1:
-            self._set_load(slots[0], slots[0].committed - reserved_memory_bytes[0], slots[0].running - 1)
-            return
         self._set_loads([(slot, slot.committed - share, slot.running - 1)
                          for slot, share in zip(slots, reserved_memory_bytes)])
 
@@ -372,9 +374,9 @@ class FleetIndex:
         mac = slot.candidate
         reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
         if reason is None and slot.reason is None:  # available before and after: move its keys
-            old_free = max(slot.free, 0)
+            old_free = max(slot.ceiling - slot.committed, 0)
             slot.committed, slot.running = committed, running
-            self._move_mac_state(slot, old_free, max(slot.free, 0))
+            self._move_mac_state(slot, old_free, max(slot.ceiling - committed, 0))
             return
         self._detach_mac_state(slot)
         slot.committed, slot.running, slot.reason = committed, running, reason
@@ -427,7 +429,7 @@ class FleetIndex:
                 unavailable = membership.entry.unavailable
                 unavailable[reason] = unavailable.get(reason, 0) + 1
             return
-        free = max(slot.free, 0)
+        free = max(slot.ceiling - slot.committed, 0)
         shifted = free << FREE_SHIFT
         for entry, group, tail, static in slot.memberships:  # Group.add, inline: a commit runs this per model
             insort(group.keys, shifted | tail)
@@ -446,12 +448,12 @@ class FleetIndex:
             for membership in slot.memberships:
                 membership.entry.unavailable[reason] -= 1
             return
-        free = max(slot.free, 0)
+        free = max(slot.ceiling - slot.committed, 0)
         shifted = free << FREE_SHIFT
         for entry, group, tail, _ in slot.memberships:
-            keys = group.keys
-            i = bisect_left(keys, shifted | tail)
-            assert i < len(keys) and keys[i] == shifted | tail, "index out of step with its slots"
+            keys, key = group.keys, shifted | tail
+            i = bisect_left(keys, key)
+            assert i < len(keys) and keys[i] == key, "index out of step with its slots"
             del keys[i]
             needs = entry.fit_needs
             if needs and free < needs[-1]:  # no longer before the starts it was short of
@@ -465,9 +467,9 @@ class FleetIndex:
         # A fit start counts the Macs short of its need: only needs between the two values change.
         low, high, change = (new_free, old_free, 1) if new_free < old_free else (old_free, new_free, -1)
         for entry, group, tail, _ in slot.memberships:
-            keys = group.keys
-            i = bisect_left(keys, old_shifted | tail)
-            assert i < len(keys) and keys[i] == old_shifted | tail, "index out of step with its slots"
+            keys, key = group.keys, old_shifted | tail
+            i = bisect_left(keys, key)
+            assert i < len(keys) and keys[i] == key, "index out of step with its slots"
             del keys[i]
             insort(keys, new_shifted | tail)
             needs = entry.fit_needs
