@@ -269,10 +269,13 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
             continue
         scored += 1
         scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, Strategy.SINGLE)
-        best.offer((group, i), scored_tuple)
-        if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals: rare
-            i = _next_run(keys, i, key, best, scored_tuple)
+        if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals
+            run_end = _run_end(keys, i, key)
+            best.offer((group, i, run_end), scored_tuple)  # the tie-break reads the run's end from here
+            _offer_run_mates(keys, i, run_end, best, scored_tuple)
+            i = run_end
         else:
+            best.offer((group, i, i + 1), scored_tuple)
             i += 1
         floor = best.floor
     return scored
@@ -290,27 +293,24 @@ def skip_free_value(keys: list[int], i: int, free: int) -> int:
     return i + 1
 
 
-def _next_run(keys: list[int], i: int, key: int, best: Best, scored: tuple) -> int:
-    """Skip the rest of a run of equal free memory and static score: their scores are identical.
+def _run_end(keys: list[int], i: int, key: int) -> int:
+    """Where the run of keys[i]'s free memory and static score ends: those Macs' scores are identical."""
+    return bisect_left(keys, ((key >> STATIC_SHIFT) + 1) << STATIC_SHIFT, i + 1)
 
-    The run's first few still go to the explanation's top list, as the exhaustive search lists them.
-    """
-    prefix = key >> STATIC_SHIFT
-    if i + 1 >= len(keys) or keys[i + 1] >> STATIC_SHIFT != prefix:
-        return i + 1
-    end = bisect_left(keys, (prefix + 1) << STATIC_SHIFT, i + 1)
+
+def _offer_run_mates(keys: list[int], i: int, end: int, best: Best, scored: tuple) -> None:
+    """The scan skips a run's mates, but the first few still go to the explanation's top list, as the
+    exhaustive search lists them."""
     for mate in keys[i + 1: min(end, i + best.top_max)]:
         best.offer_for_top((scored[0], mate & POSITION_MASK, *scored[2:]))
-    return end
 
 
-def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], terms: JobTerms) -> tuple:
-    """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does)."""
-    runs = []
-    for (group, start), scored in ties:
-        keys = group.keys
-        end = bisect_left(keys, ((keys[start] >> STATIC_SHIFT) + 1) << STATIC_SHIFT, start)
-        runs.append((keys, start, end, scored))
+def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobTerms) -> tuple:
+    """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does).
+
+    Each tie is a run of identical Macs, (group, start, end) as the scan found it.
+    """
+    runs = [(group.keys, start, end, scored) for (group, start, end), scored in ties]
     total = sum(end - start for _, start, end, _ in runs)
     if total == 1:  # no tie: the seed is not needed
         keys, start, _, scored = runs[0]
