@@ -432,7 +432,9 @@ class FleetIndex:
         free = max(slot.ceiling - slot.committed, 0)
         shifted = free << FREE_SHIFT
         for entry, group, tail, static in slot.memberships:  # Group.add, inline: a commit runs this per model
-            insort(group.keys, shifted | tail)
+            keys, key = group.keys, shifted | tail
+            i = bisect_right(keys, key)
+            keys[i:i] = (key,)  # insort, but the tail moves by one memmove, not list.insert's loop
             if static > group.static_max:
                 group.raise_static_bound(static)
                 entry.group_speeds.clear()
@@ -470,8 +472,22 @@ class FleetIndex:
             keys, key = group.keys, old_shifted | tail
             i = bisect_left(keys, key)
             assert i < len(keys) and keys[i] == key, "index out of step with its slots"
-            del keys[i]
-            insort(keys, new_shifted | tail)
+            key = new_shifted | tail
+            # Its new place is on the side it moved to; when it passes no other key it stays where it is.
+            if new_shifted < old_shifted:
+                j = bisect_right(keys, key, 0, i)
+                if j == i:
+                    keys[i] = key
+                else:
+                    del keys[i]
+                    keys[j:j] = (key,)  # insort's insert, but the tail moves by memmove, not an element loop
+            else:
+                j = bisect_right(keys, key, i + 1)
+                if j == i + 1:
+                    keys[i] = key
+                else:
+                    keys[j:j] = (key,)
+                    del keys[i]
             needs = entry.fit_needs
             if needs:
                 first = bisect_right(needs, low)
