@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from contracts.ids import JobId, NodeId
 from coordinator.placement.explain import Explanation
-from coordinator.placement.vocabulary import Strategy
+from coordinator.placement.vocabulary import SINGLE, Strategy
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Placement:
     def __post_init__(self) -> None:
         members = len(self.node_ids)
         assert members >= 1 and len(self.layer_split) == members == len(self.reserved_memory_bytes)
-        assert (self.pod_id is None) == (self.strategy is Strategy.SINGLE) == (members == 1)
+        assert (self.pod_id is None) == (self.strategy is SINGLE) == (members == 1)
         assert min(self.reserved_memory_bytes) > 0 and min(self.layer_split) >= 1
 
 

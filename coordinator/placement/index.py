@@ -198,7 +198,8 @@ class MacSlot:
 
 class PodSlot:
     __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_cold",
-                 "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free")
+                 "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free", "memberships",
+                 "filed_free")
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.warm else self.static_cold
@@ -355,13 +356,10 @@ class FleetIndex:
     def _set_loads(self, loads: list[tuple[MacSlot, int, int]]) -> None:
         """New commitments for some Macs; a pod they share is re-filed once, not once per member."""
         pods = list({p: self.pod_slots[p] for slot, _, _ in loads for p in slot.pods}.values())
-        for pod in pods:
-            self._detach_pod_state(pod)
         for slot, committed, running in loads:
             self._refile_mac(slot, committed, running)
         for pod in pods:
-            pod.reason = self._pod_reason(pod)
-            self._attach_pod_state(pod)
+            self._refile_pod(pod)
 
     def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
         """_set_loads for one Mac."""
@@ -374,9 +372,10 @@ class FleetIndex:
         mac = slot.candidate
         reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
         if reason is None and slot.reason is None:  # available before and after: move its keys
-            old_free = max(slot.ceiling - slot.committed, 0)
+            old_free, new_free = slot.ceiling - slot.committed, slot.ceiling - committed
             slot.committed, slot.running = committed, running
-            self._move_mac_state(slot, old_free, max(slot.ceiling - committed, 0))
+            # Over its ceiling (a lowered cap) a Mac is filed with 0 free; conditionals, as max() costs a call.
+            self._move_mac_state(slot, old_free if old_free > 0 else 0, new_free if new_free > 0 else 0)
             return
         self._detach_mac_state(slot)
         slot.committed, slot.running, slot.reason = committed, running, reason
@@ -429,7 +428,8 @@ class FleetIndex:
                 unavailable = membership.entry.unavailable
                 unavailable[reason] = unavailable.get(reason, 0) + 1
             return
-        free = max(slot.ceiling - slot.committed, 0)
+        free = slot.ceiling - slot.committed
+        free = free if free > 0 else 0  # as max(free, 0), which costs a call
         shifted = free << FREE_SHIFT
         for entry, group, tail, static in slot.memberships:  # Group.add, inline: a commit runs this per model
             keys, key = group.keys, shifted | tail
@@ -450,7 +450,8 @@ class FleetIndex:
             for membership in slot.memberships:
                 membership.entry.unavailable[reason] -= 1
             return
-        free = max(slot.ceiling - slot.committed, 0)
+        free = slot.ceiling - slot.committed
+        free = free if free > 0 else 0
         shifted = free << FREE_SHIFT
         for entry, group, tail, _ in slot.memberships:
             keys, key = group.keys, shifted | tail
@@ -469,25 +470,7 @@ class FleetIndex:
         # A fit start counts the Macs short of its need: only needs between the two values change.
         low, high, change = (new_free, old_free, 1) if new_free < old_free else (old_free, new_free, -1)
         for entry, group, tail, _ in slot.memberships:
-            keys, key = group.keys, old_shifted | tail
-            i = bisect_left(keys, key)
-            assert i < len(keys) and keys[i] == key, "index out of step with its slots"
-            key = new_shifted | tail
-            # Its new place is on the side it moved to; when it passes no other key it stays where it is.
-            if new_shifted < old_shifted:
-                j = bisect_right(keys, key, 0, i)
-                if j == i:
-                    keys[i] = key
-                else:
-                    del keys[i]
-                    keys[j:j] = (key,)  # insort's insert, but the tail moves by memmove, not an element loop
-            else:
-                j = bisect_right(keys, key, i + 1)
-                if j == i + 1:
-                    keys[i] = key
-                else:
-                    keys[j:j] = (key,)
-                    del keys[i]
+            move_key(group.keys, old_shifted | tail, new_shifted | tail)
             needs = entry.fit_needs
             if needs:
                 first = bisect_right(needs, low)
@@ -530,7 +513,8 @@ class FleetIndex:
     @staticmethod
     def pod_free_sum(slot: PodSlot) -> int:
         """A pod's memory is the sum of its members' free memory (a member over its ceiling adds 0)."""
-        return sum(max(member.free, 0) for member in slot.members)
+        return sum([member.ceiling - member.committed if member.ceiling > member.committed else 0
+                    for member in slot.members])
 
     def _fill_pod_statics(self, slot: PodSlot) -> None:
         members = [member.candidate for member in slot.members]
@@ -552,6 +536,7 @@ class FleetIndex:
 
     def _register_pod(self, slot: PodSlot) -> None:
         class_key = (slot.topology, slot.slowest_step)
+        slot.memberships = []
         for model_id in slot.served:
             entry = self.pod_models.get(model_id)
             if entry is None:
@@ -563,6 +548,9 @@ class FleetIndex:
                 pod_class = PodClass(slot.topology, slot.slowest_step, bandwidth)
                 entry.add_class(class_key, pod_class)
             insort(pod_class.by_ceiling, (-slot.ceiling_sum, slot.position))
+            static = slot.static_quantum(model_id)
+            # Classes are never dropped, so this holds until the pod's members or their models change.
+            slot.memberships.append(Membership(entry, pod_class.group, group_key(0, static, slot.position), static))
         self._attach_pod_state(slot)
 
     def _unregister_pod(self, slot: PodSlot) -> None:
@@ -581,17 +569,50 @@ class FleetIndex:
         self._change_pod_state(slot, -1)
 
     def _change_pod_state(self, slot: PodSlot, sign: int) -> None:
-        if slot.reason is not None:
-            for model_id in slot.served:
-                unavailable = self.pod_models[model_id].unavailable
-                unavailable[slot.reason] = unavailable.get(slot.reason, 0) + sign
+        reason = slot.reason
+        if reason is not None:
+            for entry, _, _, _ in slot.memberships:
+                entry.unavailable[reason] = entry.unavailable.get(reason, 0) + sign
             return
-        free = self.pod_free_sum(slot)
-        if sign > 0:  # a pod is re-filed whenever a member's load changes, so this stays current
+        if sign > 0:  # a pod is re-filed whenever a member's load changes, so these stay current
+            slot.filed_free = self.pod_free_sum(slot)
             slot.smallest_free = min([member.free for member in slot.members])
-        class_key = (slot.topology, slot.slowest_step)
-        for model_id in slot.served:
-            group = self.pod_models[model_id].classes[class_key].group
-            quantum = slot.static_quantum(model_id)
-            key = group_key(free, quantum, slot.position)
-            group.add(key, quantum) if sign > 0 else group.remove(key)
+        shifted = slot.filed_free << FREE_SHIFT  # its keys are filed under this sum until re-filed
+        for _, group, tail, quantum in slot.memberships:
+            group.add(shifted | tail, quantum) if sign > 0 else group.remove(shifted | tail)
+
+    def _refile_pod(self, slot: PodSlot) -> None:
+        """A member's load changed: file the pod under its new state and summed free memory."""
+        reason = self._pod_reason(slot)
+        if reason is None and slot.reason is None:  # available before and after: move its keys
+            old_shifted = slot.filed_free << FREE_SHIFT
+            slot.filed_free = self.pod_free_sum(slot)
+            slot.smallest_free = min([member.free for member in slot.members])
+            new_shifted = slot.filed_free << FREE_SHIFT
+            for _, group, tail, _ in slot.memberships:
+                move_key(group.keys, old_shifted | tail, new_shifted | tail)
+            return
+        self._detach_pod_state(slot)
+        slot.reason = reason
+        self._attach_pod_state(slot)
+
+
+def move_key(keys: list[int], old_key: int, new_key: int) -> None:
+    """Re-file one key in a sorted list: its new place is on the side it moved to, and when it passes
+    no other key it is replaced where it is."""
+    i = bisect_left(keys, old_key)
+    assert i < len(keys) and keys[i] == old_key, "index out of step with its slots"
+    if new_key < old_key:
+        j = bisect_right(keys, new_key, 0, i)
+        if j == i:
+            keys[i] = new_key
+        else:
+            del keys[i]
+            keys[j:j] = (new_key,)  # insort's insert, but the tail moves by memmove, not an element loop
+    else:
+        j = bisect_right(keys, new_key, i + 1)
+        if j == i + 1:
+            keys[i] = new_key
+        else:
+            keys[j:j] = (new_key,)
+            del keys[i]

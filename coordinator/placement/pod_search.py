@@ -13,7 +13,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.filters import FilterReason
+from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, ModelEntry, PodClass, PodSlot,
 )
@@ -22,13 +22,13 @@ from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.search import Best, SearchResult, skip_free_value
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
-from coordinator.placement.vocabulary import Strategy
+from coordinator.placement.vocabulary import PIPELINE, TENSOR
 
 
 def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
     entry = index.pod_models.get(terms.job.model.model_id)
-    filtered = {FilterReason.MODEL_NOT_SERVED: index.pod_count - (entry.served if entry else 0)}
+    filtered = {MODEL_NOT_SERVED: index.pod_count - (entry.served if entry else 0)}
     best = Best(config.top_candidates_explained)
     if entry is None:
         return best.result(filtered, 0, 0, None)
@@ -49,8 +49,8 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
             feasible += counts[1]
     pending.sort(key=itemgetter(0), reverse=True)
     scored, split_failures = _scan(index, pending, terms, best)
-    filtered[FilterReason.BELOW_MIN_SPEED] = below
-    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit + split_failures
+    filtered[BELOW_MIN_SPEED] = below
+    filtered[DOES_NOT_FIT] = does_not_fit + split_failures
     chosen = None
     if best.ties:
         tied = sorted(best.ties, key=lambda tie: tie[0])
@@ -134,7 +134,7 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
         weighted_speed = w_speed * speed  # as speed_part
-        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is Strategy.TENSOR
+        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is TENSOR
         i, end = start, min(len(keys), start + config.scan_per_group_max)
         while i < end:
             key = keys[i]
@@ -164,7 +164,7 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
 
 def _pipeline_fits(index: FleetIndex, slot: PodSlot, terms: JobTerms) -> bool:
     free = index.pod_free_bytes(slot)
-    return fit_pod(terms.memory, Strategy.PIPELINE, terms.job.model.num_layers, free) is not None
+    return fit_pod(terms.memory, PIPELINE, terms.job.model.num_layers, free) is not None
 
 
 def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

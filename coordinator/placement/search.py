@@ -21,14 +21,14 @@ from math import log2
 from typing import NamedTuple
 
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.filters import FilterReason
+from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
 )
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.speed import decode_tokens_per_s
 from coordinator.placement.terms import JobTerms
-from coordinator.placement.vocabulary import Strategy
+from coordinator.placement.vocabulary import SINGLE, Strategy
 
 
 class Scored(NamedTuple):
@@ -107,7 +107,7 @@ class Best:
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
     entry = index.mac_models.get(terms.job.model.model_id)
-    filtered = {FilterReason.MODEL_NOT_SERVED: index.mac_count - (entry.served if entry else 0)}
+    filtered = {MODEL_NOT_SERVED: index.mac_count - (entry.served if entry else 0)}
     best = Best(config.top_candidates_explained)
     if entry is None:
         return best.result(filtered, 0, 0, None)
@@ -125,8 +125,8 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
         below = 0
     does_not_fit = sum(starts)
     feasible = available - below - does_not_fit
-    filtered[FilterReason.BELOW_MIN_SPEED] = below
-    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
+    filtered[BELOW_MIN_SPEED] = below
+    filtered[DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
     chosen = _break_mac_tie(best.ties, terms) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
@@ -248,7 +248,9 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
     """
     keys = group.keys
     static_bound = group.static_bound
-    end = min(len(keys), start + scan_max, start + budget)
+    end = start + (scan_max if scan_max < budget else budget)  # as min(), which costs a call
+    if end > len(keys):
+        end = len(keys)
     scored = 0
     floor = best.floor  # changes only when a Mac is offered
     i = start
@@ -268,7 +270,7 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
                 i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
             continue
         scored += 1
-        scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, Strategy.SINGLE)
+        scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, SINGLE)
         if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals
             run_end = _run_end(keys, i, key)
             best.offer((group, i, run_end), scored_tuple)  # the tie-break reads the run's end from here
