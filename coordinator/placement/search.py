@@ -312,25 +312,22 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobT
 
     Each tie is a run of identical Macs, (group, start, end) as the scan found it.
     """
+    if len(ties) == 1:  # one run, the common case; a run of one needs no seed
+        (group, start, end), scored = ties[0]
+        pick = terms.seed % (end - start) if end - start > 1 else 0
+        return (scored[0], group.keys[start + pick] & POSITION_MASK, *scored[2:])
+    # Runs from different speed classes can tie exactly. Each run's keys share everything above the
+    # position, so they are in position order: sorting their positions together merges sorted runs.
+    # A Mac is in one run at most; then find its run.
     runs = [(group.keys, start, end, scored) for (group, start, end), scored in ties]
-    total = sum(end - start for _, start, end, _ in runs)
-    if total == 1:  # no tie: the seed is not needed
-        keys, start, _, scored = runs[0]
-        position = keys[start] & POSITION_MASK
-    elif len(runs) == 1:
-        keys, start, _, scored = runs[0]
-        position = keys[start + terms.seed % total] & POSITION_MASK
-    else:  # runs from different speed classes can tie exactly
-        # Each run's keys share everything above the position, so they are in position order: sorting
-        # their positions together merges sorted runs. A Mac is in one run at most; then find its run.
-        positions = []
-        for keys, start, end, _ in runs:
-            positions += map(POSITION_MASK.__and__, keys[start:end])
-        positions.sort()
-        position = positions[terms.seed % total]
-        scored = next(scored for keys, start, end, scored in runs
-                      if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
-                      & POSITION_MASK == position)
+    positions = []
+    for keys, start, end, _ in runs:
+        positions += map(POSITION_MASK.__and__, keys[start:end])
+    positions.sort()
+    position = positions[terms.seed % len(positions)]
+    scored = next(scored for keys, start, end, scored in runs
+                  if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
+                  & POSITION_MASK == position)
     return (scored[0], position, *scored[2:])
 
 
