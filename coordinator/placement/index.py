@@ -110,7 +110,7 @@ class PodClass:
 
 class ModelEntry:
     __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_keys",
-                 "group_speeds", "fit_starts", "fit_needs", "topology_plans")
+                 "group_speeds", "fit_starts", "fit_needs", "fit_starts_by_need", "topology_plans")
 
     def __init__(self) -> None:
         self.served = 0
@@ -131,6 +131,7 @@ class ModelEntry:
         self.fit_starts: dict[int, list[int]] = {}
         # fit_starts' needs, ascending: a Mac's change of free memory touches only the needs it crosses.
         self.fit_needs: list[int] = []
+        self.fit_starts_by_need: list[list[int]] = []  # fit_starts' lists in fit_needs' order: no lookups
         # Pods: how jobs of one model, memory and bytes per token would run on each topology and its
         # classes, in by_topology order.
         self.topology_plans: dict = {}
@@ -140,6 +141,7 @@ class ModelEntry:
         self.group_speeds.clear()
         self.fit_starts.clear()
         self.fit_needs.clear()
+        self.fit_starts_by_need.clear()
         self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
@@ -164,9 +166,12 @@ class ModelEntry:
             if len(self.fit_starts) >= FIT_STARTS_PER_MODEL_MAX:
                 oldest = next(iter(self.fit_starts))
                 del self.fit_starts[oldest]
-                self.fit_needs.remove(oldest)
+                k = bisect_left(self.fit_needs, oldest)
+                del self.fit_needs[k], self.fit_starts_by_need[k]
             starts = list(map(bisect_left, self.mac_keys, itertools.repeat(need_bytes << FREE_SHIFT)))
-            insort(self.fit_needs, need_bytes)
+            k = bisect_left(self.fit_needs, need_bytes)
+            self.fit_needs.insert(k, need_bytes)
+            self.fit_starts_by_need.insert(k, starts)
         self.fit_starts[need_bytes] = starts  # the most recently used last
         return starts
 
@@ -440,9 +445,9 @@ class FleetIndex:
                 entry.group_speeds.clear()
             needs = entry.fit_needs
             if needs and free < needs[-1]:  # it now sits before every start it is short of
-                fit_starts, number = entry.fit_starts, group.number
-                for need_bytes in needs[bisect_right(needs, free):]:
-                    fit_starts[need_bytes][number] += 1
+                number = group.number
+                for starts in entry.fit_starts_by_need[bisect_right(needs, free):]:
+                    starts[number] += 1
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         reason = slot.reason
@@ -460,9 +465,9 @@ class FleetIndex:
             del keys[i]
             needs = entry.fit_needs
             if needs and free < needs[-1]:  # no longer before the starts it was short of
-                fit_starts, number = entry.fit_starts, group.number
-                for need_bytes in needs[bisect_right(needs, free):]:
-                    fit_starts[need_bytes][number] -= 1
+                number = group.number
+                for starts in entry.fit_starts_by_need[bisect_right(needs, free):]:
+                    starts[number] -= 1
 
     def _move_mac_state(self, slot: MacSlot, old_free: int, new_free: int) -> None:
         """An available Mac's free memory changed and it stays available: re-file its keys in one pass."""
@@ -475,9 +480,9 @@ class FleetIndex:
             if needs:
                 first = bisect_right(needs, low)
                 if first < len(needs) and needs[first] <= high:
-                    fit_starts, number = entry.fit_starts, group.number
-                    for need_bytes in needs[first:bisect_right(needs, high, first)]:
-                        fit_starts[need_bytes][number] += change
+                    number = group.number
+                    for starts in entry.fit_starts_by_need[first:bisect_right(needs, high, first)]:
+                        starts[number] += change
 
     # -- changing pods ------------------------------------------------------------------
 

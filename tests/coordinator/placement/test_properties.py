@@ -201,6 +201,9 @@ def test_remembered_fit_starts_stay_equal_to_fresh_bisects(snapshot, requests, r
             index.release(running.pop(random.randrange(len(running))))
     remembered = 0
     for entry in index.mac_models.values():
+        assert entry.fit_needs == sorted(entry.fit_starts)
+        assert all(a is b for a, b in zip(entry.fit_starts_by_need, (entry.fit_starts[n] for n in entry.fit_needs)))
+        assert len(entry.fit_starts_by_need) == len(entry.fit_needs)
         for need_bytes, starts in entry.fit_starts.items():
             frees = [[key >> FREE_SHIFT for key in keys] for keys in entry.mac_keys]
             assert starts == [bisect_left(free, need_bytes) for free in frees]
