@@ -11,18 +11,18 @@ from coordinator.placement.pods import fit_pod
 from coordinator.placement.search import Scored
 from coordinator.placement.speed import prefill_tokens_per_s, tensor_speedup, time_to_first_token_s
 from coordinator.placement.terms import JobTerms
-from coordinator.placement.vocabulary import CandidateKind, Strategy
+from coordinator.placement.vocabulary import MAC, POD, SINGLE, TENSOR
 
 
 def ranked_mac(mac: MacCandidate, scored: Scored) -> RankedCandidate:
-    return RankedCandidate(mac.node_id, CandidateKind.MAC, mac.reputation, mac.price_per_million_tokens, scored)
+    return RankedCandidate(mac.node_id, MAC, mac.reputation, mac.price_per_million_tokens, scored)
 
 
 def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored) -> RankedCandidate:
     # A pod is as trustworthy as its least reputable member and costs all its members' time.
     reputation = min(mac.reputation for mac in members)
     price = sum(mac.price_per_million_tokens for mac in members)
-    return RankedCandidate(pod.pod_id, CandidateKind.POD, reputation, price, scored)
+    return RankedCandidate(pod.pod_id, POD, reputation, price, scored)
 
 
 def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,
@@ -33,7 +33,7 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
     load_bytes = 0 if chosen.warm else job.model.weights_bytes
     assert chosen.free_bytes >= terms.memory.total_bytes, "chose a Mac that cannot fit"
     return Placement(
-        node_ids=(mac.node_id,), pod_id=None, strategy=Strategy.SINGLE,
+        node_ids=(mac.node_id,), pod_id=None, strategy=SINGLE,
         layer_split=(job.model.num_layers,), reserved_memory_bytes=(terms.memory.total_bytes,),
         predicted_decode_tokens_per_s=decode, predicted_prefill_tokens_per_s=prefill,
         predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
@@ -46,7 +46,7 @@ def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidat
     fit = fit_pod(terms.memory, chosen.strategy, job.model.num_layers, free)
     assert fit is not None, "chose a pod whose members cannot hold their shares"
     decode = chosen.decode_tokens_per_s
-    tensor = chosen.strategy is Strategy.TENSOR
+    tensor = chosen.strategy is TENSOR
     speedup = tensor_speedup(len(members), config.speed) if tensor else 1.0
     cores = min(mac.hardware.gpu_cores for mac in members)
     prefill = prefill_tokens_per_s(job, cores, decode, speedup, config.speed)

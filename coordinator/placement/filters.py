@@ -22,6 +22,10 @@ class FilterReason(StrEnum):
 
 
 FILTER_ORDER = tuple(FilterReason)
+# As module constants for the hot paths (see vocabulary.py for why).
+MODEL_NOT_SERVED, OFFLINE, OWNER_ACTIVE, BUSY = (
+    FilterReason.MODEL_NOT_SERVED, FilterReason.OFFLINE, FilterReason.OWNER_ACTIVE, FilterReason.BUSY)
+BELOW_MIN_SPEED, DOES_NOT_FIT = FilterReason.BELOW_MIN_SPEED, FilterReason.DOES_NOT_FIT
 STATE_REASONS = (FilterReason.OFFLINE, FilterReason.OWNER_ACTIVE, FilterReason.BUSY)
 
 
@@ -32,11 +36,11 @@ def mac_state_reason(mac: MacCandidate) -> FilterReason | None:
 
 def state_reason(online: bool, owner_active: bool, running_jobs: int, max_concurrent_jobs: int) -> FilterReason | None:
     if not online:
-        return FilterReason.OFFLINE
+        return OFFLINE
     if owner_active:
-        return FilterReason.OWNER_ACTIVE
+        return OWNER_ACTIVE
     if running_jobs >= max_concurrent_jobs:
-        return FilterReason.BUSY
+        return BUSY
     return None
 
 

@@ -110,7 +110,7 @@ class PodClass:
 
 class ModelEntry:
     __slots__ = ("served", "unavailable", "classes", "fastest_first", "by_topology", "mac_groups", "mac_keys",
-                 "group_speeds", "fit_starts", "fit_needs", "topology_plans")
+                 "group_speeds", "fit_starts", "fit_needs", "fit_starts_by_need", "topology_plans")
 
     def __init__(self) -> None:
         self.served = 0
@@ -131,6 +131,7 @@ class ModelEntry:
         self.fit_starts: dict[int, list[int]] = {}
         # fit_starts' needs, ascending: a Mac's change of free memory touches only the needs it crosses.
         self.fit_needs: list[int] = []
+        self.fit_starts_by_need: list[list[int]] = []  # fit_starts' lists in fit_needs' order: no lookups
         # Pods: how jobs of one model, memory and bytes per token would run on each topology and its
         # classes, in by_topology order.
         self.topology_plans: dict = {}
@@ -140,6 +141,7 @@ class ModelEntry:
         self.group_speeds.clear()
         self.fit_starts.clear()
         self.fit_needs.clear()
+        self.fit_starts_by_need.clear()
         self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
         if isinstance(new_class, MacClass):
@@ -164,9 +166,12 @@ class ModelEntry:
             if len(self.fit_starts) >= FIT_STARTS_PER_MODEL_MAX:
                 oldest = next(iter(self.fit_starts))
                 del self.fit_starts[oldest]
-                self.fit_needs.remove(oldest)
+                k = bisect_left(self.fit_needs, oldest)
+                del self.fit_needs[k], self.fit_starts_by_need[k]
             starts = list(map(bisect_left, self.mac_keys, itertools.repeat(need_bytes << FREE_SHIFT)))
-            insort(self.fit_needs, need_bytes)
+            k = bisect_left(self.fit_needs, need_bytes)
+            self.fit_needs.insert(k, need_bytes)
+            self.fit_starts_by_need.insert(k, starts)
         self.fit_starts[need_bytes] = starts  # the most recently used last
         return starts
 
@@ -198,7 +203,8 @@ class MacSlot:
 
 class PodSlot:
     __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_cold",
-                 "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free")
+                 "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free", "memberships",
+                 "filed_free")
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.warm else self.static_cold
@@ -323,7 +329,7 @@ class FleetIndex:
         if placement.pod_id is None:  # one Mac, the common case: no lists to build
             slot = self._mac_by_node.get(placement.node_ids[0])
             share = placement.reserved_memory_bytes[0]
-            if slot is None or slot.reason is not None or slot.free < share:
+            if slot is None or slot.reason is not None or slot.ceiling - slot.committed < share:
                 return False
             self._set_load(slot, slot.committed + share, slot.running + 1)
             return True
@@ -341,25 +347,24 @@ class FleetIndex:
 
     def release_shares(self, node_ids: tuple[NodeId, ...], reserved_memory_bytes: tuple[int, ...]) -> None:
         """The same, for a caller that kept only where the job ran and what it reserved."""
+        if len(node_ids) == 1:  # one Mac, the common case: no lists to build
+            slot, share = self._mac_by_node[node_ids[0]], reserved_memory_bytes[0]
+            assert slot.committed >= share and slot.running >= 1, "released more than was committed"
+            self._set_load(slot, slot.committed - share, slot.running - 1)
+            return
         slots = [self._mac_by_node[node_id] for node_id in node_ids]
         for slot, share in zip(slots, reserved_memory_bytes):
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
-        if len(slots) == 1:
-            self._set_load(slots[0], slots[0].committed - reserved_memory_bytes[0], slots[0].running - 1)
-            return
         self._set_loads([(slot, slot.committed - share, slot.running - 1)
                          for slot, share in zip(slots, reserved_memory_bytes)])
 
     def _set_loads(self, loads: list[tuple[MacSlot, int, int]]) -> None:
         """New commitments for some Macs; a pod they share is re-filed once, not once per member."""
         pods = list({p: self.pod_slots[p] for slot, _, _ in loads for p in slot.pods}.values())
-        for pod in pods:
-            self._detach_pod_state(pod)
         for slot, committed, running in loads:
             self._refile_mac(slot, committed, running)
         for pod in pods:
-            pod.reason = self._pod_reason(pod)
-            self._attach_pod_state(pod)
+            self._refile_pod(pod)
 
     def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
         """_set_loads for one Mac."""
@@ -372,9 +377,10 @@ class FleetIndex:
         mac = slot.candidate
         reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
         if reason is None and slot.reason is None:  # available before and after: move its keys
-            old_free = max(slot.free, 0)
+            old_free, new_free = slot.ceiling - slot.committed, slot.ceiling - committed
             slot.committed, slot.running = committed, running
-            self._move_mac_state(slot, old_free, max(slot.free, 0))
+            # Over its ceiling (a lowered cap) a Mac is filed with 0 free; conditionals, as max() costs a call.
+            self._move_mac_state(slot, old_free if old_free > 0 else 0, new_free if new_free > 0 else 0)
             return
         self._detach_mac_state(slot)
         slot.committed, slot.running, slot.reason = committed, running, reason
@@ -427,18 +433,21 @@ class FleetIndex:
                 unavailable = membership.entry.unavailable
                 unavailable[reason] = unavailable.get(reason, 0) + 1
             return
-        free = max(slot.free, 0)
+        free = slot.ceiling - slot.committed
+        free = free if free > 0 else 0  # as max(free, 0), which costs a call
         shifted = free << FREE_SHIFT
         for entry, group, tail, static in slot.memberships:  # Group.add, inline: a commit runs this per model
-            insort(group.keys, shifted | tail)
+            keys, key = group.keys, shifted | tail
+            i = bisect_right(keys, key)
+            keys[i:i] = (key,)  # insort, but the tail moves by one memmove, not list.insert's loop
             if static > group.static_max:
                 group.raise_static_bound(static)
                 entry.group_speeds.clear()
             needs = entry.fit_needs
             if needs and free < needs[-1]:  # it now sits before every start it is short of
-                fit_starts, number = entry.fit_starts, group.number
-                for need_bytes in needs[bisect_right(needs, free):]:
-                    fit_starts[need_bytes][number] += 1
+                number = group.number
+                for starts in entry.fit_starts_by_need[bisect_right(needs, free):]:
+                    starts[number] += 1
 
     def _detach_mac_state(self, slot: MacSlot) -> None:
         reason = slot.reason
@@ -446,18 +455,19 @@ class FleetIndex:
             for membership in slot.memberships:
                 membership.entry.unavailable[reason] -= 1
             return
-        free = max(slot.free, 0)
+        free = slot.ceiling - slot.committed
+        free = free if free > 0 else 0
         shifted = free << FREE_SHIFT
         for entry, group, tail, _ in slot.memberships:
-            keys = group.keys
-            i = bisect_left(keys, shifted | tail)
-            assert i < len(keys) and keys[i] == shifted | tail, "index out of step with its slots"
+            keys, key = group.keys, shifted | tail
+            i = bisect_left(keys, key)
+            assert i < len(keys) and keys[i] == key, "index out of step with its slots"
             del keys[i]
             needs = entry.fit_needs
             if needs and free < needs[-1]:  # no longer before the starts it was short of
-                fit_starts, number = entry.fit_starts, group.number
-                for need_bytes in needs[bisect_right(needs, free):]:
-                    fit_starts[need_bytes][number] -= 1
+                number = group.number
+                for starts in entry.fit_starts_by_need[bisect_right(needs, free):]:
+                    starts[number] -= 1
 
     def _move_mac_state(self, slot: MacSlot, old_free: int, new_free: int) -> None:
         """An available Mac's free memory changed and it stays available: re-file its keys in one pass."""
@@ -465,18 +475,14 @@ class FleetIndex:
         # A fit start counts the Macs short of its need: only needs between the two values change.
         low, high, change = (new_free, old_free, 1) if new_free < old_free else (old_free, new_free, -1)
         for entry, group, tail, _ in slot.memberships:
-            keys = group.keys
-            i = bisect_left(keys, old_shifted | tail)
-            assert i < len(keys) and keys[i] == old_shifted | tail, "index out of step with its slots"
-            del keys[i]
-            insort(keys, new_shifted | tail)
+            move_key(group.keys, old_shifted | tail, new_shifted | tail)
             needs = entry.fit_needs
             if needs:
                 first = bisect_right(needs, low)
                 if first < len(needs) and needs[first] <= high:
-                    fit_starts, number = entry.fit_starts, group.number
-                    for need_bytes in needs[first:bisect_right(needs, high, first)]:
-                        fit_starts[need_bytes][number] += change
+                    number = group.number
+                    for starts in entry.fit_starts_by_need[first:bisect_right(needs, high, first)]:
+                        starts[number] += change
 
     # -- changing pods ------------------------------------------------------------------
 
@@ -512,7 +518,8 @@ class FleetIndex:
     @staticmethod
     def pod_free_sum(slot: PodSlot) -> int:
         """A pod's memory is the sum of its members' free memory (a member over its ceiling adds 0)."""
-        return sum(max(member.free, 0) for member in slot.members)
+        return sum([member.ceiling - member.committed if member.ceiling > member.committed else 0
+                    for member in slot.members])
 
     def _fill_pod_statics(self, slot: PodSlot) -> None:
         members = [member.candidate for member in slot.members]
@@ -534,6 +541,7 @@ class FleetIndex:
 
     def _register_pod(self, slot: PodSlot) -> None:
         class_key = (slot.topology, slot.slowest_step)
+        slot.memberships = []
         for model_id in slot.served:
             entry = self.pod_models.get(model_id)
             if entry is None:
@@ -545,6 +553,9 @@ class FleetIndex:
                 pod_class = PodClass(slot.topology, slot.slowest_step, bandwidth)
                 entry.add_class(class_key, pod_class)
             insort(pod_class.by_ceiling, (-slot.ceiling_sum, slot.position))
+            static = slot.static_quantum(model_id)
+            # Classes are never dropped, so this holds until the pod's members or their models change.
+            slot.memberships.append(Membership(entry, pod_class.group, group_key(0, static, slot.position), static))
         self._attach_pod_state(slot)
 
     def _unregister_pod(self, slot: PodSlot) -> None:
@@ -563,17 +574,50 @@ class FleetIndex:
         self._change_pod_state(slot, -1)
 
     def _change_pod_state(self, slot: PodSlot, sign: int) -> None:
-        if slot.reason is not None:
-            for model_id in slot.served:
-                unavailable = self.pod_models[model_id].unavailable
-                unavailable[slot.reason] = unavailable.get(slot.reason, 0) + sign
+        reason = slot.reason
+        if reason is not None:
+            for entry, _, _, _ in slot.memberships:
+                entry.unavailable[reason] = entry.unavailable.get(reason, 0) + sign
             return
-        free = self.pod_free_sum(slot)
-        if sign > 0:  # a pod is re-filed whenever a member's load changes, so this stays current
+        if sign > 0:  # a pod is re-filed whenever a member's load changes, so these stay current
+            slot.filed_free = self.pod_free_sum(slot)
             slot.smallest_free = min([member.free for member in slot.members])
-        class_key = (slot.topology, slot.slowest_step)
-        for model_id in slot.served:
-            group = self.pod_models[model_id].classes[class_key].group
-            quantum = slot.static_quantum(model_id)
-            key = group_key(free, quantum, slot.position)
-            group.add(key, quantum) if sign > 0 else group.remove(key)
+        shifted = slot.filed_free << FREE_SHIFT  # its keys are filed under this sum until re-filed
+        for _, group, tail, quantum in slot.memberships:
+            group.add(shifted | tail, quantum) if sign > 0 else group.remove(shifted | tail)
+
+    def _refile_pod(self, slot: PodSlot) -> None:
+        """A member's load changed: file the pod under its new state and summed free memory."""
+        reason = self._pod_reason(slot)
+        if reason is None and slot.reason is None:  # available before and after: move its keys
+            old_shifted = slot.filed_free << FREE_SHIFT
+            slot.filed_free = self.pod_free_sum(slot)
+            slot.smallest_free = min([member.free for member in slot.members])
+            new_shifted = slot.filed_free << FREE_SHIFT
+            for _, group, tail, _ in slot.memberships:
+                move_key(group.keys, old_shifted | tail, new_shifted | tail)
+            return
+        self._detach_pod_state(slot)
+        slot.reason = reason
+        self._attach_pod_state(slot)
+
+
+def move_key(keys: list[int], old_key: int, new_key: int) -> None:
+    """Re-file one key in a sorted list: its new place is on the side it moved to, and when it passes
+    no other key it is replaced where it is."""
+    i = bisect_left(keys, old_key)
+    assert i < len(keys) and keys[i] == old_key, "index out of step with its slots"
+    if new_key < old_key:
+        j = bisect_right(keys, new_key, 0, i)
+        if j == i:
+            keys[i] = new_key
+        else:
+            del keys[i]
+            keys[j:j] = (new_key,)  # insort's insert, but the tail moves by memmove, not an element loop
+    else:
+        j = bisect_right(keys, new_key, i + 1)
+        if j == i + 1:
+            keys[i] = new_key
+        else:
+            keys[j:j] = (new_key,)
+            del keys[i]

@@ -10,9 +10,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from math import log2
 from operator import itemgetter
+from typing import NamedTuple
 
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.filters import FilterReason
+from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, ModelEntry, PodClass, PodSlot,
 )
@@ -21,13 +22,13 @@ from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.search import Best, SearchResult, skip_free_value
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
-from coordinator.placement.vocabulary import Strategy
+from coordinator.placement.vocabulary import PIPELINE, TENSOR
 
 
 def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
     entry = index.pod_models.get(terms.job.model.model_id)
-    filtered = {FilterReason.MODEL_NOT_SERVED: index.pod_count - (entry.served if entry else 0)}
+    filtered = {MODEL_NOT_SERVED: index.pod_count - (entry.served if entry else 0)}
     best = Best(config.top_candidates_explained)
     if entry is None:
         return best.result(filtered, 0, 0, None)
@@ -35,54 +36,58 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     pending = []
     below = does_not_fit = feasible = 0
     min_decode = terms.job.min_decode_tokens_per_s
-    for (_, classes), (plan, decodes) in zip(entry.by_topology, _topology_plans(entry, terms, config)):
-        if plan is None:
-            for pod_class in classes:
-                does_not_fit += len(pod_class.group.keys)
-            continue
-        need_key = plan.need_bytes << FREE_SHIFT
-        for i, decode in enumerate(decodes):  # fastest first
-            if decode < min_decode:  # and so are the rest of this topology's
-                for slower in classes[i:]:
-                    below += len(slower.group.keys)
-                break
-            pod_class = classes[i]
-            keys = pod_class.group.keys
-            if not keys:
-                continue
-            if keys[-1] < need_key:  # common for big jobs: no pod of this class is big enough now
-                does_not_fit += len(keys)
-                continue
+    for keys, need_key, plan, decode, pod_class in _shape_plans(entry, terms, config).classes:
+        if need_key is None:  # the model cannot be split over this class's members
+            does_not_fit += len(keys)
+        elif decode < min_decode:
+            below += len(keys)
+        elif keys and keys[-1] < need_key:  # common for big jobs: no pod of this class is big enough now
+            does_not_fit += len(keys)
+        elif keys:
             counts = _pod_class_candidates(pod_class, plan, decode, terms, config, pending)
             does_not_fit += counts[0]
             feasible += counts[1]
     pending.sort(key=itemgetter(0), reverse=True)
     scored, split_failures = _scan(index, pending, terms, best)
-    filtered[FilterReason.BELOW_MIN_SPEED] = below
-    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit + split_failures
+    filtered[BELOW_MIN_SPEED] = below
+    filtered[DOES_NOT_FIT] = does_not_fit + split_failures
     chosen = None
     if best.ties:
         tied = sorted(best.ties, key=lambda tie: tie[0])
-        chosen = tied[terms.seed % len(tied)][1]
+        chosen = tied[terms.seed % len(tied)][1] if len(tied) > 1 else tied[0][1]
     return best.result(filtered, feasible - split_failures, scored, chosen)
 
 
 TOPOLOGY_PLANS_PER_MODEL_MAX = 64  # job shapes remembered per model; past it the memory starts afresh
 
 
-def _topology_plans(entry: ModelEntry, terms: JobTerms,
-                    config: PlacementConfig) -> list[tuple[TopologyPlan | None, list[float]]]:
-    """For each of the entry's topologies: plan_topology, and each class's decode speed (fastest first).
+class ShapePlans(NamedTuple):
+    """How jobs of one shape would run on a model's pods, remembered per shape."""
 
-    Both depend only on the model, the memory need and the bytes per token, which jobs share.
-    """
+    # For each of the entry's topologies: plan_topology, and each class's decode speed (fastest first).
+    by_topology: list[tuple[TopologyPlan | None, list[float]]]
+    # The same, one row per class in that order: (its keys, the need as a key or None when the model
+    # cannot be split over it, the plan, its decode speed, the class). One flat pass per search.
+    classes: list[tuple[list[int], int | None, TopologyPlan | None, float, PodClass]]
+
+
+def _shape_plans(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) -> ShapePlans:
+    """Both depend only on the model, the memory need and the bytes per token, which jobs share."""
     shape = (terms.job.model, terms.memory, terms.bytes_per_token)
     plans = entry.topology_plans.get(shape)
     if plans is None:
         if len(entry.topology_plans) >= TOPOLOGY_PLANS_PER_MODEL_MAX:
             entry.topology_plans.clear()
-        plans = entry.topology_plans[shape] = [_plan_with_decodes(topology, classes, terms, config)
-                                               for topology, classes in entry.by_topology]
+        by_topology = [_plan_with_decodes(topology, classes, terms, config) for topology, classes in entry.by_topology]
+        rows = []
+        for (_, classes), (plan, decodes) in zip(entry.by_topology, by_topology):
+            if plan is None:
+                rows += [(pod_class.group.keys, None, None, 0.0, pod_class) for pod_class in classes]
+            else:
+                need_key = plan.need_bytes << FREE_SHIFT
+                rows += [(pod_class.group.keys, need_key, plan, decode, pod_class)
+                         for pod_class, decode in zip(classes, decodes)]
+        plans = entry.topology_plans[shape] = ShapePlans(by_topology, rows)
     return plans
 
 
@@ -129,7 +134,7 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
         weighted_speed = w_speed * speed  # as speed_part
-        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is Strategy.TENSOR
+        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is TENSOR
         i, end = start, min(len(keys), start + config.scan_per_group_max)
         while i < end:
             key = keys[i]
@@ -159,7 +164,7 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
 
 def _pipeline_fits(index: FleetIndex, slot: PodSlot, terms: JobTerms) -> bool:
     free = index.pod_free_bytes(slot)
-    return fit_pod(terms.memory, Strategy.PIPELINE, terms.job.model.num_layers, free) is not None
+    return fit_pod(terms.memory, PIPELINE, terms.job.model.num_layers, free) is not None
 
 
 def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
@@ -169,7 +174,7 @@ def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
     if entry is None:
         return False
     limit = config.pods_checked_for_permanence_max
-    for (_, classes), (plan, decodes) in zip(entry.by_topology, _topology_plans(entry, terms, config)):
+    for (_, classes), (plan, decodes) in zip(entry.by_topology, _shape_plans(entry, terms, config).by_topology):
         if plan is None:
             continue
         for pod_class, decode in zip(classes, decodes):

@@ -21,14 +21,14 @@ from math import log2
 from typing import NamedTuple
 
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.filters import FilterReason
+from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
 )
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.speed import decode_tokens_per_s
 from coordinator.placement.terms import JobTerms
-from coordinator.placement.vocabulary import Strategy
+from coordinator.placement.vocabulary import SINGLE, Strategy
 
 
 class Scored(NamedTuple):
@@ -107,7 +107,7 @@ class Best:
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
     entry = index.mac_models.get(terms.job.model.model_id)
-    filtered = {FilterReason.MODEL_NOT_SERVED: index.mac_count - (entry.served if entry else 0)}
+    filtered = {MODEL_NOT_SERVED: index.mac_count - (entry.served if entry else 0)}
     best = Best(config.top_candidates_explained)
     if entry is None:
         return best.result(filtered, 0, 0, None)
@@ -125,10 +125,10 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
         below = 0
     does_not_fit = sum(starts)
     feasible = available - below - does_not_fit
-    filtered[FilterReason.BELOW_MIN_SPEED] = below
-    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
+    filtered[BELOW_MIN_SPEED] = below
+    filtered[DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
-    chosen = _break_mac_tie(best.ties, terms.seed) if best.ties else None
+    chosen = _break_mac_tie(best.ties, terms) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
 
 
@@ -200,16 +200,21 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
     static_bounds = speeds.static_bounds
     speed_scores = speeds.speed_scores if target == speeds.target else None
     exact: list[tuple[float, int, float]] = []  # a heap of (-bound, group index, speed score)
-    # Locals for the loop: best.floor changes only in a group scan, the heap's top only here.
+    # Locals for the loop: best.floor changes only in a group scan, the heap's top only here. A group
+    # waits while its optimistic bound is below cut = max(floor, the heap's best exact bound).
     floor, leading, order_count = best.floor, -math.inf, len(order)
+    cut = floor
     next_in_order = scored = 0
     while True:
         while next_in_order < order_count:
             i = order[next_in_order]
-            if optimistic[i] < floor or optimistic[i] < leading:
+            if optimistic[i] < cut:
                 break
             next_in_order += 1
-            if i >= fast_enough or starts[i] == len(keys[i]):
+            if i >= fast_enough:
+                continue
+            group_keys, start = keys[i], starts[i]
+            if start == len(group_keys):
                 continue
             if speed_scores is not None:
                 speed = speed_scores[i]
@@ -217,11 +222,11 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
                 speed = decodes[i] / target  # as speed_score
                 if speed > 1.0:
                     speed = 1.0
-            fit = 1.0 - log2((keys[i][starts[i]] >> FREE_SHIFT) / need) / span
+            fit = 1.0 - log2((group_keys[start] >> FREE_SHIFT) / need) / span
             bound = w_fit * (fit if fit > 0.0 else 0.0) + w_speed * speed + static_bounds[i]
             heappush(exact, (-bound, i, speed))
-            if bound > leading:
-                leading = bound
+            if bound > cut:
+                cut = bound
         if not exact:
             return scored
         negated_bound, i, speed = heappop(exact)
@@ -232,6 +237,7 @@ def _scan_best_bound_first(entry: ModelEntry, speeds: GroupSpeeds, starts: list[
         scored += _scan_mac_group(group, starts[i], w_speed * speed, speed, decodes[i], warm, need, w_fit, span,
                                   config.scan_per_group_max, best, budget - scored)
         floor = best.floor
+        cut = floor if floor > leading else leading
 
 
 def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: float, decode: float, warm: bool,
@@ -242,7 +248,9 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
     """
     keys = group.keys
     static_bound = group.static_bound
-    end = min(len(keys), start + scan_max, start + budget)
+    end = start + (scan_max if scan_max < budget else budget)  # as min(), which costs a call
+    if end > len(keys):
+        end = len(keys)
     scored = 0
     floor = best.floor  # changes only when a Mac is offered
     i = start
@@ -262,11 +270,14 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
                 i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
             continue
         scored += 1
-        scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, Strategy.SINGLE)
-        best.offer((group, i), scored_tuple)
-        if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals: rare
-            i = _next_run(keys, i, key, best, scored_tuple)
+        scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, SINGLE)
+        if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals
+            run_end = _run_end(keys, i, key)
+            best.offer((group, i, run_end), scored_tuple)  # the tie-break reads the run's end from here
+            _offer_run_mates(keys, i, run_end, best, scored_tuple)
+            i = run_end
         else:
+            best.offer((group, i, i + 1), scored_tuple)
             i += 1
         floor = best.floor
     return scored
@@ -284,42 +295,39 @@ def skip_free_value(keys: list[int], i: int, free: int) -> int:
     return i + 1
 
 
-def _next_run(keys: list[int], i: int, key: int, best: Best, scored: tuple) -> int:
-    """Skip the rest of a run of equal free memory and static score: their scores are identical.
+def _run_end(keys: list[int], i: int, key: int) -> int:
+    """Where the run of keys[i]'s free memory and static score ends: those Macs' scores are identical."""
+    return bisect_left(keys, ((key >> STATIC_SHIFT) + 1) << STATIC_SHIFT, i + 1)
 
-    The run's first few still go to the explanation's top list, as the exhaustive search lists them.
-    """
-    prefix = key >> STATIC_SHIFT
-    if i + 1 >= len(keys) or keys[i + 1] >> STATIC_SHIFT != prefix:
-        return i + 1
-    end = bisect_left(keys, (prefix + 1) << STATIC_SHIFT, i + 1)
+
+def _offer_run_mates(keys: list[int], i: int, end: int, best: Best, scored: tuple) -> None:
+    """The scan skips a run's mates, but the first few still go to the explanation's top list, as the
+    exhaustive search lists them."""
     for mate in keys[i + 1: min(end, i + best.top_max)]:
         best.offer_for_top((scored[0], mate & POSITION_MASK, *scored[2:]))
-    return end
 
 
-def _break_mac_tie(ties: list[tuple[tuple[Group, int], tuple]], seed: int) -> tuple:
-    """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does)."""
-    runs = []
-    for (group, start), scored in ties:
-        keys = group.keys
-        end = bisect_left(keys, ((keys[start] >> STATIC_SHIFT) + 1) << STATIC_SHIFT, start)
-        runs.append((keys, start, end, scored))
-    total = sum(end - start for _, start, end, _ in runs)
-    if len(runs) == 1:
-        keys, start, _, scored = runs[0]
-        position = keys[start + seed % total] & POSITION_MASK
-    else:  # runs from different speed classes can tie exactly
-        # Each run's keys share everything above the position, so they are in position order: sorting
-        # their positions together merges sorted runs. A Mac is in one run at most; then find its run.
-        positions = []
-        for keys, start, end, _ in runs:
-            positions += map(POSITION_MASK.__and__, keys[start:end])
-        positions.sort()
-        position = positions[seed % total]
-        scored = next(scored for keys, start, end, scored in runs
-                      if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
-                      & POSITION_MASK == position)
+def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobTerms) -> tuple:
+    """Pick among all tied Macs by the job's seed, in position order (as the exhaustive search does).
+
+    Each tie is a run of identical Macs, (group, start, end) as the scan found it.
+    """
+    if len(ties) == 1:  # one run, the common case; a run of one needs no seed
+        (group, start, end), scored = ties[0]
+        pick = terms.seed % (end - start) if end - start > 1 else 0
+        return (scored[0], group.keys[start + pick] & POSITION_MASK, *scored[2:])
+    # Runs from different speed classes can tie exactly. Each run's keys share everything above the
+    # position, so they are in position order: sorting their positions together merges sorted runs.
+    # A Mac is in one run at most; then find its run.
+    runs = [(group.keys, start, end, scored) for (group, start, end), scored in ties]
+    positions = []
+    for keys, start, end, _ in runs:
+        positions += map(POSITION_MASK.__and__, keys[start:end])
+    positions.sort()
+    position = positions[terms.seed % len(positions)]
+    scored = next(scored for keys, start, end, scored in runs
+                  if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
+                  & POSITION_MASK == position)
     return (scored[0], position, *scored[2:])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from contracts.models import ModelSpec
 from coordinator.placement.candidates import JobRequest
@@ -17,13 +18,18 @@ from coordinator.placement.speed import SpeedProfile, bytes_read_per_token, deco
 from coordinator.placement.vocabulary import Strategy
 
 
-@dataclass(frozen=True)
-class JobTerms:
+class JobTerms(NamedTuple):
+    """A named tuple: one is made per decision, and a tuple is quicker to make than a frozen dataclass."""
+
     job: JobRequest
     memory: MemoryEstimate
     bytes_per_token: int  # weights read per token plus the KV cache at full context
     speed_target: float
-    seed: int  # breaks ties; derived from the job id so a retry lands the same way
+
+    @property
+    def seed(self) -> int:
+        """Breaks ties; derived from the job id so a retry lands the same way. Hashed only when a tie needs it."""
+        return job_seed(self.job.job_id)
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ def job_seed(job_id: str) -> int:
 def job_terms(job: JobRequest, config: PlacementConfig) -> JobTerms:
     memory, bytes_per_token = _job_shape(job, config.memory)
     target = speed_target(job.min_decode_tokens_per_s, config)
-    return JobTerms(job, memory, bytes_per_token, target, job_seed(job.job_id))
+    return JobTerms(job, memory, bytes_per_token, target)
 
 
 @dataclass(frozen=True)

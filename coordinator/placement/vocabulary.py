@@ -14,3 +14,9 @@ class Strategy(StrEnum):
 class CandidateKind(StrEnum):
     MAC = "mac"
     POD = "pod"
+
+
+# The members as module constants for the hot paths: on Python 3.11 reading an attribute of an Enum
+# class runs EnumType.__getattr__'s hook, about ten times slower than reading a global.
+SINGLE, TENSOR, PIPELINE = Strategy.SINGLE, Strategy.TENSOR, Strategy.PIPELINE
+MAC, POD = CandidateKind.MAC, CandidateKind.POD

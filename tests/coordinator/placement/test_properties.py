@@ -7,7 +7,7 @@ import itertools
 from bisect import bisect_left
 from dataclasses import replace
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from contracts.hardware import LinkKind
@@ -18,7 +18,7 @@ from coordinator.placement import (
 )
 from coordinator.placement.exhaustive import ExhaustiveView
 from coordinator.placement.filters import mac_state_reason
-from coordinator.placement.index import FREE_SHIFT
+from coordinator.placement.index import FREE_SHIFT, move_key
 from coordinator.placement.memory import mac_ceiling_bytes
 from coordinator.placement.speed import SpeedProfile, decode_tokens_per_s, effective_bandwidth_step
 from coordinator.placement.terms import job_terms
@@ -201,8 +201,54 @@ def test_remembered_fit_starts_stay_equal_to_fresh_bisects(snapshot, requests, r
             index.release(running.pop(random.randrange(len(running))))
     remembered = 0
     for entry in index.mac_models.values():
+        assert entry.fit_needs == sorted(entry.fit_starts)
+        assert all(a is b for a, b in zip(entry.fit_starts_by_need, (entry.fit_starts[n] for n in entry.fit_needs)))
+        assert len(entry.fit_starts_by_need) == len(entry.fit_needs)
         for need_bytes, starts in entry.fit_starts.items():
             frees = [[key >> FREE_SHIFT for key in keys] for keys in entry.mac_keys]
             assert starts == [bisect_left(free, need_bytes) for free in frees]
             remembered += 1
     event("job sizes remembered: " + ("4 or more" if remembered >= 4 else str(remembered)))
+
+
+def _filed(index: FleetIndex) -> dict:
+    """Every group's keys and every model's unavailable counts, Mac and pod, by model and class."""
+    filed = {}
+    for kind, models in (("mac", index.mac_models), ("pod", index.pod_models)):
+        for model_id, entry in models.items():
+            filed[kind, model_id, "unavailable"] = {reason: n for reason, n in entry.unavailable.items() if n}
+            for class_key, item in entry.classes.items():
+                groups = (item.cold, item.warm) if kind == "mac" else (item.group,)
+                filed[kind, model_id, class_key] = [list(group.keys) for group in groups]
+    return filed
+
+
+@SETTINGS
+@given(fleets(), st.lists(jobs, min_size=2, max_size=10), st.randoms(use_true_random=False))
+def test_keys_moved_through_commits_and_releases_equal_a_fresh_filing(snapshot, requests, random) -> None:
+    """Commits and releases move Mac and pod keys in place; what is filed equals a fresh index's filing."""
+    index = FleetIndex.build(snapshot, CONFIG)
+    running = []
+    for request in requests * 2:
+        decision = place(request, index)
+        if isinstance(decision, Placement) and index.try_commit(decision):
+            running.append(decision)
+        if running and random.random() < 0.4:
+            index.release(running.pop(random.randrange(len(running))))
+    fresh = FleetIndex.build(index.snapshot(), CONFIG)  # no Mac left, so positions are the same
+    assert _filed(index) == _filed(fresh)
+    for pod in index.pod_slots:
+        if pod is not None and pod.reason is None:
+            assert pod.filed_free == index.pod_free_sum(pod)
+            assert pod.smallest_free == min(member.free for member in pod.members)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=40, unique=True), st.integers(0, 10**6),
+       st.integers(0, 10**6))
+def test_moving_a_key_keeps_the_list_sorted_with_only_that_key_changed(values, pick, new_key) -> None:
+    keys = sorted(values)
+    old_key = keys[pick % len(keys)]
+    assume(new_key == old_key or new_key not in keys)  # keys are unique: they end in the candidate's position
+    move_key(keys, old_key, new_key)
+    assert keys == sorted(set(values) - {old_key} | {new_key})
