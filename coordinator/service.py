@@ -302,7 +302,9 @@ class CoordinatorService:
 
     def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
                       prompt_tokens: int = 0) -> bool:
-        with self.db.transaction() as session:
+        # Not durable: a chunk lost to a power cut is only charged for less, and every
+        # transaction that moves money on its count (cancel, receipt) commits durably.
+        with self.db.transaction(durable=False) as session:
             stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
                                                prompt_tokens)
         if stored:  # committed: the job's live readers may have it now
