@@ -72,6 +72,12 @@ def create_database_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+def writes_serialized(session: Session) -> bool:
+    """Whether this write transaction holds the database's one write lock from its first
+    statement (SQLite, BEGIN IMMEDIATE): nothing it has read can change before it commits."""
+    return session.get_bind().dialect.name == "sqlite"
+
+
 def alembic_config(url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
