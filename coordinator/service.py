@@ -117,7 +117,10 @@ class CoordinatorService:
             log.debug("job %s placed at submit, committed at %d", job.job_id, time.time_ns() // 10**6)
             log.info("job %s queued for model %s and assigned to %s", job.job_id, job.model_id,
                      ", ".join(job.node_ids))
-        elif created:
+            # Known without a read: it just left the queue and has streamed nothing yet.
+            chips = {node.node_id: node.hardware.chip for node in nodes}
+            return JobView(job, 0, tuple(chips[n] for n in job.node_ids if n in chips), "", b"")
+        if created:
             log.info("job %s queued for model %s", job.job_id, job.model_id)
             self.run_scheduler()
         return self.get_job(job.job_id)

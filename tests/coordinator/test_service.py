@@ -150,3 +150,11 @@ def test_a_job_stored_without_a_savepoint_is_still_found_as_a_duplicate(
         assert records.insert_job(session, job, id_is_new=True)
         assert not records.insert_job(session, job)  # the guarded insert answers, and rolls back
         assert records.job_by_id(session, job.job_id) == job  # only its own savepoint
+
+
+def test_a_job_placed_at_submit_is_answered_as_stored(service: CoordinatorService,
+                                                      tmp_path: Path) -> None:
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    view = service.submit_job(_submission())
+    assert view.job.status is JobStatus.ASSIGNED and view.chips == ("Apple M4 Max",)
+    assert view == service.get_job(view.job.job_id)  # the view built without a read is the same
