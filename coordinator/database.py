@@ -4,6 +4,11 @@ SQLite (the embedded default) and PostgreSQL are both first-class. On SQLite
 every transaction starts with BEGIN IMMEDIATE, so two writers queue on the
 lock instead of failing to upgrade a read lock; a read_transaction starts with
 a plain BEGIN, so readers (WAL) neither wait for writers nor hold them up.
+
+A transaction is durable when it commits (the disk has it), unless it asks not to be
+(`transaction(durable=False)`): then its commit does not wait for the disk. A machine
+crash or power cut may lose such a transaction, whole, never half of it; a process
+crash loses nothing, and the next durable commit makes it durable too.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 import migrations
@@ -25,6 +30,8 @@ log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _READ_ONLY = "mlxnet_read_only"  # execution option: this transaction never writes
+_NOT_DURABLE = "mlxnet_not_durable"  # execution option: the commit need not wait for the disk
+_SQLITE_SYNC = "mlxnet_synchronous"  # connection info: the PRAGMA synchronous it has now
 
 
 def default_sqlite_url(data_dir: Path) -> str:
@@ -43,8 +50,18 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
-        read_only = connection.get_execution_options().get(_READ_ONLY, False)
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        options = connection.get_execution_options()
+        if options.get(_READ_ONLY, False):
+            connection.exec_driver_sql("BEGIN")
+            return
+        # WAL with NORMAL skips the fsync at commit; SQLite takes the setting only between
+        # transactions, so it is set here, before BEGIN, and only when it changes.
+        synchronous = "NORMAL" if options.get(_NOT_DURABLE, False) else "FULL"
+        info = connection.connection.info
+        if info.get(_SQLITE_SYNC) != synchronous:
+            connection.exec_driver_sql(f"PRAGMA synchronous={synchronous}")
+            info[_SQLITE_SYNC] = synchronous
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_database_engine(url: str) -> Engine:
@@ -53,6 +70,12 @@ def create_database_engine(url: str) -> Engine:
         _configure_sqlite(engine)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def writes_serialized(session: Session) -> bool:
+    """Whether this write transaction holds the database's one write lock from its first
+    statement (SQLite, BEGIN IMMEDIATE): nothing it has read can change before it commits."""
+    return session.get_bind().dialect.name == "sqlite"
 
 
 def alembic_config(url: str) -> Config:
@@ -87,10 +110,21 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """A session whose work commits together, or not at all."""
+    def transaction(self, durable: bool = True) -> Iterator[Session]:
+        """A session whose work commits together, or not at all.
+
+        durable=False: the commit does not wait for the disk (see the module docstring),
+        for writes whose loss in a power cut costs no money and breaks no promise."""
         with self._sessions() as session, session.begin():
+            if not durable:
+                self._not_durable(session)
             yield session
+
+    def _not_durable(self, session: Session) -> None:
+        if self.engine.dialect.name == "sqlite":
+            session.connection(execution_options={_NOT_DURABLE: True})
+        else:  # PostgreSQL: this transaction's commit returns before its WAL is flushed
+            session.execute(text("SET LOCAL synchronous_commit = off"))
 
     @contextlib.contextmanager
     def read_transaction(self) -> Iterator[Session]:

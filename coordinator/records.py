@@ -294,14 +294,21 @@ def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untype
                      **values)
 
 
-def insert_job(session: Session, job: JobRecord) -> bool:
-    """Insert a new job; False when its id (a retried request) already exists."""
+def insert_job(session: Session, job: JobRecord, id_is_new: bool = False) -> bool:
+    """Insert a new job; False when its id (a retried request) already exists.
+
+    id_is_new: the id was just drawn at random, so no row can hold it and no savepoint
+    is spent on catching a duplicate (two statements on the submit's path)."""
     values = {name: getattr(job, name) for name in _JOB_SCALARS}
+    statement = insert(jobs).values(status=job.status.value,
+                                    layer_split_json=json.dumps(list(job.layer_split)),
+                                    stop_json=json.dumps(list(job.stop)), **values)
+    if id_is_new:
+        session.execute(statement)
+        return True
     try:
         with session.begin_nested():
-            session.execute(insert(jobs).values(status=job.status.value,
-                                                layer_split_json=json.dumps(list(job.layer_split)),
-                                                stop_json=json.dumps(list(job.stop)), **values))
+            session.execute(statement)
     except IntegrityError:
         return False
     return True

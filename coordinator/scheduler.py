@@ -20,6 +20,7 @@ from contracts.lending import LendingMode as NodeLendingMode
 from contracts.pods import PodDeclaration
 from coordinator import node_records, records
 from coordinator.config import CoordinatorConfig
+from coordinator.database import writes_serialized
 from coordinator.placement.candidates import (
     FleetSnapshot, JobRequest, LendingMode, MacCandidate, PodCandidate, PodLink,
 )
@@ -170,14 +171,16 @@ def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet
     Saves the job a scheduler pass on its way to a Mac; an older queued job keeps its
     turn. The chosen Macs are re-read under their row locks: if anything moved since the
     submit's read (another coordinator placed there), the scheduler's pass places the job.
+    Where writers are serialized (SQLite) nothing can have moved, and nothing is re-read.
     """
     if records.queue_position(session, job) != 1:
         return False
-    records.lock_nodes(session, decision.node_ids)
-    fresh = fresh_macs(session, list(decision.node_ids), now_ms, config).macs
-    read = {mac.node_id: mac for mac in fleet.macs}
-    if any(fresh[node_id] is None or fresh[node_id] != read.get(node_id) for node_id in decision.node_ids):
-        return False
+    if not writes_serialized(session):  # the submit's read could be stale: re-read under locks
+        records.lock_nodes(session, decision.node_ids)
+        fresh = fresh_macs(session, list(decision.node_ids), now_ms, config).macs
+        read = {mac.node_id: mac for mac in fleet.macs}
+        if any(fresh[node_id] is None or fresh[node_id] != read.get(node_id) for node_id in decision.node_ids):
+            return False
     return _commit(session, job, decision, now_ms)
 
 

@@ -27,6 +27,7 @@ from coordinator.placement.candidates import FleetSnapshot, JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
+from coordinator.live_assignments import LiveAssignments
 from coordinator.live_chunks import LiveChunks
 from coordinator.notifier import Notifier, job_topic, node_topic
 from coordinator.records import JobRecord, JobStatus, NodeRecord, TokenChunk
@@ -63,6 +64,7 @@ class CoordinatorService:
         self.db, self.clock, self.config = db, clock, config
         self.notifier = notifier or Notifier()
         self.live_chunks = LiveChunks()
+        self.live_assignments = LiveAssignments()
         self.verifier: VerifierWorker | None = None
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
@@ -104,17 +106,24 @@ class CoordinatorService:
                     billing.reserve(session, job, request.model, key)
                 placed = decision is not None and scheduler.place_submitted(
                     session, job, decision, fleet, now, self.config)
-            view = self._view(session, records.job_by_id(session, job.job_id) if placed else job)
+            if placed:
+                assigned = records.job_by_id(session, job.job_id)
+                assert assigned is not None
+                job = assigned
         if placed:
+            # The node hears first, with no database read on its way: the consumer waits for it.
+            self.live_assignments.publish(job)
+            self.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in job.node_ids))
             log.debug("job %s placed at submit, committed at %d", job.job_id, time.time_ns() // 10**6)
             log.info("job %s queued for model %s and assigned to %s", job.job_id, job.model_id,
-                     ", ".join(view.job.node_ids))
-            self.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in view.job.node_ids))
-        elif created:
+                     ", ".join(job.node_ids))
+            # Known without a read: it just left the queue and has streamed nothing yet.
+            chips = {node.node_id: node.hardware.chip for node in nodes}
+            return JobView(job, 0, tuple(chips[n] for n in job.node_ids if n in chips), "", b"")
+        if created:
             log.info("job %s queued for model %s", job.job_id, job.model_id)
             self.run_scheduler()
-            return self.get_job(job.job_id)
-        return view
+        return self.get_job(job.job_id)
 
     def _refuse_unrunnable(self, fleet: FleetSnapshot, request: JobRequest,
                            place_now: bool) -> Placement | None:
@@ -289,20 +298,31 @@ class CoordinatorService:
         """Jobs assigned to the node and not yet started, each sent once per stream."""
         sent: set[str] = set()
         topic = node_topic(node.node_id)
-        while is_active():
-            seen = self.notifier.version(topic)
-            with self.db.read_transaction() as session:
-                jobs = records.active_jobs_for_node(session, node.node_id)
-            for job in jobs:
-                if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
-                    sent.add(job.job_id)
-                    log.debug("job %s sent to its node at %d", job.job_id, time.time_ns() // 10**6)
+        with self.live_assignments.subscribe(node.node_id) as inbox:
+            while is_active():
+                seen = self.notifier.version(topic)
+                # Jobs just committed go before the read, which finds them again (and any other).
+                for job in self._unsent(inbox.take(), sent):
                     yield job
-            self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
+                with self.db.read_transaction() as session:
+                    jobs = records.active_jobs_for_node(session, node.node_id)
+                for job in self._unsent(jobs, sent):
+                    yield job
+                self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
+
+    @staticmethod
+    def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:
+        for job in jobs:
+            if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
+                sent.add(job.job_id)
+                log.debug("job %s sent to its node at %d", job.job_id, time.time_ns() // 10**6)
+                yield job
 
     def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
                       prompt_tokens: int = 0) -> bool:
-        with self.db.transaction() as session:
+        # Not durable: a chunk lost to a power cut is only charged for less, and every
+        # transaction that moves money on its count (cancel, receipt) commits durably.
+        with self.db.transaction(durable=False) as session:
             stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
                                                prompt_tokens)
         if stored:  # committed: the job's live readers may have it now

@@ -142,7 +142,7 @@ def submit(session: Session, sub: Submission, config: CoordinatorConfig, now_ms:
         status=JobStatus.QUEUED, created_at_ms=now_ms, api_key_id=sub.api_key_id,
         prompt_format=PROMPT_CHAT if sub.messages else PROMPT_TEXT, stop=sub.stop,
         top_logprobs=sub.top_logprobs)
-    if not records.insert_job(session, job):
+    if not records.insert_job(session, job, id_is_new=not sub.request_id):
         existing = records.job_by_id(session, job_id)
         assert existing is not None
         return existing, False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Iterator
 
 from contracts.logprobs import TokenLogprob
@@ -27,6 +28,12 @@ from node_agent.job_timeline import JobTimeline
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
 FLUSH_INTERVAL_S = 0.02  # longest a token waits for company; well under a reader's notice
+
+
+def _let_sender_run() -> None:
+    """Give up the GIL now: generation goes straight on to Python work for its next step, and
+    the waiting sender would otherwise get the GIL only at the 5 ms switch interval."""
+    time.sleep(0)
 
 
 class TokenSender:
@@ -103,6 +110,8 @@ class TokenSender:
         self._queue.put(Chunk(index, (token_id,), text,
                               () if logprob is None else (dataclasses.replace(logprob, text=text),),
                               self._prompt_tokens if index == 0 else 0))
+        if index == 0:
+            _let_sender_run()
         return not self.rejected
 
     def finish(self) -> None:
@@ -110,6 +119,7 @@ class TokenSender:
         if not self._ended.is_set():
             self._ended.set()
             self._queue.put(_DONE)
+            _let_sender_run()
 
     def close(self) -> list[Chunk]:
         """Finish the call; returns every chunk, with the boundaries already sent kept."""

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from contracts.hardware import ChipTier, HardwareReport
+from contracts.ids import new_job_id
 from contracts.models import ModelSpec
 from contracts.signing import register_challenge
 from coordinator import records
@@ -137,3 +138,23 @@ def test_retried_request_id_returns_the_first_job(service: CoordinatorService, t
     first = service.submit_job(_submission(request_id="r1"))
     second = service.submit_job(_submission(request_id="r1", prompt="different"))
     assert first.job.job_id == second.job.job_id and second.job.prompt == "Hello"
+
+
+def test_a_job_stored_without_a_savepoint_is_still_found_as_a_duplicate(
+        service: CoordinatorService) -> None:
+    job = records.JobRecord(job_id=new_job_id(), consumer_id="c", request_id=None, model_id="small",
+                            prompt="Hi", max_tokens=8, temperature=0.0, top_p=1.0, seed=0,
+                            min_decode_tokens_per_s=0.0, context_tokens=10,
+                            status=JobStatus.QUEUED, created_at_ms=0)
+    with service.db.transaction() as session:
+        assert records.insert_job(session, job, id_is_new=True)
+        assert not records.insert_job(session, job)  # the guarded insert answers, and rolls back
+        assert records.job_by_id(session, job.job_id) == job  # only its own savepoint
+
+
+def test_a_job_placed_at_submit_is_answered_as_stored(service: CoordinatorService,
+                                                      tmp_path: Path) -> None:
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    view = service.submit_job(_submission())
+    assert view.job.status is JobStatus.ASSIGNED and view.chips == ("Apple M4 Max",)
+    assert view == service.get_job(view.job.job_id)  # the view built without a read is the same
