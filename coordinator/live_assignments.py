@@ -12,9 +12,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-from collections.abc import Iterator
 
 from coordinator.records import JobRecord
+from coordinator.subscribers import Subscribers
 
 JOBS_PER_STREAM_MAX = 256  # beyond this a stream drops the oldest; its database read finds them
 
@@ -39,27 +39,13 @@ class AssignmentInbox:
 
 class LiveAssignments:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._inboxes: dict[str, list[AssignmentInbox]] = {}
+        self._inboxes: Subscribers[AssignmentInbox] = Subscribers(AssignmentInbox)
 
-    @contextlib.contextmanager
-    def subscribe(self, node_id: str) -> Iterator[AssignmentInbox]:
+    def subscribe(self, node_id: str) -> contextlib.AbstractContextManager[AssignmentInbox]:
         """Jobs published for node_id while the block runs; subscribe before reading the database."""
-        inbox = AssignmentInbox()
-        with self._lock:
-            self._inboxes.setdefault(node_id, []).append(inbox)
-        try:
-            yield inbox
-        finally:
-            with self._lock:
-                inboxes = self._inboxes[node_id]
-                inboxes.remove(inbox)
-                if not inboxes:
-                    del self._inboxes[node_id]
+        return self._inboxes.subscribe(node_id)
 
     def publish(self, job: JobRecord) -> None:
         """A job whose assignment committed: to the streams of every node it was assigned to."""
-        with self._lock:
-            inboxes = [inbox for node_id in job.node_ids for inbox in self._inboxes.get(node_id, ())]
-        for inbox in inboxes:
+        for inbox in self._inboxes.of(job.node_ids):
             inbox.put(job)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
-from collections.abc import Iterator
 
 from coordinator.records import TokenChunk
+from coordinator.subscribers import Subscribers
 
 CHUNKS_PER_READER_MAX = 1024  # beyond this a slow reader drops the oldest and reads the database
 
@@ -46,27 +46,13 @@ class LiveReader:
 
 class LiveChunks:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._readers: dict[str, list[LiveReader]] = {}
+        self._readers: Subscribers[LiveReader] = Subscribers(LiveReader)
 
-    @contextlib.contextmanager
-    def subscribe(self, job_id: str) -> Iterator[LiveReader]:
+    def subscribe(self, job_id: str) -> contextlib.AbstractContextManager[LiveReader]:
         """Chunks published for job_id while the block runs; subscribe before reading the database."""
-        reader = LiveReader()
-        with self._lock:
-            self._readers.setdefault(job_id, []).append(reader)
-        try:
-            yield reader
-        finally:
-            with self._lock:
-                readers = self._readers[job_id]
-                readers.remove(reader)
-                if not readers:
-                    del self._readers[job_id]
+        return self._readers.subscribe(job_id)
 
     def publish(self, job_id: str, chunks: list[TokenChunk]) -> None:
         """Chunks of job_id whose transaction committed, in index order."""
-        with self._lock:
-            readers = tuple(self._readers.get(job_id, ()))
-        for reader in readers:
+        for reader in self._readers.of((job_id,)):
             reader.put(chunks)
