@@ -84,6 +84,10 @@ class ResultCode(StrEnum):
 
 
 OK_CODES = frozenset({ResultCode.CREATED, ResultCode.EXISTS})
+# Bound once for the per-row paths: EnumType defines __getattr__, so each `TransferState.PENDING`
+# written in a function is a slow class lookup (about 0.1 us).
+_PENDING = TransferState.PENDING
+_CREATED, _EXISTS = ResultCode.CREATED, ResultCode.EXISTS
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,7 @@ class Transfer:
 
     @property
     def expires_at_us(self) -> int | None:
-        if self.state is not TransferState.PENDING or self.timeout_s == 0:
+        if self.state is not _PENDING or self.timeout_s == 0:
             return None
         return self.created_at_us + self.timeout_s * MICROSECONDS_PER_SECOND
 
@@ -272,7 +276,7 @@ class TransferResult:
 
     @property
     def ok(self) -> bool:
-        return self.code in OK_CODES
+        return self.code is _CREATED or self.code is _EXISTS  # OK_CODES, by identity: read once a result
 
 
 @dataclass(frozen=True)

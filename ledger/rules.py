@@ -39,6 +39,12 @@ from ledger.units import AMOUNT_MAX
 
 Outcome = tuple[ResultCode, Transfer | None]
 
+# Members read on every transfer, bound once: EnumType defines __getattr__, which makes
+# each `TransferState.PENDING` in a function a slow class lookup (about 0.1 us).
+_PENDING, _POSTED = TransferState.PENDING, TransferState.POSTED
+_CREATED, _EXISTS = ResultCode.CREATED, ResultCode.EXISTS
+assert OK_CODES == {_CREATED, _EXISTS}, "_apply_chain tests the OK codes by identity"
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -151,7 +157,7 @@ class _Working:
         """balance_changes applied in place (sign -1 undoes it), without building change records."""
         debit, credit = self.balances[transfer.debit_account], self.balances[transfer.credit_account]
         amount = sign * transfer.amount
-        if transfer.state is TransferState.PENDING:
+        if transfer.state is _PENDING:
             debit.debits_pending += amount
             credit.credits_pending += amount
             return
@@ -160,7 +166,7 @@ class _Working:
             credit.credits_posted += amount
             return
         released = sign * pending.amount
-        posted = amount if transfer.state is TransferState.POSTED else 0
+        posted = amount if transfer.state is _POSTED else 0
         debit.debits_pending -= released
         debit.debits_posted += posted
         credit.credits_pending -= released
@@ -242,7 +248,7 @@ def _apply_chain(chain: Sequence[Operation], working: _Working) -> tuple[Transfe
         else:
             code, transfer = _resolve(operation, working)
         results.append(TransferResult(operation.id, code, transfer))
-        if code not in OK_CODES:
+        if code is not _CREATED and code is not _EXISTS:  # OK_CODES, by identity
             working.rollback(mark)
             return _failed(chain, index, results[-1])
     return tuple(results)
@@ -280,7 +286,7 @@ def _valid_labels(job_id: str | None, policy_version: str | None) -> bool:
 
 
 def _same_request(existing: Transfer, request: TransferRequest) -> bool:
-    expected_state = TransferState.PENDING if request.pending else TransferState.POSTED
+    expected_state = _PENDING if request.pending else _POSTED
     return (
         existing.state is expected_state
         and existing.pending_id is None
@@ -316,10 +322,10 @@ def _create(request: TransferRequest, working: _Working) -> Outcome:
         return ResultCode.OVERFLOWS_CREDITS, None
     if debit.debits_must_not_exceed_credits and debits_after > debit_balance.credits_posted:
         return ResultCode.EXCEEDS_CREDITS, None
-    state = TransferState.PENDING if request.pending else TransferState.POSTED
+    state = _PENDING if request.pending else _POSTED
     transfer = working.append(request.id, request.debit_account, request.credit_account, request.amount, state,
                               None, request.timeout_s, request.job_id, request.kind, request.policy_version)
-    return ResultCode.CREATED, transfer
+    return _CREATED, transfer
 
 
 _RESOLVED_STATE = {
@@ -397,7 +403,7 @@ def _resolve(resolution: Resolution, working: _Working) -> Outcome:
         return (ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS), existing
     if pending is None:
         return ResultCode.PENDING_TRANSFER_NOT_FOUND, None
-    if pending.state is not TransferState.PENDING:
+    if pending.state is not _PENDING:
         return ResultCode.PENDING_TRANSFER_NOT_PENDING, None
     problem = _account_mismatch(resolution, pending)
     if problem is None and pending.id in working.resolutions:
@@ -410,4 +416,4 @@ def _resolve(resolution: Resolution, working: _Working) -> Outcome:
         return problem, None
     transfer = working.append(resolution.id, pending.debit_account, pending.credit_account, amount,
                               _RESOLVED_STATE[type(resolution)], pending, 0, pending.job_id, kind, policy_version)
-    return ResultCode.CREATED, transfer
+    return _CREATED, transfer
