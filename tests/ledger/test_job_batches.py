@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger import jobs
+from ledger import epochs, jobs
 from ledger.job_batches import JobCompletion, JobReservation, complete_jobs, release_job_credits, reserve_jobs
 from ledger.model import ResultCode
 from ledger.policy import max_job_charge, price_job
@@ -91,3 +91,39 @@ def test_a_retried_batch_moves_nothing(session: Session) -> None:
     codes = [result.code for result in again[0]]
     codes += [result.code for payments in again[1:] for payment in payments for result in payment.results]
     assert len(codes) > len(released) and set(codes) == {ResultCode.EXISTS}
+
+
+def test_releases_without_a_held_credit_answer_nothing_beside_those_with_one(session: Session) -> None:
+    fund(session)
+    held = [JobId(f"held-{index}") for index in range(4)]
+    assert all(r.ok for r in reserve_jobs(session, [JobReservation(j, RICH, RESERVE) for j in held], now_us=NOW_US))
+    price = price_job(PARAMETERS, 500, 40)
+    completions = [JobCompletion(job_id, RICH, OPERATORS[0], price) for job_id in held]
+    assert all(p.ok for p in complete_jobs(session, completions, hold_s=HOLD_S, now_us=NOW_US + 1))
+    # Interleaved: jobs that hold a credit, jobs never paid, and a job whose credit is already posted.
+    assert jobs.release_job_credit(session, held[1], now_us=NOW_US + 2).ok
+    released = [held[0], JobId("nothing-1"), held[1], held[2], JobId("nothing-2"), held[3]]
+    one_job_each = session.begin_nested()
+    singles = tuple(jobs.release_job_credit(session, job_id, now_us=NOW_US + 3) for job_id in released)
+    written_job_by_job = journal(session)
+    one_job_each.rollback()
+    batched = release_job_credits(session, released, now_us=NOW_US + 3)
+    assert batched == singles and journal(session) == written_job_by_job
+    assert [len(payment.results) for payment in batched] == [1, 0, 1, 1, 0, 1]
+    assert batched[2].results[0].code is ResultCode.EXISTS
+
+
+def test_releases_in_a_closed_epoch_answer_like_their_one_job_twins(session: Session) -> None:
+    fund(session)
+    job_id = JobId("held-late")
+    assert reserve_jobs(session, [JobReservation(job_id, RICH, RESERVE)], now_us=NOW_US)[0].ok
+    completion = JobCompletion(job_id, RICH, OPERATORS[0], price_job(PARAMETERS, 500, 40))
+    assert complete_jobs(session, [completion], hold_s=HOLD_S, now_us=NOW_US + 1)[0].ok
+    close_us = NOW_US + 2 * 3_600 * 1_000_000
+    assert epochs.close_epoch(session, epochs.due_epoch(close_us), now_us=close_us).ok
+    released = [JobId("nothing"), job_id, JobId("nothing-either")]
+    singles = tuple(jobs.release_job_credit(session, j, now_us=NOW_US + 2) for j in released)
+    count = transfer_count(session)
+    batched = release_job_credits(session, released, now_us=NOW_US + 2)
+    assert batched == singles and transfer_count(session) == count
+    assert [[result.code for result in payment.results] for payment in batched] == [[], [ResultCode.EPOCH_CLOSED], []]
