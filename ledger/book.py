@@ -157,8 +157,7 @@ def create_transfer_chains(
         assert isinstance(operation, _OPERATION_TYPES)
         assert isinstance(operation.id, str), "transfer ids are text"
         assert isinstance(getattr(operation, "pending_id", ""), str), "pending ids are text"
-    head = store.lock_chain_head(session)
-    snapshot = store.load_snapshot(session, operations, head)
+    snapshot = store.lock_and_load_snapshot(session, operations)
     with store.transfer_writer(session) as settled:  # rows go out while later chains are evaluated
         evaluation = evaluate_chains(batch, snapshot, _now_us(now_us), settled)
     store.write(session, evaluation)

@@ -110,6 +110,40 @@ def _account_from_row(row: Row | tuple[Any, ...]) -> Account:
     return Account(account_id, AccountKind(kind), bool(debits_must_not_exceed_credits), created_at_us, balance)
 
 
+def lock_and_load_snapshot(session: Session, operations: Sequence[Operation]) -> Snapshot:
+    """Take the write lock (lock_chain_head), then read every row the batch may touch (load_snapshot).
+
+    On PostgreSQL through psycopg the lock and the four reads go out as one pipeline, so a
+    call waits for one round trip here instead of five: the statements still run in order,
+    the lock first, and each round trip costs the most when the machine is busy.
+    """
+    if not _psycopg(session):
+        return load_snapshot(session, operations, lock_chain_head(session))
+    ids = {operation.id for operation in operations}
+    pending_ids = {operation.pending_id for operation in operations if not isinstance(operation, TransferRequest)}
+    request_account_ids = {account_id for operation in operations if isinstance(operation, TransferRequest)
+                           for account_id in (operation.debit_account, operation.credit_account)}
+    connection = session.connection().connection.driver_connection
+    with connection.pipeline() as pipeline, connection.cursor() as lock, connection.cursor() as by_id, \
+            connection.cursor() as by_pending_id, connection.cursor() as accounts, connection.cursor() as closed:
+        lock.execute(_LOCK_HEAD)
+        by_id.execute(_TRANSFERS_BY_ID, [_among_text(ids | pending_ids)])
+        by_pending_id.execute(_TRANSFERS_BY_PENDING_ID, [_among_text(pending_ids)])
+        # The accounts of the requests, and those of the pending transfers the resolutions name.
+        accounts.execute(_ACCOUNTS_FOR_UPDATE, [_among_text(request_account_ids), _among_text(pending_ids)])
+        closed.execute(_CLOSED_UNTIL_US)
+        pipeline.sync()
+        head = lock.fetchone()
+        if head is None:
+            raise _not_installed()
+        known = {transfer.id: transfer for transfer in map(_transfer_from_row, by_id.fetchall())}
+        resolutions = {transfer.pending_id: transfer for transfer in map(_transfer_from_row, by_pending_id.fetchall())}
+        locked = {row[0]: _account_from_row(row) for row in accounts.fetchall()}
+        cutoff = closed.fetchone()
+    return Snapshot(head=ChainHead(*head), transfers=known, resolutions=resolutions, accounts=locked,
+                    closed_until_us=(cutoff[0] if cutoff else None) or 0)
+
+
 def load_snapshot(session: Session, operations: Sequence[Operation], head: ChainHead) -> Snapshot:
     """Read every row the batch may touch; call with the chain head locked."""
     ids = {operation.id for operation in operations}
@@ -195,6 +229,25 @@ def _driver_rows_among(session: Session, query: str, values: Iterable[object]) -
 _AMONG = "= ANY(string_to_array(%s, ' '))"
 
 
+def _among_text(values: Iterable[object]) -> str:
+    """The text ids as _AMONG's one parameter (see _driver_rows_among; '' stands for none)."""
+    return " ".join(sorted({value for value in values if isinstance(value, str) and " " not in value}))
+
+
+_LOCK_HEAD = (f"UPDATE {_HEAD.name} SET last_sequence = last_sequence WHERE id = {tables.CHAIN_HEAD_ROW_ID}"
+              " RETURNING last_sequence, last_transfer_id, last_hash")
+_TRANSFERS_BY_ID = f"SELECT {', '.join(_TRANSFER_COLUMNS)} FROM {_TRANSFERS.name} WHERE id {_AMONG} ORDER BY sequence"
+_TRANSFERS_BY_PENDING_ID = (f"SELECT {', '.join(_TRANSFER_COLUMNS)} FROM {_TRANSFERS.name}"
+                            f" WHERE pending_id {_AMONG} ORDER BY sequence")
+# Locked in id order, so two writers never wait on each other in opposite orders.
+_ACCOUNTS_FOR_UPDATE = (
+    f"SELECT {', '.join(_ACCOUNTS.columns.keys())} FROM {_ACCOUNTS.name} WHERE id {_AMONG} OR id IN"
+    f" (SELECT account_id FROM {_TRANSFERS.name}, LATERAL (VALUES (debit_account), (credit_account)) AS pair(account_id)"
+    f" WHERE {_TRANSFERS.name}.id {_AMONG}) ORDER BY id FOR UPDATE"
+)
+_CLOSED_UNTIL_US = f"SELECT cutoff_us FROM {tables.epochs.name} ORDER BY number DESC LIMIT 1"
+
+
 def _accounts_for_update(session: Session, account_ids: set[str]) -> dict[str, Account]:
     if _psycopg(session):
         # Locked in id order, so two writers never wait on each other in opposite orders.
@@ -245,10 +298,10 @@ def write(session: Session, evaluation: Evaluation) -> None:
              credits_pending=change.credits_pending, credits_posted=change.credits_posted)
         for account_id, change in sorted(evaluation.balance_changes.items())
     ]
+    last = evaluation.new_transfers[-1]
     if changes:
         updated = session.execute(_MOVE_BALANCES, changes)
         assert updated.rowcount in (len(changes), -1), "an account vanished while locked"
-    last = evaluation.new_transfers[-1]
     session.execute(
         update(_HEAD)
         .where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID)
