@@ -132,6 +132,10 @@ class _Working:
         self.last_sequence = snapshot.head.last_sequence
         self.last_hash = snapshot.head.last_hash
         self.appended: list[tuple[Transfer, Transfer | None]] = []  # (transfer, the pending one it resolves)
+        # Texts that passed valid_id (account and job ids) or _valid_policy_version in this call:
+        # they repeat across its chains, so each is checked once.
+        self.valid_ids: set[str] = set()
+        self.valid_policy_versions: set[str] = set()
         self._encode = row_encoder()  # chain.row_hash's encoding, remembering the text of repeated fields
 
     def append(self, transfer_id: str, debit_account: str, credit_account: str, amount: int, state: TransferState,
@@ -261,9 +265,13 @@ def _failed(chain: Sequence[Operation], failed_index: int, failure: TransferResu
     )
 
 
-def _validate_request(request: TransferRequest) -> ResultCode | None:
+def _validate_request(request: TransferRequest, working: _Working) -> ResultCode | None:
     assert isinstance(request.kind, TransferKind) and type(request.pending) is bool
-    if not (valid_id(request.id) and valid_id(request.debit_account) and valid_id(request.credit_account)):
+    known = working.valid_ids
+    debit_account, credit_account = request.debit_account, request.credit_account
+    if not (valid_id(request.id)
+            and ((type(debit_account) is str and debit_account in known) or _remember(debit_account, known))
+            and ((type(credit_account) is str and credit_account in known) or _remember(credit_account, known))):
         return ResultCode.INVALID_ID
     if not valid_amount(request.amount):
         return ResultCode.INVALID_AMOUNT
@@ -272,17 +280,29 @@ def _validate_request(request: TransferRequest) -> ResultCode | None:
     timeout_s = request.timeout_s
     if type(timeout_s) is not int or not 0 <= timeout_s <= TIMEOUT_S_MAX or (timeout_s and not request.pending):
         return ResultCode.INVALID_TIMEOUT
-    if not _valid_labels(request.job_id, request.policy_version):
+    job_id, policy_version = request.job_id, request.policy_version
+    if not ((job_id is None or (type(job_id) is str and job_id in known) or _remember(job_id, known))
+            and _valid_policy_version(policy_version, working)):
         return ResultCode.INVALID_FIELD
     return None
 
 
-def _valid_labels(job_id: str | None, policy_version: str | None) -> bool:
-    job_ok = job_id is None or valid_id(job_id)
-    policy_ok = policy_version is None or (
-        valid_id(policy_version) and len(policy_version) <= POLICY_VERSION_LENGTH_MAX
-    )
-    return job_ok and policy_ok
+def _remember(value: object, known: set[str]) -> bool:
+    """valid_id, and remember the value when it passes."""
+    if valid_id(value):
+        known.add(value)  # type: ignore[arg-type]  # valid_id holds only for str
+        return True
+    return False
+
+
+def _valid_policy_version(policy_version: object, working: _Working) -> bool:
+    """None, or an id of at most POLICY_VERSION_LENGTH_MAX characters (remembered for the call)."""
+    if policy_version is None or (type(policy_version) is str and policy_version in working.valid_policy_versions):
+        return True
+    if valid_id(policy_version) and len(policy_version) <= POLICY_VERSION_LENGTH_MAX:  # type: ignore[arg-type]
+        working.valid_policy_versions.add(policy_version)  # type: ignore[arg-type]
+        return True
+    return False
 
 
 def _same_request(existing: Transfer, request: TransferRequest) -> bool:
@@ -301,7 +321,7 @@ def _same_request(existing: Transfer, request: TransferRequest) -> bool:
 
 
 def _create(request: TransferRequest, working: _Working) -> Outcome:
-    invalid = _validate_request(request)
+    invalid = _validate_request(request, working)
     if invalid is not None:
         return invalid, None
     existing = working.transfers.get(request.id)
@@ -356,7 +376,7 @@ def _same_resolution(existing: Transfer, resolution: Resolution, pending: Transf
     return (existing.amount, existing.kind, existing.policy_version) == (amount, kind, policy_version)
 
 
-def _validate_resolution(resolution: Resolution) -> ResultCode | None:
+def _validate_resolution(resolution: Resolution, working: _Working) -> ResultCode | None:
     assert resolution.kind is None or isinstance(resolution.kind, TransferKind)
     if not (valid_id(resolution.id) and valid_id(resolution.pending_id)):
         return ResultCode.INVALID_ID
@@ -365,7 +385,7 @@ def _validate_resolution(resolution: Resolution) -> ResultCode | None:
     if isinstance(resolution, PostPending):
         if resolution.amount is not None and not valid_amount(resolution.amount):
             return ResultCode.INVALID_AMOUNT
-        if not _valid_labels(None, resolution.policy_version):
+        if not _valid_policy_version(resolution.policy_version, working):
             return ResultCode.INVALID_FIELD
     return None
 
@@ -393,7 +413,7 @@ def _timing_problem(resolution: Resolution, pending: Transfer, now_us: int) -> R
 
 
 def _resolve(resolution: Resolution, working: _Working) -> Outcome:
-    invalid = _validate_resolution(resolution)
+    invalid = _validate_resolution(resolution, working)
     if invalid is not None:
         return invalid, None
     pending = working.transfers.get(resolution.pending_id)
