@@ -124,8 +124,7 @@ def ensure_account(
         debits_must_not_exceed_credits = refuses_overdraft_by_default(kind)
     # The ledger's write lock comes first, even when the account exists: callers rely on it
     # preceding their own row locks (PostgreSQL finds a deadlock when the order varies).
-    store.lock_chain_head(session)
-    existing = store.read_account(session, account_id)
+    existing = store.lock_and_read_accounts(session, [account_id]).get(account_id)
     if existing is not None:
         same = existing.kind is kind and existing.debits_must_not_exceed_credits == debits_must_not_exceed_credits
         return ResultCode.EXISTS if same else ResultCode.EXISTS_WITH_DIFFERENT_FIELDS
@@ -171,8 +170,7 @@ def accounts_exist(session: Session, accounts: Iterable[tuple[str, AccountKind]]
     coming before any other ledger lock (PostgreSQL would find a deadlock otherwise).
     """
     wanted = list(accounts)
-    store.lock_chain_head(session)
-    existing = store.read_accounts(session, [account_id for account_id, _ in wanted])
+    existing = store.lock_and_read_accounts(session, [account_id for account_id, _ in wanted])
     return all(account_id in existing and existing[account_id].kind is kind
                and existing[account_id].debits_must_not_exceed_credits == refuses_overdraft_by_default(kind)
                for account_id, kind in wanted)

@@ -245,6 +245,7 @@ _ACCOUNTS_FOR_UPDATE = (
     f" (SELECT account_id FROM {_TRANSFERS.name}, LATERAL (VALUES (debit_account), (credit_account)) AS pair(account_id)"
     f" WHERE {_TRANSFERS.name}.id {_AMONG}) ORDER BY id FOR UPDATE"
 )
+_ACCOUNTS_AMONG = f"SELECT {', '.join(_ACCOUNTS.columns.keys())} FROM {_ACCOUNTS.name} WHERE id {_AMONG}"
 _CLOSED_UNTIL_US = f"SELECT cutoff_us FROM {tables.epochs.name} ORDER BY number DESC LIMIT 1"
 
 
@@ -329,6 +330,21 @@ _COPY_TYPES = ["int8" if isinstance(column.type, BigInteger) else "text" for col
 def read_account(session: Session, account_id: str) -> Account | None:
     row = session.execute(select(_ACCOUNTS).where(_ACCOUNTS.c.id == account_id)).one_or_none()
     return None if row is None else _account_from_row(row)
+
+
+def lock_and_read_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
+    """Take the write lock (lock_chain_head), then read_accounts: one pipeline, so one round trip, on psycopg."""
+    if not _psycopg(session):
+        lock_chain_head(session)
+        return read_accounts(session, account_ids)
+    connection = session.connection().connection.driver_connection
+    with connection.pipeline() as pipeline, connection.cursor() as lock, connection.cursor() as accounts:
+        lock.execute(_LOCK_HEAD)
+        accounts.execute(_ACCOUNTS_AMONG, [_among_text(account_ids)])
+        pipeline.sync()
+        if lock.fetchone() is None:
+            raise _not_installed()
+        return {row[0]: _account_from_row(row) for row in accounts.fetchall()}
 
 
 def read_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
