@@ -113,24 +113,26 @@ def _account_from_row(row: Row | tuple[Any, ...]) -> Account:
 def lock_and_load_snapshot(session: Session, operations: Sequence[Operation]) -> Snapshot:
     """Take the write lock (lock_chain_head), then read every row the batch may touch (load_snapshot).
 
-    On PostgreSQL through psycopg the lock and the four reads go out as one pipeline, so a
-    call waits for one round trip here instead of five: the statements still run in order,
-    the lock first, and each round trip costs the most when the machine is busy.
+    On PostgreSQL through psycopg the lock and the reads go out as one pipeline, so a call
+    waits for one round trip here instead of five: the statements still run in order, the
+    lock first, and each round trip costs the most when the machine is busy. The accounts
+    named by the operations are locked in it; those of pending transfers that were not
+    named (a release names none) take a second round trip.
     """
     if not _psycopg(session):
         return load_snapshot(session, operations, lock_chain_head(session))
     ids = {operation.id for operation in operations}
     pending_ids = {operation.pending_id for operation in operations if not isinstance(operation, TransferRequest)}
-    request_account_ids = {account_id for operation in operations if isinstance(operation, TransferRequest)
-                           for account_id in (operation.debit_account, operation.credit_account)}
+    named_account_ids = {account_id for operation in operations
+                         for account_id in (getattr(operation, "debit_account", None),
+                                            getattr(operation, "credit_account", None))}
     connection = session.connection().connection.driver_connection
     with connection.pipeline() as pipeline, connection.cursor() as lock, connection.cursor() as by_id, \
             connection.cursor() as by_pending_id, connection.cursor() as accounts, connection.cursor() as closed:
         lock.execute(_LOCK_HEAD)
         by_id.execute(_TRANSFERS_BY_ID, [_among_text(ids | pending_ids)])
         by_pending_id.execute(_TRANSFERS_BY_PENDING_ID, [_among_text(pending_ids)])
-        # The accounts of the requests, and those of the pending transfers the resolutions name.
-        accounts.execute(_ACCOUNTS_FOR_UPDATE, [_among_text(request_account_ids), _among_text(pending_ids)])
+        accounts.execute(_ACCOUNTS_FOR_UPDATE, [_among_text(named_account_ids)])
         closed.execute(_CLOSED_UNTIL_US)
         pipeline.sync()
         head = lock.fetchone()
@@ -140,6 +142,13 @@ def lock_and_load_snapshot(session: Session, operations: Sequence[Operation]) ->
         resolutions = {transfer.pending_id: transfer for transfer in map(_transfer_from_row, by_pending_id.fetchall())}
         locked = {row[0]: _account_from_row(row) for row in accounts.fetchall()}
         cutoff = closed.fetchone()
+    found_pending = [known[pending_id] for pending_id in pending_ids if pending_id in known]
+    unnamed = {account_id for pending in found_pending
+               for account_id in (pending.debit_account, pending.credit_account)} - locked.keys()
+    if unnamed:
+        # Every writer holds the head lock before any account lock, so a second batch of
+        # account locks cannot deadlock with another ledger writer.
+        locked.update(_accounts_for_update(session, unnamed))
     return Snapshot(head=ChainHead(*head), transfers=known, resolutions=resolutions, accounts=locked,
                     closed_until_us=(cutoff[0] if cutoff else None) or 0)
 
@@ -240,11 +249,8 @@ _TRANSFERS_BY_ID = f"SELECT {', '.join(_TRANSFER_COLUMNS)} FROM {_TRANSFERS.name
 _TRANSFERS_BY_PENDING_ID = (f"SELECT {', '.join(_TRANSFER_COLUMNS)} FROM {_TRANSFERS.name}"
                             f" WHERE pending_id {_AMONG} ORDER BY sequence")
 # Locked in id order, so two writers never wait on each other in opposite orders.
-_ACCOUNTS_FOR_UPDATE = (
-    f"SELECT {', '.join(_ACCOUNTS.columns.keys())} FROM {_ACCOUNTS.name} WHERE id {_AMONG} OR id IN"
-    f" (SELECT account_id FROM {_TRANSFERS.name}, LATERAL (VALUES (debit_account), (credit_account)) AS pair(account_id)"
-    f" WHERE {_TRANSFERS.name}.id {_AMONG}) ORDER BY id FOR UPDATE"
-)
+_ACCOUNTS_FOR_UPDATE = (f"SELECT {', '.join(_ACCOUNTS.columns.keys())} FROM {_ACCOUNTS.name}"
+                        f" WHERE id {_AMONG} ORDER BY id FOR UPDATE")
 _ACCOUNTS_AMONG = f"SELECT {', '.join(_ACCOUNTS.columns.keys())} FROM {_ACCOUNTS.name} WHERE id {_AMONG}"
 _CLOSED_UNTIL_US = f"SELECT cutoff_us FROM {tables.epochs.name} ORDER BY number DESC LIMIT 1"
 
