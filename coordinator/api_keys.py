@@ -18,7 +18,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from coordinator.errors import InsufficientBalance, InvalidRequest, NotFound, RateLimited, Unauthenticated
@@ -128,6 +128,15 @@ def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
     return [_key_from_row(row) for row in session.execute(query)]
 
 
+# Built once: every consumer request runs these (see coordinator.records on why).
+_KEY_BY_SECRET = select(api_keys).where(api_keys.c.secret_sha256 == bindparam("secret"))
+_LOCK_KEY = select(api_keys.c.key_id).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
+_KEY_SPEND = select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
+    api_keys.c.key_id == bindparam("key_id"))
+_ADD_SPEND = update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
+    spent_base_units=api_keys.c.spent_base_units + bindparam("amount"))
+
+
 def authenticate(session: Session, key: str | None) -> ApiKey:
     """The live key matching `key`; Unauthenticated for a missing, unknown or revoked one."""
     if not key:
@@ -135,7 +144,7 @@ def authenticate(session: Session, key: str | None) -> ApiKey:
                               "(create one with `mlxnet keys create --consumer NAME`)")
     if len(key) > KEY_CHARS_MAX or not _KEY_PATTERN.match(key):
         raise Unauthenticated("the API key is malformed: keys look like mlxk_<id>_<secret>")
-    row = session.execute(select(api_keys).where(api_keys.c.secret_sha256 == key_sha256(key))).first()
+    row = session.execute(_KEY_BY_SECRET, {"secret": key_sha256(key)}).first()
     if row is None:
         raise Unauthenticated("the API key is not valid: check it was copied whole")
     if row.revoked_at_ms is not None:
@@ -164,7 +173,7 @@ def rate_refusal(limits: KeyLimits, recent_submits_ms: list[int], open_jobs: int
 
 def admit(session: Session, key: ApiKey, now_ms: int) -> None:
     """Lock the key's row and refuse one more job over its rate or concurrency limit."""
-    session.execute(select(api_keys.c.key_id).where(api_keys.c.key_id == key.key_id).with_for_update())
+    session.execute(_LOCK_KEY, {"key_id": key.key_id})
     limits = key.limits
     recent: list[int] = []
     if limits.requests_per_minute_max is not None:
@@ -185,16 +194,14 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
 
 def add_spend(session: Session, key_id: str, amount: int) -> None:
     """Count a reservation against the key's spend limit (call after admit: the row is locked)."""
-    row = session.execute(select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units)
-                          .where(api_keys.c.key_id == key_id)).one()
+    row = session.execute(_KEY_SPEND, {"key_id": key_id}).one()
     limit = row.spend_limit_base_units
     if limit is not None and row.spent_base_units + amount > limit:
         raise InsufficientBalance(
             f"this job could cost up to {amount} base units and the API key has "
             f"{max(0, limit - row.spent_base_units)} of its {limit} spend limit left; "
             "lower max_tokens or raise the key's limit")
-    session.execute(update(api_keys).where(api_keys.c.key_id == key_id)
-                    .values(spent_base_units=api_keys.c.spent_base_units + amount))
+    session.execute(_ADD_SPEND, {"key": key_id, "amount": amount})
 
 
 def refund_spend(session: Session, key_id: str, amount: int) -> None:
