@@ -6,6 +6,7 @@ knows about gRPC.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import random
@@ -103,13 +104,12 @@ class CoordinatorService:
                 assert request is not None, "submit checked the model is served"
                 decision = self._refuse_unrunnable(fleet, request, place_now)
                 if key is not None:
-                    billing.reserve(session, job, request.model, key)
-                placed = decision is not None and scheduler.place_submitted(
+                    job = dataclasses.replace(job, reserved_base_units=billing.reserve(
+                        session, job, request.model, key))
+                assigned = None if decision is None else scheduler.place_submitted(
                     session, job, decision, fleet, now, self.config)
-            if placed:
-                assigned = records.job_by_id(session, job.job_id)
-                assert assigned is not None
-                job = assigned
+                if assigned:
+                    job, placed = assigned, True
         if placed:
             # The node hears first, with no database read on its way: the consumer waits for it.
             self.live_assignments.publish(job)

@@ -190,3 +190,12 @@ def test_a_charge_never_exceeds_the_reservation(prompt_chars: int, max_tokens: i
                     prompt_format="chat" if chat else "text")
     reserved = max_job_charge(MODEL.parameter_count, prompt_tokens_bound(job, MODEL), max_tokens)
     assert chargeable_price(job, MODEL, prompt_tokens, made).consumer_charge <= reserved
+
+
+def test_a_job_placed_at_submit_is_returned_as_stored(service: CoordinatorService, node) -> None:  # type: ignore[no-untyped-def]
+    """The submit builds its answer from what it wrote, without reading the job back."""
+    consumer = new_consumer(service, "acme")
+    view = service.submit_job(consumer.submission(max_tokens=8), consumer.caller)
+    assert view.job.status is JobStatus.ASSIGNED and view.job.reserved_base_units > 0
+    assert view.job == _job(service, view.job.job_id)
+    assert view.chips == ("Apple M4 Max",)
