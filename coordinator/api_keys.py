@@ -16,6 +16,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -30,6 +33,7 @@ KEY_ID_HEX_CHARS = 16
 KEY_CHARS_MAX = 128
 LABEL_CHARS_MAX = 128
 RATE_WINDOW_MS = 60_000
+KNOWN_KEYS_MAX = 10_000  # keys one process remembers as authenticated (see KnownKeys)
 ANONYMOUS_CONSUMER = "anonymous"
 ANONYMOUS_NAME_CHARS_MAX = 64
 # Consumer ids become ledger account ids (`consumer:<id>`); "anonymous..." is reserved.
@@ -130,7 +134,7 @@ def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
 
 # Built once: every consumer request runs these (see coordinator.records on why).
 _KEY_BY_SECRET = select(api_keys).where(api_keys.c.secret_sha256 == bindparam("secret"))
-_LOCK_KEY = select(api_keys.c.key_id).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
+_LOCK_KEY = select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
 _KEY_SPEND = select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
     api_keys.c.key_id == bindparam("key_id"))
 _ADD_SPEND = update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
@@ -150,6 +154,35 @@ def authenticate(session: Session, key: str | None) -> ApiKey:
     if row.revoked_at_ms is not None:
         raise Unauthenticated(f"the API key {row.key_id} was revoked; create a new one")
     return _key_from_row(row)
+
+
+class KnownKeys:
+    """Keys this process has authenticated, by hash, so a submit need not read them again.
+
+    A key's consumer, id and limits never change once it is created; its revocation does,
+    and is not remembered here: admit re-reads it under the key's row lock.
+    """
+
+    def __init__(self, keys_max: int = KNOWN_KEYS_MAX) -> None:
+        self._keys: dict[str, ApiKey] = {}
+        self._keys_max = keys_max
+        self._lock = threading.Lock()
+
+    def authenticate(self, session_for: Callable[[], AbstractContextManager[Session]],
+                     key: str | None) -> ApiKey:
+        """As authenticate, reading the database (in a session_for() session) only for a new key."""
+        digest = key_sha256(key) if key else ""
+        with self._lock:
+            known = self._keys.get(digest)
+        if known is not None:
+            return known
+        with session_for() as session:
+            found = authenticate(session, key)
+        with self._lock:
+            if len(self._keys) >= self._keys_max:
+                self._keys.clear()  # rare, and cheap to refill: one read per key
+            self._keys[digest] = found
+        return found
 
 
 def rate_refusal(limits: KeyLimits, recent_submits_ms: list[int], open_jobs: int,
@@ -172,8 +205,12 @@ def rate_refusal(limits: KeyLimits, recent_submits_ms: list[int], open_jobs: int
 
 
 def admit(session: Session, key: ApiKey, now_ms: int) -> None:
-    """Lock the key's row and refuse one more job over its rate or concurrency limit."""
-    session.execute(_LOCK_KEY, {"key_id": key.key_id})
+    """Lock the key's row and refuse one more job from a revoked key, or over its rate or
+    concurrency limit. Revocation is read here, under the lock: the caller's key may come
+    from KnownKeys."""
+    locked = session.execute(_LOCK_KEY, {"key_id": key.key_id}).first()
+    if locked is None or locked.revoked_at_ms is not None:
+        raise Unauthenticated(f"the API key {key.key_id} was revoked; create a new one")
     limits = key.limits
     recent: list[int] = []
     if limits.requests_per_minute_max is not None:

@@ -68,6 +68,7 @@ class CoordinatorService:
         self.live_assignments = LiveAssignments()
         self.verifier: VerifierWorker | None = None
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
+        self._known_keys = api_keys.KnownKeys()
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self._draws = draws or random.SystemRandom()
 
@@ -79,6 +80,14 @@ class CoordinatorService:
             return api_keys.anonymous_caller(anonymous_name)
         with self.db.read_transaction() as session:
             key = api_keys.authenticate(session, api_key)
+        return Caller(key.consumer_id, key)
+
+    def authenticate_submitter(self, api_key: str | None) -> Caller:
+        """authenticate_consumer for a caller about to submit: a key seen before is known
+        without a read, since submit_job checks its revocation under the key's lock."""
+        if not api_key and self.config.allow_anonymous:
+            return api_keys.anonymous_caller()
+        key = self._known_keys.authenticate(self.db.read_transaction, api_key)
         return Caller(key.consumer_id, key)
 
     def submit_job(self, sub: submission.Submission, caller: Caller | None = None, *,

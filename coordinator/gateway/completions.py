@@ -124,7 +124,7 @@ SubmissionFor = Callable[[Caller], tuple[Submission, ResponsePlan]]
 def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
                              submission_for: SubmissionFor) -> tuple[Caller, ResponsePlan, JobView]:
     """On a worker thread: the key's check and the submit, one hop off the event loop."""
-    caller = service.authenticate_consumer(api_key)
+    caller = service.authenticate_submitter(api_key)
     submission, plan = submission_for(caller)
     return caller, plan, service.submit_job(submission, caller)
 
