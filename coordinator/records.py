@@ -188,9 +188,7 @@ def node_by_id(session: Session, node_id: str) -> NodeRecord | None:
 
 
 def node_by_session(session: Session, session_token_sha256: str) -> NodeRecord | None:
-    row = session.execute(
-        select(nodes).where(nodes.c.session_token_sha256 == session_token_sha256)
-    ).first()
+    row = session.execute(_NODE_BY_SESSION, {"token": session_token_sha256}).first()
     return None if row is None else _node_from_row(row)
 
 
@@ -297,6 +295,7 @@ _QUEUED_AHEAD = select(func.count()).select_from(jobs).where(
 _INSERT_ASSIGNMENT = insert(job_assignments)
 _ALL_NODES = select(nodes).order_by(nodes.c.node_id)
 _NODE_BY_ID = select(nodes).where(nodes.c.node_id == bindparam("node_id"))
+_NODE_BY_SESSION = select(nodes).where(nodes.c.session_token_sha256 == bindparam("token"))
 _COMMITTED_BY_NODE = select(
     job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
 ).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id)
