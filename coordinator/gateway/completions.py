@@ -30,7 +30,7 @@ from coordinator.stops import StopScanner
 from coordinator.records import (
     ERROR_NO_CAPACITY, ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk,
 )
-from coordinator.service import CoordinatorService, JobView
+from coordinator.service import CoordinatorService, JobView, Watch
 from coordinator.submission import Submission
 
 log = logging.getLogger(__name__)
@@ -122,23 +122,25 @@ SubmissionFor = Callable[[Caller], tuple[Submission, ResponsePlan]]
 
 
 def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
-                             submission_for: SubmissionFor) -> tuple[Caller, ResponsePlan, JobView]:
+                             submission_for: SubmissionFor
+                             ) -> tuple[Caller, ResponsePlan, JobView, Watch | None]:
     """On a worker thread: the key's check and the submit, one hop off the event loop."""
     caller = service.authenticate_submitter(api_key)
     submission, plan = submission_for(caller)
-    return caller, plan, service.submit_job(submission, caller)
+    return caller, plan, *service.submit_watched(submission, caller)
 
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
                          submission_for: SubmissionFor) -> Response:
-    caller, plan, view = await bridge.call(_authenticate_and_submit, bridge.service, api_key,
-                                           submission_for)
+    caller, plan, view, watch = await bridge.call(_authenticate_and_submit, bridge.service,
+                                                  api_key, submission_for)
     job_id = view.job.job_id
     headers = {JOB_ID_HEADER: job_id}
     events: JobEvents | None = None
     try:
         view = await _admitted(bridge, request, caller, view)
-        events = bridge.open_events(job_id, caller)
+        events = bridge.open_events(job_id, caller, watch)
+        watch = None  # the events own it now
         first = await _until_disconnect(request, events.next())
         if isinstance(first, JobView) and not ended_well(first.job):
             raise await _failed(bridge, first.job)
@@ -155,6 +157,8 @@ async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
         bridge.cancel_soon(job_id, caller)
         return Response(status_code=499)
     finally:
+        if watch is not None:
+            watch.close()
         if events is not None:
             events.close()
 
