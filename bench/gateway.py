@@ -90,8 +90,8 @@ def _through_gateway(client: openai.OpenAI, prompt: str, max_tokens: int) -> Run
 def _phases(client: openai.OpenAI, runs: list[Run]) -> dict[str, float]:
     """Median ms of each step to the first token, from the job records and receipts."""
     steps: dict[str, list[float]] = {"node's own decode tokens/s": [],
-                                     "request to job placed": [],
-                                     "placed to the node's first token": [],
+                                     "request to the node's MLX start": [],
+                                     "MLX start to the node's first token": [],
                                      "node's first token to the coordinator": [],
                                      "coordinator to the client": []}
     for run in runs:
@@ -100,8 +100,9 @@ def _phases(client: openai.OpenAI, runs: list[Run]) -> dict[str, float]:
         timing, node_first_ms = job["timing"], receipt.get("first_token_at_ms", 0)
         steps["node's own decode tokens/s"].append(
             1000 * (receipt["completion_tokens"] - 1) / max(1, receipt["finished_at_ms"] - node_first_ms))
-        steps["request to job placed"].append(timing["assigned_at_ms"] - run.sent_ms)
-        steps["placed to the node's first token"].append(node_first_ms - timing["assigned_at_ms"])
+        # The node's clock: the machine's own, so these line up with the client's.
+        steps["request to the node's MLX start"].append(receipt["started_at_ms"] - run.sent_ms)
+        steps["MLX start to the node's first token"].append(node_first_ms - receipt["started_at_ms"])
         steps["node's first token to the coordinator"].append(
             timing["first_token_at_ms"] - node_first_ms)
         steps["coordinator to the client"].append(run.first_ms - timing["first_token_at_ms"])

@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from coordinator.errors import InsufficientBalance, InvalidRequest, NotFound, RateLimited, Unauthenticated
@@ -30,6 +33,7 @@ KEY_ID_HEX_CHARS = 16
 KEY_CHARS_MAX = 128
 LABEL_CHARS_MAX = 128
 RATE_WINDOW_MS = 60_000
+KNOWN_KEYS_MAX = 10_000  # keys one process remembers as authenticated (see KnownKeys)
 ANONYMOUS_CONSUMER = "anonymous"
 ANONYMOUS_NAME_CHARS_MAX = 64
 # Consumer ids become ledger account ids (`consumer:<id>`); "anonymous..." is reserved.
@@ -128,6 +132,15 @@ def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
     return [_key_from_row(row) for row in session.execute(query)]
 
 
+# Built once: every consumer request runs these (see coordinator.records on why).
+_KEY_BY_SECRET = select(api_keys).where(api_keys.c.secret_sha256 == bindparam("secret"))
+_LOCK_KEY = select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
+_KEY_SPEND = select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
+    api_keys.c.key_id == bindparam("key_id"))
+_ADD_SPEND = update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
+    spent_base_units=api_keys.c.spent_base_units + bindparam("amount"))
+
+
 def authenticate(session: Session, key: str | None) -> ApiKey:
     """The live key matching `key`; Unauthenticated for a missing, unknown or revoked one."""
     if not key:
@@ -135,12 +148,41 @@ def authenticate(session: Session, key: str | None) -> ApiKey:
                               "(create one with `mlxnet keys create --consumer NAME`)")
     if len(key) > KEY_CHARS_MAX or not _KEY_PATTERN.match(key):
         raise Unauthenticated("the API key is malformed: keys look like mlxk_<id>_<secret>")
-    row = session.execute(select(api_keys).where(api_keys.c.secret_sha256 == key_sha256(key))).first()
+    row = session.execute(_KEY_BY_SECRET, {"secret": key_sha256(key)}).first()
     if row is None:
         raise Unauthenticated("the API key is not valid: check it was copied whole")
     if row.revoked_at_ms is not None:
         raise Unauthenticated(f"the API key {row.key_id} was revoked; create a new one")
     return _key_from_row(row)
+
+
+class KnownKeys:
+    """Keys this process has authenticated, by hash, so a submit need not read them again.
+
+    A key's consumer, id and limits never change once it is created; its revocation does,
+    and is not remembered here: admit re-reads it under the key's row lock.
+    """
+
+    def __init__(self, keys_max: int = KNOWN_KEYS_MAX) -> None:
+        self._keys: dict[str, ApiKey] = {}
+        self._keys_max = keys_max
+        self._lock = threading.Lock()
+
+    def authenticate(self, session_for: Callable[[], AbstractContextManager[Session]],
+                     key: str | None) -> ApiKey:
+        """As authenticate, reading the database (in a session_for() session) only for a new key."""
+        digest = key_sha256(key) if key else ""
+        with self._lock:
+            known = self._keys.get(digest)
+        if known is not None:
+            return known
+        with session_for() as session:
+            found = authenticate(session, key)
+        with self._lock:
+            if len(self._keys) >= self._keys_max:
+                self._keys.clear()  # rare, and cheap to refill: one read per key
+            self._keys[digest] = found
+        return found
 
 
 def rate_refusal(limits: KeyLimits, recent_submits_ms: list[int], open_jobs: int,
@@ -163,8 +205,12 @@ def rate_refusal(limits: KeyLimits, recent_submits_ms: list[int], open_jobs: int
 
 
 def admit(session: Session, key: ApiKey, now_ms: int) -> None:
-    """Lock the key's row and refuse one more job over its rate or concurrency limit."""
-    session.execute(select(api_keys.c.key_id).where(api_keys.c.key_id == key.key_id).with_for_update())
+    """Lock the key's row and refuse one more job from a revoked key, or over its rate or
+    concurrency limit. Revocation is read here, under the lock: the caller's key may come
+    from KnownKeys."""
+    locked = session.execute(_LOCK_KEY, {"key_id": key.key_id}).first()
+    if locked is None or locked.revoked_at_ms is not None:
+        raise Unauthenticated(f"the API key {key.key_id} was revoked; create a new one")
     limits = key.limits
     recent: list[int] = []
     if limits.requests_per_minute_max is not None:
@@ -185,16 +231,14 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
 
 def add_spend(session: Session, key_id: str, amount: int) -> None:
     """Count a reservation against the key's spend limit (call after admit: the row is locked)."""
-    row = session.execute(select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units)
-                          .where(api_keys.c.key_id == key_id)).one()
+    row = session.execute(_KEY_SPEND, {"key_id": key_id}).one()
     limit = row.spend_limit_base_units
     if limit is not None and row.spent_base_units + amount > limit:
         raise InsufficientBalance(
             f"this job could cost up to {amount} base units and the API key has "
             f"{max(0, limit - row.spent_base_units)} of its {limit} spend limit left; "
             "lower max_tokens or raise the key's limit")
-    session.execute(update(api_keys).where(api_keys.c.key_id == key_id)
-                    .values(spent_base_units=api_keys.c.spent_base_units + amount))
+    session.execute(_ADD_SPEND, {"key": key_id, "amount": amount})
 
 
 def refund_spend(session: Session, key_id: str, amount: int) -> None:

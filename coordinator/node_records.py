@@ -130,8 +130,11 @@ def _pod_from_row(row) -> PodDeclaration:  # type: ignore[no-untyped-def]
                           cables=_cables_from_json(row.links_json))
 
 
+_ALL_PODS = select(pods).order_by(pods.c.pod_id)  # built once: every submit reads it
+
+
 def all_pods(session: Session) -> list[PodDeclaration]:
-    return [_pod_from_row(r) for r in session.execute(select(pods).order_by(pods.c.pod_id))]
+    return [_pod_from_row(r) for r in session.execute(_ALL_PODS)]
 
 
 def pod_by_id(session: Session, pod_id: str) -> PodDeclaration | None:

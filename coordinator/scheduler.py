@@ -8,6 +8,7 @@ so two coordinators on one PostgreSQL never over-commit a Mac.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, replace
@@ -145,16 +146,22 @@ def _chosen_macs_current(session: Session, placement: Placement, fleet: LiveFlee
     return not behind
 
 
-def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> bool:
-    attempt = job.attempt + 1
+def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> JobRecord | None:
+    """Assign the queued job; returns it as now stored (None when it had left the queue)."""
+    assigned = dataclasses.replace(
+        job, status=JobStatus.ASSIGNED, attempt=job.attempt + 1, strategy=placement.strategy,
+        layer_split=tuple(placement.layer_split), assigned_at_ms=now_ms,
+        explanation_json=json.dumps(placement.explanation.to_dict()),
+        node_ids=tuple(sorted(placement.node_ids)))  # in job_by_id's order
     moved = records.transition_job(
-        session, job.job_id, frozenset({JobStatus.QUEUED}), status=JobStatus.ASSIGNED,
-        attempt=attempt, strategy=placement.strategy, layer_split=placement.layer_split,
-        explanation_json=json.dumps(placement.explanation.to_dict()), assigned_at_ms=now_ms)
-    if moved:
-        records.add_assignments(session, job.job_id, attempt, tuple(
-            zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)))
-    return moved
+        session, job.job_id, frozenset({JobStatus.QUEUED}), status=assigned.status,
+        attempt=assigned.attempt, strategy=assigned.strategy, layer_split=assigned.layer_split,
+        explanation_json=assigned.explanation_json, assigned_at_ms=now_ms)
+    if not moved:
+        return None
+    records.add_assignments(session, job.job_id, assigned.attempt, tuple(
+        zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)))
+    return assigned
 
 
 def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) -> Placement | Unplaceable:
@@ -165,8 +172,9 @@ def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) ->
 
 
 def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet: FleetSnapshot,
-                    now_ms: int, config: CoordinatorConfig) -> bool:
-    """Commit a new job's placement in its submit transaction, when no older job waits.
+                    now_ms: int, config: CoordinatorConfig) -> JobRecord | None:
+    """Commit a new job's placement in its submit transaction, when no older job waits;
+    returns the job as assigned, None when it stays queued.
 
     Saves the job a scheduler pass on its way to a Mac; an older queued job keeps its
     turn. The chosen Macs are re-read under their row locks: if anything moved since the
@@ -174,13 +182,13 @@ def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet
     Where writers are serialized (SQLite) nothing can have moved, and nothing is re-read.
     """
     if records.queue_position(session, job) != 1:
-        return False
+        return None
     if not writes_serialized(session):  # the submit's read could be stale: re-read under locks
         records.lock_nodes(session, decision.node_ids)
         fresh = fresh_macs(session, list(decision.node_ids), now_ms, config).macs
         read = {mac.node_id: mac for mac in fleet.macs}
         if any(fresh[node_id] is None or fresh[node_id] != read.get(node_id) for node_id in decision.node_ids):
-            return False
+            return None
     return _commit(session, job, decision, now_ms)
 
 
@@ -224,7 +232,7 @@ def schedule_queued(session: Session, now_ms: int, config: CoordinatorConfig, fl
                 records.transition_job(session, job.job_id, frozenset({JobStatus.QUEUED}),
                                        explanation_json=json.dumps(decision.explanation.to_dict()))
                 continue
-            if _commit(session, job, decision, now_ms):
+            if _commit(session, job, decision, now_ms) is not None:
                 fleet.record_commit(decision)
                 placed.append((job.job_id, decision.node_ids))
     return SchedulingPass(tuple(placed), tuple(failed))

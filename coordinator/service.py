@@ -6,6 +6,8 @@ knows about gRPC.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import time
 import random
@@ -28,7 +30,7 @@ from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
 from coordinator.live_assignments import LiveAssignments
-from coordinator.live_chunks import LiveChunks
+from coordinator.live_chunks import LiveChunks, LiveReader
 from coordinator.notifier import Notifier, job_topic, node_topic
 from coordinator.records import JobRecord, JobStatus, NodeRecord, TokenChunk
 from coordinator.verification import outcomes as check_outcomes
@@ -58,6 +60,19 @@ _END_REASONS = {  # why cancel_job ended a job, by its error code
 }
 
 
+@dataclass
+class Watch:
+    """A placed job's live chunks, subscribed before the job committed (submit_watched)."""
+
+    job: JobRecord  # as submitted
+    live: LiveReader
+    version: int  # the job topic's notifier version when it subscribed
+    close: Callable[[], None]
+
+    def take(self, next_index: int) -> list[TokenChunk]:
+        return self.live.take(next_index)
+
+
 class CoordinatorService:
     def __init__(self, db: Database, clock: Clock, config: CoordinatorConfig,
                  notifier: Notifier | None = None, draws: random.Random | None = None) -> None:
@@ -67,6 +82,7 @@ class CoordinatorService:
         self.live_assignments = LiveAssignments()
         self.verifier: VerifierWorker | None = None
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
+        self._known_keys = api_keys.KnownKeys()
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self._draws = draws or random.SystemRandom()
 
@@ -80,13 +96,44 @@ class CoordinatorService:
             key = api_keys.authenticate(session, api_key)
         return Caller(key.consumer_id, key)
 
+    def authenticate_submitter(self, api_key: str | None) -> Caller:
+        """authenticate_consumer for a caller about to submit: a key seen before is known
+        without a read, since submit_job checks its revocation under the key's lock."""
+        if not api_key and self.config.allow_anonymous:
+            return api_keys.anonymous_caller()
+        key = self._known_keys.authenticate(self.db.read_transaction, api_key)
+        return Caller(key.consumer_id, key)
+
+    def submit_watched(self, sub: submission.Submission,
+                       caller: Caller | None = None) -> tuple[JobView, Watch | None]:
+        """submit_job, with a Watch on the job's chunks when it was placed at once.
+
+        The watch subscribes inside the submit transaction, before any chunk can be
+        stored: stream_job then starts without reading the database. Close it (or hand
+        it to stream_job, which does) once done.
+        """
+        with contextlib.ExitStack() as stack:
+            subscribed: list[tuple[LiveReader, int]] = []
+
+            def subscribe(job_id: str) -> None:
+                subscribed.append((stack.enter_context(self.live_chunks.subscribe(job_id)),
+                                   self.notifier.version(job_topic(job_id))))
+
+            view = self.submit_job(sub, caller, on_placed=subscribe)
+            if not subscribed:
+                return view, None
+            close = stack.pop_all().close
+        return view, Watch(view.job, *subscribed[0], close)
+
     def submit_job(self, sub: submission.Submission, caller: Caller | None = None, *,
-                   place_now: bool = False) -> JobView:
+                   place_now: bool = False,
+                   on_placed: Callable[[str], None] | None = None) -> JobView:
         """Queue a job; with a keyed caller, check its limits and reserve its maximum charge.
 
         A new job goes to a Mac in the same transaction when one is free and no older
         job waits. place_now refuses (NoCapacityNow) instead of queueing when no Mac can
         take it now. Any refusal rolls the whole transaction back: no job, no reservation.
+        on_placed(job_id) runs in the transaction once the job is placed, before it commits.
         """
         assert caller is None or sub.consumer_id == caller.consumer_id
         key = caller.key if caller is not None else None
@@ -103,13 +150,14 @@ class CoordinatorService:
                 assert request is not None, "submit checked the model is served"
                 decision = self._refuse_unrunnable(fleet, request, place_now)
                 if key is not None:
-                    billing.reserve(session, job, request.model, key)
-                placed = decision is not None and scheduler.place_submitted(
+                    job = dataclasses.replace(job, reserved_base_units=billing.reserve(
+                        session, job, request.model, key))
+                assigned = None if decision is None else scheduler.place_submitted(
                     session, job, decision, fleet, now, self.config)
-            if placed:
-                assigned = records.job_by_id(session, job.job_id)
-                assert assigned is not None
-                job = assigned
+                if assigned:
+                    job, placed = assigned, True
+                    if on_placed is not None:
+                        on_placed(job.job_id)
         if placed:
             # The node hears first, with no database read on its way: the consumer waits for it.
             self.live_assignments.publish(job)
@@ -196,31 +244,40 @@ class CoordinatorService:
             self.notifier.wait(topic, seen, min(remaining, self.config.stream_poll_interval_s))
 
     def stream_job(self, job_id: str, is_active: Callable[[], bool],
-                   caller: Caller | None = None) -> Iterator[TokenChunk | JobView]:
+                   caller: Caller | None = None,
+                   watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
         """Every token chunk from the first, as stored, then the final job view.
 
         Chunks this process stores come straight from the node's stream once committed;
         the database is read first (it checks the caller), on any gap and for the job's end.
+        With the submitter's watch (closed here) nothing can precede it: no first read.
         """
         next_index = delivered_chars = 0
         topic = job_topic(job_id)
-        read_database = True
-        with self.live_chunks.subscribe(job_id) as live:
+        read_database = watch is None
+        # Until the first wait, a watch holds all there is: it subscribed before the commit.
+        nothing_unread = watch is not None
+        job = watch.job if watch is not None else None
+        subscription = (contextlib.closing(watch) if watch is not None
+                        else self.live_chunks.subscribe(job_id))
+        with subscription as live:
             while is_active():
-                seen = self.notifier.version(topic)
+                # A watch's first wait counts from its subscription: a wake-up since is not missed.
+                seen = watch.version if nothing_unread and watch else self.notifier.version(topic)
                 chunks = [] if read_database else live.take(next_index)
-                if not chunks:
+                if not chunks and not nothing_unread:
                     with self.db.read_transaction() as session:
                         job = self._own_job(session, job_id, caller)
                         # Not token_chunks alone: after a mid-stream hand-back chunks may
                         # straddle next_index.
                         chunks = node_records.chunks_for_reader(session, job_id, next_index,
                                                                 delivered_chars)
-                    read_database = False
+                read_database = nothing_unread = False
                 for chunk in chunks:
                     next_index = chunk.first_index + len(chunk.token_ids)
                     delivered_chars += len(chunk.text)
                     yield chunk
+                assert job is not None
                 if job.status in records.TERMINAL_STATUSES:
                     yield self.get_job(job_id, caller)
                     return

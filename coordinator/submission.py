@@ -58,12 +58,23 @@ def _validate_messages(messages: tuple[ChatMessage, ...]) -> None:
                                  param=f"messages[{index}].role")
 
 
+# Unicode's White_Space, as the API schema's `\S` pattern reads it. str.isspace() also
+# counts the separators U+001C..U+001F, which the schema accepts as text.
+_WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+                         + "".join(map(chr, range(0x2000, 0x200B))))
+
+
+def is_blank(text: str) -> bool:
+    """Only white space (or nothing): no text to complete."""
+    return all(character in _WHITE_SPACE for character in text)
+
+
 def _validate_prompt(sub: Submission, config: CoordinatorConfig) -> None:
     if sub.messages and sub.prompt:
         raise InvalidRequest("send either prompt or messages, not both", param="prompt")
     if sub.messages:
         _validate_messages(sub.messages)
-    elif not sub.prompt.strip():
+    elif is_blank(sub.prompt):
         raise InvalidRequest("prompt is empty: send the text to complete", param="prompt")
     elif is_chat_prompt(sub.prompt):
         raise InvalidRequest("this prompt text is the canonical form of chat messages; send "

@@ -166,8 +166,14 @@ def reserve_job(
     `exceeds_credits` when the balance is short; a zero amount is `invalid_amount`
     (a free job needs no reservation). With timeout_s, expire_job may release it later.
     """
-    ensure_system_accounts(session)
-    return create_transfer(session, reservation_request(job_id, consumer_id, amount, timeout_s), now_us=now_us)
+    request = reservation_request(job_id, consumer_id, amount, timeout_s)
+    result = create_transfer(session, request, now_us=now_us)
+    # Every submit reserves: the system accounts are made on the first one rather than
+    # checked on each (a refused transfer writes nothing, so it is simply made again).
+    if result.code is ResultCode.CREDIT_ACCOUNT_NOT_FOUND:
+        ensure_system_accounts(session)
+        result = create_transfer(session, request, now_us=now_us)
+    return result
 
 
 def _escrow_payout(

@@ -9,12 +9,15 @@ follow cannot go stale. Nothing here commits or rolls back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, ColumnElement, Row, String, any_, bindparam, exists, insert, select, update
+from sqlalchemy import (
+    ARRAY, BigInteger, ColumnElement, Row, Select, String, Table, any_, bindparam, exists, insert, select, update,
+)
 from sqlalchemy.orm import Session
 
 from ledger import tables
@@ -42,17 +45,27 @@ _TRANSFER_COLUMNS = ("id", "sequence", "debit_account", "credit_account", "amoun
 assert _TRANSFER_COLUMNS == tuple(_TRANSFERS.columns.keys()), "_transfer_to_values follows the table's order"
 
 
+# Statements every ledger call runs are built once: a reused statement skips SQLAlchemy's
+# per-call construction and cache-key work (about 0.1 ms each on a single payment's path).
+_TOUCH_HEAD = update(_HEAD).where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID).values(last_sequence=_HEAD.c.last_sequence)
+_TOUCH_HEAD_RETURNING = _TOUCH_HEAD.returning(_HEAD.c.last_sequence, _HEAD.c.last_transfer_id, _HEAD.c.last_hash)
+_ADVANCE_HEAD = update(_HEAD).where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID).values(
+    last_sequence=bindparam("new_sequence"), last_transfer_id=bindparam("new_transfer_id"),
+    last_hash=bindparam("new_hash"))
+_CLOSED_UNTIL = select(tables.epochs.c.cutoff_us).order_by(tables.epochs.c.number.desc()).limit(1)
+_INSERT_TRANSFERS = insert(_TRANSFERS)
+_ACCOUNT_BY_ID = select(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("account_id"))
+
+
 def lock_chain_head(session: Session) -> ChainHead:
     """Take the ledger's write lock (a no-op UPDATE of the head row) and read the head."""
-    touch = update(_HEAD).where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID).values(last_sequence=_HEAD.c.last_sequence)
     if session.get_bind().dialect.update_returning:
         # One round trip instead of two: every ledger call starts here.
-        row = session.execute(touch.returning(_HEAD.c.last_sequence, _HEAD.c.last_transfer_id, _HEAD.c.last_hash))
-        head = row.one_or_none()
+        head = session.execute(_TOUCH_HEAD_RETURNING).one_or_none()
         if head is None:
             raise _not_installed()
         return ChainHead(head.last_sequence, head.last_transfer_id, head.last_hash)
-    if session.execute(touch).rowcount != 1:
+    if session.execute(_TOUCH_HEAD).rowcount != 1:
         raise _not_installed()
     return _read_head(session, for_update=True)
 
@@ -179,8 +192,7 @@ def load_snapshot(session: Session, operations: Sequence[Operation], head: Chain
 
 def closed_until_us(session: Session) -> int:
     """The cutoff of the last closed epoch (0 before the first close)."""
-    query = select(tables.epochs.c.cutoff_us).order_by(tables.epochs.c.number.desc()).limit(1)
-    return session.execute(query).scalar_one_or_none() or 0
+    return session.execute(_CLOSED_UNTIL).scalar_one_or_none() or 0
 
 
 def _chunks(values: Iterable[object]) -> Iterator[list[str]]:
@@ -195,23 +207,41 @@ def _transfers_where(session: Session, column: ColumnElement[Any], values: Itera
         query = f"SELECT {_COLUMNS_TEXT} FROM {_TRANSFERS.name} WHERE {column.name} {_AMONG} ORDER BY sequence"
         return [_transfer_from_row(row) for row in _driver_rows_among(session, query, values)]
     found: list[Transfer] = []
-    for condition in _among(session, column, values):
-        rows = session.execute(select(_TRANSFERS).where(condition).order_by(_TRANSFERS.c.sequence))
+    for statement, parameters in _among(session, _TRANSFERS, column.name, values, order_by="sequence"):
+        rows = session.execute(statement, parameters)
         found.extend(_transfer_from_row(row) for row in rows)
     found.sort(key=lambda transfer: transfer.sequence)
     return found
 
 
-def _among(session: Session, column: ColumnElement[Any], values: Iterable[object]) -> Iterator[ColumnElement[bool]]:
-    """Conditions that together select the rows whose column is one of the text values."""
+def _among(session: Session, table: Table, column: str, values: Iterable[object], *,
+           columns: tuple[str, ...] = (), order_by: str = "",
+           for_update: bool = False) -> Iterator[tuple[Select[Any], dict[str, object]]]:
+    """Statements, with their parameters, that together select the rows of table (or
+    just these columns) whose column is one of the text values."""
+    shape = (table, column, columns, order_by, for_update)
     if session.get_bind().dialect.name == "postgresql":
         # One array parameter: the statement text stays the same, so it is parsed once.
         wanted = sorted({value for value in values if isinstance(value, str)})
         if wanted:
-            yield column == any_(bindparam("among", wanted, type_=ARRAY(String)))
+            yield _select_among(*shape, array=True), {"among": wanted}
         return
     for chunk in _chunks(values):
-        yield column.in_(chunk)
+        yield _select_among(*shape, array=False), {"among": chunk}
+
+
+@functools.lru_cache(maxsize=64)
+def _select_among(table: Table, column: str, columns: tuple[str, ...], order_by: str, for_update: bool, *,
+                  array: bool) -> Select[Any]:
+    """Built once per shape: an array parameter (PostgreSQL) or an expanding IN list."""
+    chosen = select(*(table.c[name] for name in columns)) if columns else select(table)
+    if array:
+        chosen = chosen.where(table.c[column] == any_(bindparam("among", type_=ARRAY(String))))
+    else:
+        chosen = chosen.where(table.c[column].in_(bindparam("among", expanding=True)))
+    if order_by:
+        chosen = chosen.order_by(table.c[order_by])
+    return chosen.with_for_update() if for_update else chosen
 
 
 _COLUMNS_TEXT = ", ".join(_TRANSFER_COLUMNS)
@@ -265,9 +295,8 @@ def _accounts_for_update(session: Session, account_ids: set[str]) -> dict[str, A
         return {row[0]: _account_from_row(row) for row in _driver_rows_among(session, query, account_ids)}
     accounts: dict[str, Account] = {}
     # Locked in id order, so two writers never wait on each other in opposite orders.
-    for condition in _among(session, _ACCOUNTS.c.id, account_ids):
-        query = select(_ACCOUNTS).where(condition).order_by(_ACCOUNTS.c.id).with_for_update()
-        accounts.update((row.id, _account_from_row(row)) for row in session.execute(query))
+    for statement, parameters in _among(session, _ACCOUNTS, "id", account_ids, order_by="id", for_update=True):
+        accounts.update((row.id, _account_from_row(row)) for row in session.execute(statement, parameters))
     return accounts
 
 
@@ -294,7 +323,7 @@ def transfer_writer(session: Session) -> Iterator[Callable[[Sequence[Transfer]],
     gathered: list[Transfer] = []
     yield gathered.extend
     if gathered:
-        session.execute(insert(_TRANSFERS), [_transfer_to_row(transfer) for transfer in gathered])
+        session.execute(_INSERT_TRANSFERS, [_transfer_to_row(transfer) for transfer in gathered])
 
 
 def write(session: Session, evaluation: Evaluation) -> None:
@@ -312,11 +341,7 @@ def write(session: Session, evaluation: Evaluation) -> None:
     if changes:
         updated = session.execute(_MOVE_BALANCES, changes)
         assert updated.rowcount in (len(changes), -1), "an account vanished while locked"
-    session.execute(
-        update(_HEAD)
-        .where(_HEAD.c.id == tables.CHAIN_HEAD_ROW_ID)
-        .values(last_sequence=last.sequence, last_transfer_id=last.id, last_hash=last.hash)
-    )
+    session.execute(_ADVANCE_HEAD, {"new_sequence": last.sequence, "new_transfer_id": last.id, "new_hash": last.hash})
 
 
 _MOVE_BALANCES = (
@@ -337,7 +362,7 @@ _COPY_TYPES = ["int8" if isinstance(column.type, BigInteger) else "text" for col
 
 
 def read_account(session: Session, account_id: str) -> Account | None:
-    row = session.execute(select(_ACCOUNTS).where(_ACCOUNTS.c.id == account_id)).one_or_none()
+    row = session.execute(_ACCOUNT_BY_ID, {"account_id": account_id}).one_or_none()
     return None if row is None else _account_from_row(row)
 
 
@@ -358,8 +383,8 @@ def lock_and_read_accounts(session: Session, account_ids: Iterable[str]) -> dict
 
 def read_accounts(session: Session, account_ids: Iterable[str]) -> dict[str, Account]:
     accounts: dict[str, Account] = {}
-    for condition in _among(session, _ACCOUNTS.c.id, account_ids):
-        accounts.update((row.id, _account_from_row(row)) for row in session.execute(select(_ACCOUNTS).where(condition)))
+    for statement, parameters in _among(session, _ACCOUNTS, "id", account_ids):
+        accounts.update((row.id, _account_from_row(row)) for row in session.execute(statement, parameters))
     return accounts
 
 
@@ -405,8 +430,8 @@ def existing_transfer_ids(session: Session, transfer_ids: Iterable[str]) -> set[
         query = f"SELECT id FROM {_TRANSFERS.name} WHERE id {_AMONG}"
         return {row[0] for row in _driver_rows_among(session, query, wanted)}
     found: set[str] = set()
-    for condition in _among(session, _TRANSFERS.c.id, wanted):
-        found.update(session.scalars(select(_TRANSFERS.c.id).where(condition)))
+    for statement, parameters in _among(session, _TRANSFERS, "id", wanted, columns=("id",)):
+        found.update(session.scalars(statement, parameters))
     return found
 
 

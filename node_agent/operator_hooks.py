@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class OperatorHooks(AgentHooks):
         self._unsent_benchmark: BenchmarkResult | None = None
         self._next_benchmark_at = 0.0  # monotonic seconds; 0 runs one as soon as the worker is idle
         self._current_job: str | None = None
+        self._status_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="status-file")
         self.benchmark_ready: Callable[[], None] | None = None  # the agent heartbeats it out at once
         self._day, self._jobs, self._earned, self._unfinished = self._today_from_file()
 
@@ -109,7 +111,13 @@ class OperatorHooks(AgentHooks):
     def job_started(self, job_id: str) -> None:
         with self._lock:
             self._current_job = job_id
-        self.write_status()
+        # Off the MLX worker: the consumer is waiting for this job's first token. A write
+        # reads the state when it runs, so a late one never undoes a newer one.
+        self._status_writer.submit(self.write_status)
+
+    def flush_status(self) -> None:
+        """Wait until the status writes handed off so far are done."""
+        self._status_writer.submit(lambda: None).result()
 
     def job_finished(self, job_id: str, credited_base_units: int | None) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from node_agent.job_timeline import JobTimeline
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
 FLUSH_INTERVAL_S = 0.02  # longest a token waits for company; well under a reader's notice
+FIRST_WRITE_WAIT_S = 0.005  # longest generation waits for its first token to be written
 
 
 def _let_sender_run() -> None:
@@ -50,6 +51,7 @@ class TokenSender:
         self._prompt_tokens = 0
         self._logprobs: dict[int, TokenLogprob] = {}  # noted by generation, sent with the token
         self._ended = threading.Event()  # finish() was called: stop waiting for company
+        self._written = threading.Event()  # a chunk went out on the call
         self._thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
         self._thread.start()
 
@@ -70,6 +72,7 @@ class TokenSender:
             if self._timeline is not None and len(self.sent) == 1:
                 self._timeline.mark("first_chunk_to_grpc")
             yield chunk
+            self._written.set()  # gRPC asks for the next chunk once it has written this one
             if done:
                 return
 
@@ -111,7 +114,9 @@ class TokenSender:
                               () if logprob is None else (dataclasses.replace(logprob, text=text),),
                               self._prompt_tokens if index == 0 else 0))
         if index == 0:
-            _let_sender_run()
+            # The consumer waits for this one: let the sender write it before generation takes
+            # the GIL back for its next step (bounded, should the call be slow to open).
+            self._written.wait(FIRST_WRITE_WAIT_S)
         return not self.rejected
 
     def finish(self) -> None:

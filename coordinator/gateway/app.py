@@ -49,16 +49,22 @@ _STREAM_CONTENT = {"text/event-stream": {"schema": {"type": "string"}, "descript
 _bearer = HTTPBearer(auto_error=False, description="an MLX Network API key (mlxk_...)")
 
 
-async def _caller(request: Request, credentials: Annotated[
-        HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Caller:
+async def _key_text(request: Request, credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str | None:
+    """The bearer key as sent (checked against the database by whoever uses it)."""
     if credentials is None and request.headers.get("authorization"):
         raise Unauthenticated("send the API key as `Authorization: Bearer <key>`")
-    key = credentials.credentials if credentials is not None else None
+    return credentials.credentials if credentials is not None else None
+
+
+async def _caller(request: Request, key: Annotated[str | None, Depends(_key_text)]) -> Caller:
     bridge: Bridge = request.app.state.bridge
     return await bridge.call(bridge.service.authenticate_consumer, key)
 
 
 Authenticated = Annotated[Caller, Depends(_caller)]
+# Generation checks the key on the worker thread that submits the job: one hop, not two.
+KeyText = Annotated[str | None, Depends(_key_text)]
 IdempotencyKey = Annotated[str, Header(alias="idempotency-key", max_length=IDEMPOTENCY_KEY_CHARS_MAX,
                                       description="a retry with the same key returns the same job")]
 
@@ -76,17 +82,17 @@ def create_app(bridge: Bridge) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=ChatCompletion,
               responses={200: {"content": _STREAM_CONTENT}, **_GENERATION_ERRORS})
-    async def chat_completions(body: ChatCompletionRequest, request: Request, who: Authenticated,
+    async def chat_completions(body: ChatCompletionRequest, request: Request, key: KeyText,
                                idempotency_key: IdempotencyKey = "") -> Response:
-        submission, plan = chat_submission(body, who, idempotency_key)
-        return await run_completion(bridge, request, who, submission, plan)
+        return await run_completion(bridge, request, key,
+                                    lambda who: chat_submission(body, who, idempotency_key))
 
     @app.post("/v1/completions", response_model=Completion,
               responses={200: {"content": _STREAM_CONTENT}, **_GENERATION_ERRORS})
-    async def completions(body: CompletionRequest, request: Request, who: Authenticated,
+    async def completions(body: CompletionRequest, request: Request, key: KeyText,
                           idempotency_key: IdempotencyKey = "") -> Response:
-        submission, plan = completion_submission(body, who, idempotency_key)
-        return await run_completion(bridge, request, who, submission, plan)
+        return await run_completion(bridge, request, key,
+                                    lambda who: completion_submission(body, who, idempotency_key))
 
     @app.get("/v1/models", response_model=ModelList, responses=_COMMON_ERRORS)
     async def list_models(who: Authenticated, include_busy: Annotated[bool, Query(

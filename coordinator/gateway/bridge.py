@@ -21,7 +21,7 @@ import anyio
 from coordinator.api_keys import Caller
 from coordinator.errors import AlreadyDone, CoordinatorError, NoCapacityNow, NotFound
 from coordinator.records import ERROR_CANCELLED, TokenChunk
-from coordinator.service import CoordinatorService, JobView
+from coordinator.service import CoordinatorService, JobView, Watch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,8 +32,8 @@ class JobEvents:
     """A job's token chunks, then its final view, read on a thread from service.stream_job."""
 
     def __init__(self, service: CoordinatorService, job_id: str, caller: Caller,
-                 on_close: Callable[[], None]) -> None:
-        self._service, self.job_id, self._caller = service, job_id, caller
+                 on_close: Callable[[], None], watch: Watch | None = None) -> None:
+        self._service, self.job_id, self._caller, self._watch = service, job_id, caller, watch
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._closed = threading.Event()
@@ -49,7 +49,7 @@ class JobEvents:
     def _pump(self) -> None:
         try:
             for item in self._service.stream_job(self.job_id, lambda: not self._closed.is_set(),
-                                                 self._caller):
+                                                 self._caller, self._watch):
                 self._deliver(item)
         except CoordinatorError as error:
             self._deliver(error)
@@ -89,11 +89,12 @@ class Bridge:
         return await anyio.to_thread.run_sync(functools.partial(function, *args),
                                               limiter=self._waits, abandon_on_cancel=True)
 
-    def open_events(self, job_id: str, caller: Caller) -> JobEvents:
+    def open_events(self, job_id: str, caller: Caller, watch: Watch | None = None) -> JobEvents:
+        """The job's events; they take over the submitter's watch, if any."""
         if not self._streams.acquire(blocking=False):
             raise NoCapacityNow(f"the gateway is streaming its limit of {self._streams_max} jobs; "
                                 "retry shortly", retry_after_s=1)
-        return JobEvents(self.service, job_id, caller, self._streams.release)
+        return JobEvents(self.service, job_id, caller, self._streams.release, watch)
 
     def cancel_soon(self, job_id: str, caller: Caller, code: str = ERROR_CANCELLED) -> None:
         """End a job (its client went away, or it reached a stop sequence) off the event loop."""

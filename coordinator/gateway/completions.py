@@ -10,7 +10,7 @@ that goes away cancels its job; it pays for the tokens made, and no more.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import anyio
@@ -30,7 +30,7 @@ from coordinator.stops import StopScanner
 from coordinator.records import (
     ERROR_NO_CAPACITY, ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk,
 )
-from coordinator.service import JobView
+from coordinator.service import CoordinatorService, JobView, Watch
 from coordinator.submission import Submission
 
 log = logging.getLogger(__name__)
@@ -117,15 +117,30 @@ async def _failed(bridge: Bridge, job: JobRecord) -> JobError:
     return JobError(failure_error(job), job.job_id)
 
 
-async def run_completion(bridge: Bridge, request: Request, caller: Caller,
-                         submission: Submission, plan: ResponsePlan) -> Response:
-    view = await bridge.call(bridge.service.submit_job, submission, caller)
+# The request's own part of a job: what to submit and how to answer, once the caller is known.
+SubmissionFor = Callable[[Caller], tuple[Submission, ResponsePlan]]
+
+
+def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
+                             submission_for: SubmissionFor
+                             ) -> tuple[Caller, ResponsePlan, JobView, Watch | None]:
+    """On a worker thread: the key's check and the submit, one hop off the event loop."""
+    caller = service.authenticate_submitter(api_key)
+    submission, plan = submission_for(caller)
+    return caller, plan, *service.submit_watched(submission, caller)
+
+
+async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
+                         submission_for: SubmissionFor) -> Response:
+    caller, plan, view, watch = await bridge.call(_authenticate_and_submit, bridge.service,
+                                                  api_key, submission_for)
     job_id = view.job.job_id
     headers = {JOB_ID_HEADER: job_id}
     events: JobEvents | None = None
     try:
         view = await _admitted(bridge, request, caller, view)
-        events = bridge.open_events(job_id, caller)
+        events = bridge.open_events(job_id, caller, watch)
+        watch = None  # the events own it now
         first = await _until_disconnect(request, events.next())
         if isinstance(first, JobView) and not ended_well(first.job):
             raise await _failed(bridge, first.job)
@@ -142,6 +157,8 @@ async def run_completion(bridge: Bridge, request: Request, caller: Caller,
         bridge.cancel_soon(job_id, caller)
         return Response(status_code=499)
     finally:
+        if watch is not None:
+            watch.close()
         if events is not None:
             events.close()
 

@@ -189,8 +189,11 @@ def node_trust_of(session: Session, node_id: str, *, for_update: bool = False) -
     return NodeTrust(node_id, TrustRecord()) if row is None else _trust_from_row(row)
 
 
+_ALL_TRUST = select(node_trust)  # built once: every submit reads it (see coordinator.records)
+
+
 def all_node_trust(session: Session) -> dict[str, NodeTrust]:
-    return {row.node_id: _trust_from_row(row) for row in session.execute(select(node_trust))}
+    return {row.node_id: _trust_from_row(row) for row in session.execute(_ALL_TRUST)}
 
 
 def trust_of_nodes(session: Session, node_ids: list[str]) -> dict[str, NodeTrust]:

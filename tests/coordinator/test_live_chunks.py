@@ -83,3 +83,66 @@ def test_stream_job_yields_each_stored_chunk_once(tmp_path: Path,
     assert streamed[:-1] == stored and len(stored) == 39
     final = streamed[-1]
     assert isinstance(final, JobView) and final.job.status is JobStatus.FAILED
+
+
+def _node(service: CoordinatorService, node_id: str):  # type: ignore[no-untyped-def]
+    with service.db.transaction() as session:
+        node = records.node_by_id(session, node_id)
+    assert node is not None
+    return node
+
+
+def test_a_watched_stream_misses_nothing_and_starts_without_a_read(
+        tmp_path: Path, service: CoordinatorService, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The submitter's watch subscribes before the job commits: chunks stored before the
+    stream starts still come, and the stream's first look needs no database read."""
+    node = _node(service, _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,)))
+    view, watch = service.submit_watched(_submission(max_tokens=64))
+    assert watch is not None and view.job.status is JobStatus.ASSIGNED
+    job_id = view.job.job_id
+    service.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the stream starts
+    reads: list[str] = []
+    read_transaction = service.db.read_transaction
+
+    def counted():  # type: ignore[no-untyped-def]
+        reads.append(threading.current_thread().name)
+        return read_transaction()
+
+    monkeypatch.setattr(service.db, "read_transaction", counted)
+    stream = service.stream_job(job_id, lambda: True, watch=watch)
+    assert next(stream) == TokenChunk(0, (1, 2), "ab") and reads == []
+    service.accept_tokens(node, job_id, TokenChunk(2, (3,), "c"))
+    assert next(stream) == TokenChunk(2, (3,), "c") and reads == []
+    service.cancel_job(job_id)
+    final = list(stream)
+    assert isinstance(final[-1], JobView) and final[-1].job.status is JobStatus.FAILED
+    service.live_chunks.publish(job_id, [_chunk(3)])  # the watch was closed with the stream
+    assert watch.take(3) == []
+
+
+def test_a_watched_job_that_fails_before_its_stream_starts_ends_at_once(
+        tmp_path: Path, service: CoordinatorService) -> None:  # noqa: F811
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    view, watch = service.submit_watched(_submission(max_tokens=64))
+    assert watch is not None
+    service.cancel_job(view.job.job_id)  # notified before the stream's first wait
+    ended = threading.Event()
+    items: list[TokenChunk | JobView] = []
+
+    def read() -> None:
+        items.extend(service.stream_job(view.job.job_id, lambda: True, watch=watch))
+        ended.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    # Well under the poll interval: the wake-up since the watch subscribed is not missed.
+    assert ended.wait(service.config.stream_poll_interval_s / 2)
+    assert isinstance(items[-1], JobView) and items[-1].job.status is JobStatus.FAILED
+
+
+def test_a_queued_job_gets_no_watch(tmp_path: Path, service: CoordinatorService) -> None:  # noqa: F811
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    first, first_watch = service.submit_watched(_submission(max_tokens=64))
+    view, watch = service.submit_watched(_submission(max_tokens=64))  # the one Mac is busy
+    assert first_watch is not None and first.job.status is JobStatus.ASSIGNED
+    assert watch is None and view.job.status is JobStatus.QUEUED
+    first_watch.close()

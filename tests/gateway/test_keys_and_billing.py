@@ -190,3 +190,29 @@ def test_a_charge_never_exceeds_the_reservation(prompt_chars: int, max_tokens: i
                     prompt_format="chat" if chat else "text")
     reserved = max_job_charge(MODEL.parameter_count, prompt_tokens_bound(job, MODEL), max_tokens)
     assert chargeable_price(job, MODEL, prompt_tokens, made).consumer_charge <= reserved
+
+
+def test_a_job_placed_at_submit_is_returned_as_stored(service: CoordinatorService, node) -> None:  # type: ignore[no-untyped-def]
+    """The submit builds its answer from what it wrote, without reading the job back."""
+    consumer = new_consumer(service, "acme")
+    view = service.submit_job(consumer.submission(max_tokens=8), consumer.caller)
+    assert view.job.status is JobStatus.ASSIGNED and view.job.reserved_base_units > 0
+    assert view.job == _job(service, view.job.job_id)
+    assert view.chips == ("Apple M4 Max",)
+
+
+def test_a_key_known_to_the_gateway_still_cannot_submit_once_revoked(
+        service: CoordinatorService, node) -> None:  # type: ignore[no-untyped-def]
+    consumer = new_consumer(service, "acme")
+    caller = service.authenticate_submitter(consumer.key)
+    assert caller == consumer.caller
+    keys_cli.revoke(service.db, consumer.caller.key.key_id)  # type: ignore[union-attr]
+    remembered = service.authenticate_submitter(consumer.key)  # no read: the submit checks
+    with pytest.raises(Unauthenticated, match="revoked"):
+        service.submit_job(consumer.submission(), remembered)
+    with pytest.raises(Unauthenticated, match="revoked"):
+        service.authenticate_consumer(consumer.key)
+    after = consumer_balance(service, "acme")  # the refused submit reserved nothing
+    assert (after.debits_pending, after.available) == (0, MLX)
+    with service.db.transaction() as session:
+        assert records.queued_jobs(session, 10) == []

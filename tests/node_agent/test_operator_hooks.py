@@ -78,6 +78,7 @@ def test_the_status_file_keeps_todays_jobs_and_earnings(tmp_path: Path) -> None:
     host, runs = Host(), []
     hooks = _hooks(tmp_path, host, runs)
     hooks.job_started("job-1")
+    hooks.flush_status()  # written off the MLX worker's path
     assert read_status(tmp_path / "status.json").current_job == "job-1"  # type: ignore[union-attr]
     hooks.job_finished("job-1", 700)
     hooks.job_finished("job-2", None)
