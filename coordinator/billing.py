@@ -28,7 +28,9 @@ from coordinator.errors import InsufficientBalance
 from coordinator.records import PROMPT_TEXT, JobRecord, JobStatus
 from coordinator.tables import jobs
 from ledger import jobs as ledger_jobs
-from ledger.book import JobStep, balance, get_transfer, job_transfer_id, pending_state, transfers_for_job
+from ledger.book import (
+    JobStep, balance, get_transfer, job_transfer_id, lock_ledger, pending_state, transfers_for_job,
+)
 from ledger.model import ResultCode, TransferKind, TransferState
 from ledger.policy import JobPrice, max_job_charge, price_job
 
@@ -69,6 +71,15 @@ def consumer_balance(session: Session, consumer_id: str) -> int:
     """Base units the consumer can still reserve (0 without an account)."""
     found = balance(session, ledger_jobs.consumer_account_id(ConsumerId(consumer_id)))
     return 0 if found is None else found.available
+
+
+def lock_before_key(session: Session) -> None:
+    """The ledger's write lock, taken before a submit locks its API key's row.
+
+    Closing a job takes the ledger first and then corrects its key's spend (refund_spend),
+    so a submit that locked the key first and then reserved deadlocked with it on PostgreSQL.
+    """
+    lock_ledger(session)
 
 
 def reserve(session: Session, job: JobRecord, spec: ModelSpec, key: api_keys.ApiKey) -> int:

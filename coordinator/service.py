@@ -141,6 +141,7 @@ class CoordinatorService:
         placed = False
         with self.db.transaction() as session:
             if key is not None:
+                billing.lock_before_key(session)
                 api_keys.admit(session, key, now)
             fleet, nodes = scheduler.snapshot(session, now, self.config)  # read once per submit
             catalog = model_catalog(nodes)

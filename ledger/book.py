@@ -163,6 +163,13 @@ def create_transfer_chains(
     return evaluation.chain_results
 
 
+def lock_ledger(session: Session) -> None:
+    """Take the ledger's write lock now (every write takes it first; it is held to the commit).
+
+    For a caller that must order it before its own row locks (see coordinator.service)."""
+    store.lock_chain_head(session)
+
+
 def accounts_exist(session: Session, accounts: Iterable[tuple[str, AccountKind]]) -> bool:
     """Whether each (id, kind) exists as ensure_account would create it, in one read.
 

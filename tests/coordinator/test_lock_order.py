@@ -96,3 +96,30 @@ def test_a_receipt_waits_on_the_jobs_row_before_the_ledger(postgres_url: str, tm
     with db.transaction() as session:
         assert records.job_by_id(session, job.job_id).status is JobStatus.COMPLETED  # type: ignore[union-attr]
     db.dispose()
+
+
+def test_a_keyed_submit_takes_the_ledger_before_its_keys_row(postgres_url: str, tmp_path: Path) -> None:
+    """Closing a job locks the ledger, then corrects its key's spend. A submit with that key
+    must queue on the ledger too, not hold the key's row while it waits (a deadlock)."""
+    from tests.gateway.service_harness import make_service, new_consumer, register_node
+
+    service = make_service(postgres_url)
+    register_node(service, load_or_create_identity(tmp_path / "node.pem"), 4)
+    consumer = new_consumer(service, "acme")
+    key_id = consumer.caller.key.key_id  # type: ignore[union-attr]
+    submitted: list[object] = []
+    with psycopg.connect(postgres_url.replace("postgresql+psycopg", "postgresql")) as closer, \
+            psycopg.connect(postgres_url.replace("postgresql+psycopg", "postgresql"),
+                            autocommit=True) as admin:
+        closer.execute("UPDATE ledger_chain_head SET last_sequence = last_sequence")  # the ledger
+        submit = threading.Thread(target=lambda: submitted.append(
+            service.submit_job(consumer.submission(), consumer.caller)))
+        submit.start()
+        assert _waiting_on_a_lock(admin, WAIT_S), "the submit should wait for the ledger"
+        closer.execute("SET lock_timeout = '5s'")
+        closer.execute("UPDATE api_keys SET spent_base_units = spent_base_units WHERE key_id = %s",
+                       (key_id,))  # as refund_spend: the key's row is free
+        closer.commit()
+        submit.join(WAIT_S)
+    assert len(submitted) == 1 and submitted[0].job.status is JobStatus.ASSIGNED  # type: ignore[attr-defined]
+    service.db.dispose()
