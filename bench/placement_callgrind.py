@@ -11,8 +11,7 @@ Parts: decide (place), commit (try_commit and release), job (both), macs, pods a
 (the decision's stages). It prints instructions (Ir) per job for each part.
 
 Wall-clock figures on the shared machine swing with the load; these counts do not. They
-miss what caches cost: a loaded fleet's keys are scattered objects, so its decisions take
-longer per instruction than a fresh fleet's.
+do not see what cache misses cost, which a loaded, changing fleet may pay more of.
 """
 
 from __future__ import annotations
