@@ -88,20 +88,19 @@ class CoordinatorService:
 
     # --- consumers ---------------------------------------------------------
 
-    def authenticate_consumer(self, api_key: str | None, anonymous_name: str = "") -> Caller:
-        """The caller behind a request: its key's consumer, or anonymous when allowed and keyless."""
+    def authenticate_consumer(self, api_key: str | None, anonymous_name: str = "", *,
+                              to_submit: bool = False) -> Caller:
+        """The caller behind a request: its key's consumer, or anonymous when allowed and keyless.
+
+        to_submit: the caller is about to submit, so a key seen before is known without a
+        read (submit_job checks its revocation under the key's lock)."""
         if not api_key and self.config.allow_anonymous:
             return api_keys.anonymous_caller(anonymous_name)
-        with self.db.read_transaction() as session:
-            key = api_keys.authenticate(session, api_key)
-        return Caller(key.consumer_id, key)
-
-    def authenticate_submitter(self, api_key: str | None) -> Caller:
-        """authenticate_consumer for a caller about to submit: a key seen before is known
-        without a read, since submit_job checks its revocation under the key's lock."""
-        if not api_key and self.config.allow_anonymous:
-            return api_keys.anonymous_caller()
-        key = self._known_keys.authenticate(self.db.read_transaction, api_key)
+        if to_submit:
+            key = self._known_keys.authenticate(self.db.read_transaction, api_key)
+        else:
+            with self.db.read_transaction() as session:
+                key = api_keys.authenticate(session, api_key)
         return Caller(key.consumer_id, key)
 
     def submit_watched(self, sub: submission.Submission,

@@ -125,7 +125,7 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
                              submission_for: SubmissionFor
                              ) -> tuple[Caller, ResponsePlan, JobView, Watch | None]:
     """On a worker thread: the key's check and the submit, one hop off the event loop."""
-    caller = service.authenticate_submitter(api_key)
+    caller = service.authenticate_consumer(api_key, to_submit=True)
     submission, plan = submission_for(caller)
     return caller, plan, *service.submit_watched(submission, caller)
 

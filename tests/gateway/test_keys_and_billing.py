@@ -204,10 +204,10 @@ def test_a_job_placed_at_submit_is_returned_as_stored(service: CoordinatorServic
 def test_a_key_known_to_the_gateway_still_cannot_submit_once_revoked(
         service: CoordinatorService, node) -> None:  # type: ignore[no-untyped-def]
     consumer = new_consumer(service, "acme")
-    caller = service.authenticate_submitter(consumer.key)
+    caller = service.authenticate_consumer(consumer.key, to_submit=True)
     assert caller == consumer.caller
     keys_cli.revoke(service.db, consumer.caller.key.key_id)  # type: ignore[union-attr]
-    remembered = service.authenticate_submitter(consumer.key)  # no read: the submit checks
+    remembered = service.authenticate_consumer(consumer.key, to_submit=True)  # no read: the submit checks
     with pytest.raises(Unauthenticated, match="revoked"):
         service.submit_job(consumer.submission(), remembered)
     with pytest.raises(Unauthenticated, match="revoked"):
