@@ -31,7 +31,7 @@ from node_agent.inference.engine import (
 )
 from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_timeline import JobTimeline
-from node_agent.token_sender import TokenSender
+from node_agent.token_sender import SenderThreads, TokenSender
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class NodeAgent:
         self._running = 0  # dequeued and not yet reported; the worker and the reporter count it
         self._running_lock = threading.Lock()
         self._reporter = JobReporter(self._finish_generated)
+        self._sender_threads = SenderThreads()
         self._heartbeat_interval_s = 2.0
         self.stopping = threading.Event()
         self.registered = threading.Event()
@@ -199,7 +200,8 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
             top_logprobs=assignment.top_logprobs)
-        sender = TokenSender(self._client, assignment.job_id, timeline=timeline)
+        sender = TokenSender(self._client, assignment.job_id, timeline=timeline,
+                             threads=self._sender_threads)
         keep_going = self._hooks.keep_going
         timeline.mark("generating")
 
@@ -265,7 +267,7 @@ class NodeAgent:
     def _run_pod(self, assignment: Assignment) -> None:
         """Lead a pod job: the hooks start every rank; tokens and the receipt go out as for one Mac."""
         self._hooks.job_started(assignment.job_id)
-        sender = TokenSender(self._client, assignment.job_id)
+        sender = TokenSender(self._client, assignment.job_id, threads=self._sender_threads)
         outcome: PodJobResult = self._hooks.run_pod_job(assignment, sender)
         chunks = sender.close()
         if outcome.failure_reason is not None:

@@ -17,7 +17,7 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from contracts.logprobs import TokenLogprob
 from node_agent.coordinator_client import (
@@ -40,7 +40,11 @@ def _let_sender_run() -> None:
 class TokenSender:
     def __init__(self, client: CoordinatorClient, job_id: str,
                  flush_interval_s: float = FLUSH_INTERVAL_S,
-                 timeline: JobTimeline | None = None) -> None:
+                 timeline: JobTimeline | None = None,
+                 threads: SenderThreads | None = None) -> None:
+        """threads: where the sender runs, already started (SenderThreads); None starts one.
+        Starting a thread waits until it runs, milliseconds on a busy machine, before the
+        first token can go."""
         self._client = client
         self._timeline = timeline
         self._job_id = job_id
@@ -52,8 +56,12 @@ class TokenSender:
         self._logprobs: dict[int, TokenLogprob] = {}  # noted by generation, sent with the token
         self._ended = threading.Event()  # finish() was called: stop waiting for company
         self._written = threading.Event()  # a chunk went out on the call
-        self._thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
-        self._thread.start()
+        if threads is None:
+            thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
+            thread.start()
+            self._wait_sent = thread.join
+        else:
+            self._wait_sent = threads.run(self._send)
 
     def _pending(self) -> Iterator[Chunk]:
         """Chunks as queued; those that come within the flush interval go out merged.
@@ -129,7 +137,7 @@ class TokenSender:
     def close(self) -> list[Chunk]:
         """Finish the call; returns every chunk, with the boundaries already sent kept."""
         self.finish()
-        self._thread.join()
+        self._wait_sent()
         unsent = []
         while True:
             chunk = self._queue.get_nowait() if not self._queue.empty() else _DONE
@@ -137,3 +145,48 @@ class TokenSender:
                 break
             unsent.append(chunk)
         return self.sent + unsent
+
+
+
+class SenderThreads:
+    """Daemon threads for TokenSenders, one always started and idle ahead of the next job.
+
+    A sender holds its thread for its job's whole stream. The thread that takes the last
+    idle place starts the next spare itself, so no job's start waits for a thread to start.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._start_thread()
+
+    def _start_thread(self) -> None:
+        with self._lock:
+            self._idle += 1
+        threading.Thread(target=self._serve, name="tokens", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            task = self._tasks.get()
+            with self._lock:
+                self._idle -= 1
+                last_idle = self._idle == 0
+            if last_idle:
+                self._start_thread()
+            task()
+            with self._lock:
+                self._idle += 1
+
+    def run(self, task: Callable[[], None]) -> Callable[[], None]:
+        """Run task on an idle thread; returns a function that waits until it has run."""
+        done = threading.Event()
+
+        def run_then_signal() -> None:
+            try:
+                task()
+            finally:
+                done.set()
+
+        self._tasks.put(run_then_signal)
+        return done.wait

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 
 from node_agent.coordinator_client import Chunk
-from node_agent.token_sender import TokenSender
+from node_agent.token_sender import SenderThreads, TokenSender
 
 
 class _FakeClient:
@@ -64,3 +64,26 @@ def test_finish_sends_the_last_tokens_without_waiting_and_close_keeps_them() -> 
     assert [(c.first_index, c.token_ids, c.text) for c in client.received] == [
         (0, (1,), "x"), (1, (2, 3), "yz")]
     assert sender.close() == client.received  # closing again changes nothing
+
+
+class _ThreadNotingClient(_FakeClient):
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[threading.Thread] = []
+
+    def stream_tokens(self, job_id: str, chunks: Iterator[Chunk]) -> None:
+        self.threads.append(threading.current_thread())
+        super().stream_tokens(job_id, chunks)
+
+
+def test_senders_run_on_threads_started_before_their_jobs() -> None:
+    threads = SenderThreads()
+    client = _ThreadNotingClient()
+    for job in ("job-4", "job-5", "job-6"):
+        already_running = set(threading.enumerate())
+        sender = TokenSender(client, job, flush_interval_s=0.0,  # type: ignore[arg-type]
+                             threads=threads)
+        sender.offer(0, 1, "x")
+        assert [(c.first_index, c.token_ids) for c in sender.close()] == [(0, (1,))]
+        assert client.threads[-1] in already_running
+    assert len(client.threads) == 3
