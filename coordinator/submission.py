@@ -58,8 +58,8 @@ def _validate_messages(messages: tuple[ChatMessage, ...]) -> None:
                                  param=f"messages[{index}].role")
 
 
-# Unicode's White_Space, as the API schema's `\S` pattern reads it. str.isspace() also
-# counts the separators U+001C..U+001F, which the schema accepts as text.
+# Unicode's White_Space, as the API schema's prompt pattern spells it out. str.isspace()
+# also counts the separators U+001C..U+001F, which the schema accepts as text.
 _WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                          + "".join(map(chr, range(0x2000, 0x200B))))
 

@@ -47,7 +47,11 @@ class ChatMessageIn(_Request):
 
 StopText = Annotated[str, Field(min_length=1, max_length=STOP_CHARS_MAX)]
 Stop = StopText | Annotated[list[StopText], Field(max_length=STOP_SEQUENCES_MAX)] | None
-PromptText = Annotated[str, Field(min_length=1, max_length=PROMPT_CHARS_MAX, pattern=r"\S",
+# A character outside Unicode's White_Space, spelled out: `\S` means other sets in other
+# regex engines (ECMA-262's, which JSON Schema uses, counts U+0085 as text; pydantic's does not).
+NOT_WHITE_SPACE = r"[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+PromptText = Annotated[str, Field(min_length=1, max_length=PROMPT_CHARS_MAX,
+                                  pattern=NOT_WHITE_SPACE,
                                   description="text to complete, not only whitespace")]
 
 
