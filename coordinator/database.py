@@ -8,7 +8,8 @@ a plain BEGIN, so readers (WAL) neither wait for writers nor hold them up.
 A transaction is durable when it commits (the disk has it), unless it asks not to be
 (`transaction(durable=False)`): then its commit does not wait for the disk. A machine
 crash or power cut may lose such a transaction, whole, never half of it; a process
-crash loses nothing, and the next durable commit makes it durable too.
+crash loses nothing, and the next durable commit makes it durable too: `make_durable`
+is such a commit, for a caller that must not answer before its earlier commit is durable.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 import migrations
+from coordinator.tables import durability_marks
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,10 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 _READ_ONLY = "mlxnet_read_only"  # execution option: this transaction never writes
 _NOT_DURABLE = "mlxnet_not_durable"  # execution option: the commit need not wait for the disk
 _SQLITE_SYNC = "mlxnet_synchronous"  # connection info: the PRAGMA synchronous it has now
+# A write, so that the commit has something to flush (a transaction that writes nothing
+# makes neither database wait for its disk).
+_NEXT_MARK = update(durability_marks).where(durability_marks.c.id == 1).values(
+    mark=durability_marks.c.mark + 1)
 
 
 def default_sqlite_url(data_dir: Path) -> str:
@@ -125,6 +131,12 @@ class Database:
             session.connection(execution_options={_NOT_DURABLE: True})
         else:  # PostgreSQL: this transaction's commit returns before its WAL is flushed
             session.execute(text("SET LOCAL synchronous_commit = off"))
+
+    def make_durable(self) -> None:
+        """Return once every transaction committed before the call is on disk."""
+        with self.transaction() as session:
+            if session.execute(_NEXT_MARK).rowcount != 1:
+                raise RuntimeError("the durability_marks row is missing: run `mlxnet db upgrade`")
 
     @contextlib.contextmanager
     def read_transaction(self) -> Iterator[Session]:

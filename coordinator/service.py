@@ -103,8 +103,8 @@ class CoordinatorService:
                 key = api_keys.authenticate(session, api_key)
         return Caller(key.consumer_id, key)
 
-    def submit_watched(self, sub: submission.Submission,
-                       caller: Caller | None = None) -> tuple[JobView, Watch | None]:
+    def submit_watched(self, sub: submission.Submission, caller: Caller | None = None, *,
+                       durable: bool = True) -> tuple[JobView, Watch | None]:
         """submit_job, with a Watch on the job's chunks when it was placed at once.
 
         The watch subscribes inside the submit transaction, before any chunk can be
@@ -118,7 +118,7 @@ class CoordinatorService:
                 subscribed.append((stack.enter_context(self.live_chunks.subscribe(job_id)),
                                    self.notifier.version(job_topic(job_id))))
 
-            view = self.submit_job(sub, caller, on_placed=subscribe)
+            view = self.submit_job(sub, caller, on_placed=subscribe, durable=durable)
             if not subscribed:
                 return view, None
             close = stack.pop_all().close
@@ -126,19 +126,22 @@ class CoordinatorService:
 
     def submit_job(self, sub: submission.Submission, caller: Caller | None = None, *,
                    place_now: bool = False,
-                   on_placed: Callable[[str], None] | None = None) -> JobView:
+                   on_placed: Callable[[str], None] | None = None,
+                   durable: bool = True) -> JobView:
         """Queue a job; with a keyed caller, check its limits and reserve its maximum charge.
 
         A new job goes to a Mac in the same transaction when one is free and no older
         job waits. place_now refuses (NoCapacityNow) instead of queueing when no Mac can
         take it now. Any refusal rolls the whole transaction back: no job, no reservation.
         on_placed(job_id) runs in the transaction once the job is placed, before it commits.
+        durable=False: the commit does not wait for the disk; the caller calls
+        db.make_durable() before anyone hears of the job.
         """
         assert caller is None or sub.consumer_id == caller.consumer_id
         key = caller.key if caller is not None else None
         now = self.clock.now_ms()
         placed = False
-        with self.db.transaction() as session:
+        with self.db.transaction(durable=durable) as session:
             if key is not None:
                 billing.lock_before_key(session)
                 api_keys.admit(session, key, now)

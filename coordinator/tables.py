@@ -169,3 +169,11 @@ pods = Table(
     Column("links_json", Text, nullable=False),
     Column("declared_at_ms", BigInteger, nullable=False),
 )
+
+# One row. A durable write to it makes every transaction committed before it durable too
+# (Database.make_durable): both SQLite's and PostgreSQL's write-ahead logs flush in order.
+durability_marks = Table(
+    "durability_marks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("mark", BigInteger, nullable=False),
+)

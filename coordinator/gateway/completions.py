@@ -9,6 +9,7 @@ that goes away cancels its job; it pays for the tokens made, and no more.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -124,16 +125,21 @@ SubmissionFor = Callable[[Caller], tuple[Submission, ResponsePlan]]
 def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
                              submission_for: SubmissionFor
                              ) -> tuple[Caller, ResponsePlan, JobView, Watch | None]:
-    """On a worker thread: the key's check and the submit, one hop off the event loop."""
+    """On a worker thread: the key's check and the submit, one hop off the event loop.
+
+    The submit does not wait for the disk: run_completion makes it durable while the
+    node starts, before the client hears of the job."""
     caller = service.authenticate_consumer(api_key, to_submit=True)
     submission, plan = submission_for(caller)
-    return caller, plan, *service.submit_watched(submission, caller)
+    return caller, plan, *service.submit_watched(submission, caller, durable=False)
 
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
                          submission_for: SubmissionFor) -> Response:
     caller, plan, view, watch = await bridge.call(_authenticate_and_submit, bridge.service,
                                                   api_key, submission_for)
+    # The disk's wait (milliseconds) overlaps the node's start instead of preceding it.
+    durable = asyncio.ensure_future(bridge.call(bridge.service.db.make_durable))
     job_id = view.job.job_id
     headers = {JOB_ID_HEADER: job_id}
     events: JobEvents | None = None
@@ -161,6 +167,11 @@ async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
             watch.close()
         if events is not None:
             events.close()
+        try:
+            await durable  # no answer, not even an error naming the job, goes out before it
+        except BaseException:
+            bridge.cancel_soon(job_id, caller)  # the client is told it failed: it must not run on
+            raise
 
 
 async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
