@@ -89,12 +89,19 @@ class Bridge:
         return await anyio.to_thread.run_sync(functools.partial(function, *args),
                                               limiter=self._waits, abandon_on_cancel=True)
 
-    def open_events(self, job_id: str, caller: Caller, watch: Watch | None = None) -> JobEvents:
-        """The job's events; they take over the submitter's watch, if any."""
+    def take_stream_slot(self) -> Callable[[], None]:
+        """One of the streams the gateway allows, taken before the job is submitted (a full
+        gateway then refuses with nothing to undo); returns its release."""
         if not self._streams.acquire(blocking=False):
             raise NoCapacityNow(f"the gateway is streaming its limit of {self._streams_max} jobs; "
                                 "retry shortly", retry_after_s=1)
-        return JobEvents(self.service, job_id, caller, self._streams.release, watch)
+        return self._streams.release
+
+    def open_events(self, job_id: str, caller: Caller, release_slot: Callable[[], None],
+                    watch: Watch | None = None) -> JobEvents:
+        """The job's events, in the slot taken for them; they take over the submitter's
+        watch, if any, and release the slot when they end."""
+        return JobEvents(self.service, job_id, caller, release_slot, watch)
 
     def cancel_soon(self, job_id: str, caller: Caller, code: str = ERROR_CANCELLED) -> None:
         """End a job (its client went away, or it reached a stop sequence) off the event loop."""

@@ -136,8 +136,13 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
                          submission_for: SubmissionFor) -> Response:
-    caller, plan, view, watch = await bridge.call(_authenticate_and_submit, bridge.service,
-                                                  api_key, submission_for)
+    release_slot: Callable[[], None] | None = bridge.take_stream_slot()
+    try:
+        caller, plan, view, watch = await bridge.call(_authenticate_and_submit, bridge.service,
+                                                      api_key, submission_for)
+    except BaseException:
+        release_slot()
+        raise
     # The disk's wait (milliseconds) overlaps the node's start instead of preceding it.
     durable = asyncio.ensure_future(bridge.call(bridge.service.db.make_durable))
     job_id = view.job.job_id
@@ -145,8 +150,8 @@ async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
     events: JobEvents | None = None
     try:
         view = await _admitted(bridge, request, caller, view)
-        events = bridge.open_events(job_id, caller, watch)
-        watch = None  # the events own it now
+        events = bridge.open_events(job_id, caller, release_slot, watch)
+        watch = release_slot = None  # the events own them now
         first = await _until_disconnect(request, events.next())
         if isinstance(first, JobView) and not ended_well(first.job):
             raise await _failed(bridge, first.job)
@@ -165,6 +170,8 @@ async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
     finally:
         if watch is not None:
             watch.close()
+        if release_slot is not None:
+            release_slot()
         if events is not None:
             events.close()
         try:

@@ -13,11 +13,13 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
+from sqlalchemy import select
 
 from coordinator.api_keys import KeyLimits
 from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.records import ERROR_PROMPT_TOO_LONG, NodeRecord
 from coordinator.service import CoordinatorService
+from coordinator.tables import jobs
 from node_agent.identity import load_or_create_identity
 from tests.gateway.service_harness import MODEL, Consumer, consumer_balance, make_service, new_consumer, register_node
 
@@ -175,3 +177,39 @@ def test_models_list_their_live_capacity(harness: Harness) -> None:
     everything = httpx2.get(f"{harness.base_url}/models?all=true",
                             headers={"authorization": f"Bearer {consumer.key}"}).json()["data"]
     assert everything[0]["capacity"]["macs_available"] == 0
+
+
+def test_503_when_the_gateway_streams_its_limit_and_no_job_is_made(
+        database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("coordinator.gateway.server.STREAMS_MAX", 1)
+    service = make_service(database_url)
+    node = register_node(service, load_or_create_identity(tmp_path / "node.pem"), 2)
+    gateway = start_gateway(service)
+    harness = Harness(service, gateway, node)
+    consumer = new_consumer(service, "acme")
+    ended: list[openai.APIStatusError] = []
+
+    def hold_a_stream() -> None:
+        with harness.client(consumer.key) as client, pytest.raises(openai.APIStatusError) as cut:
+            _chat(client)  # its job is cancelled below
+        ended.append(cut.value)
+
+    first = threading.Thread(target=hold_a_stream, daemon=True)
+    try:
+        first.start()  # holds the gateway's one stream while its Mac says nothing
+        job = next(iter(service.assignments(node, lambda: True)))
+        held = consumer_balance(service, "acme").debits_pending
+        with harness.client(consumer.key) as client, pytest.raises(
+                openai.InternalServerError) as raised:
+            _chat(client)
+        assert raised.value.status_code == 503 and "streaming its limit" in raised.value.message
+        assert consumer_balance(service, "acme").debits_pending == held  # the Mac had room
+        with service.db.read_transaction() as session:
+            made = session.execute(select(jobs.c.job_id).where(jobs.c.consumer_id == "acme"))
+            assert made.scalars().all() == [job.job_id]
+        service.cancel_job(job.job_id)
+        first.join(30)
+        assert [error.status_code for error in ended] == [502]
+    finally:
+        gateway.stop()
+        service.db.dispose()
