@@ -8,9 +8,9 @@ the coordinator stores each first index once.
 The first token goes at once; later ones wait at most FLUSH_INTERVAL_S and go
 together, so the coordinator stores (and the consumer reads) a few tokens per
 message rather than one: each message costs the coordinator a transaction, and
-each costs the node, the coordinator and the reader a few thread wake-ups (about
-2.5-3 ms of CPU in all, measured on the 2-core benchmark machine), CPU that decoding on the
-same machine loses. The job's end flushes at once.
+the node, the coordinator and the reader a few thread wake-ups (2.5-3 ms of CPU in
+all, measured on the 2-core benchmark machine), which decoding on the same machine
+loses. The job's end flushes at once.
 """
 
 from __future__ import annotations
@@ -147,7 +147,6 @@ class TokenSender:
                 break
             unsent.append(chunk)
         return self.sent + unsent
-
 
 
 class SenderThreads:
