@@ -1,5 +1,6 @@
 """A completion's submit commits without waiting for the disk; nothing reaches the client
-until Database.make_durable has returned, and the wait overlaps the node's start."""
+until Database.make_durable has returned, and the wait overlaps the node's start.
+(make_durable itself: tests/coordinator/test_durable_commits.py.)"""
 
 from __future__ import annotations
 
@@ -9,34 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import openai
-import pytest
 
 from coordinator.database import Database
 from coordinator.gateway.server import start_gateway
 from coordinator.records import TokenChunk
-from coordinator.tables import durability_marks
 from node_agent.identity import load_or_create_identity
 from tests.gateway.service_harness import MODEL, make_service, new_consumer, register_node
 
 WAIT_S = 30
-
-
-def _mark(db: Database) -> int:
-    with db.read_transaction() as session:
-        return session.execute(durability_marks.select()).one().mark
-
-
-def test_make_durable_writes_the_mark_row(database_url: str) -> None:
-    db = make_service(database_url).db
-    before = _mark(db)
-    db.make_durable()
-    db.make_durable()
-    assert _mark(db) == before + 2
-    with db.transaction() as session:
-        session.execute(durability_marks.delete())
-    with pytest.raises(RuntimeError, match="mlxnet db upgrade"):
-        db.make_durable()  # with nothing to write its commit would wait for nothing
-    db.dispose()
 
 
 @contextlib.contextmanager
