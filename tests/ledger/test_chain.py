@@ -52,22 +52,43 @@ def test_an_untouched_chain_verifies(session: Session) -> None:
     assert book.verify_balances(session).ok
 
 
-@pytest.mark.parametrize(
-    ("statement", "first_bad"),
-    [
-        ("UPDATE ledger_transfers SET amount = amount + 1 WHERE id = 't2'", "t2"),
-        ("UPDATE ledger_transfers SET credit_account = 'external:deposits' WHERE id = 't1'", "t1"),
-        ("UPDATE ledger_transfers SET job_id = 'job-x' WHERE id = 'r1'", "r1"),
-        ("UPDATE ledger_transfers SET created_at_us = created_at_us + 1 WHERE id = 'p1'", "p1"),
-        ("UPDATE ledger_transfers SET prev_hash = hash WHERE id = 't3'", "t3"),
-        ("UPDATE ledger_transfers SET hash = prev_hash WHERE id = 't1'", "t1"),
-    ],
-)
+EDITS = [
+    ("UPDATE ledger_transfers SET amount = amount + 1 WHERE id = 't2'", "t2"),
+    ("UPDATE ledger_transfers SET credit_account = 'external:deposits' WHERE id = 't1'", "t1"),
+    ("UPDATE ledger_transfers SET job_id = 'job-x' WHERE id = 'r1'", "r1"),
+    ("UPDATE ledger_transfers SET created_at_us = created_at_us + 1 WHERE id = 'p1'", "p1"),
+    ("UPDATE ledger_transfers SET prev_hash = hash WHERE id = 't3'", "t3"),
+    ("UPDATE ledger_transfers SET hash = prev_hash WHERE id = 't1'", "t1"),
+    ("DELETE FROM ledger_transfers WHERE id = 't1'", "t2"),  # found at its successor
+    ("DELETE FROM ledger_transfers WHERE id = 't3'", "t3"),  # the tail: found through the head
+]
+
+
+@pytest.mark.parametrize(("statement", "first_bad"), EDITS)
 def test_an_edited_row_is_found(session: Session, statement: str, first_bad: str) -> None:
     build_ledger(session)
     session.execute(text(statement))
     check = book.verify_chain(session)
     assert not check.ok and check.first_bad_transfer_id == first_bad, check.reason
+
+
+@pytest.mark.parametrize(("statement", "first_bad"), EDITS)
+def test_the_full_audit_names_the_edited_row_first(session: Session, statement: str, first_bad: str) -> None:
+    build_ledger(session)
+    session.execute(text(statement))
+    chain_differences = [d for d in audit(session).differences if d.check == "chain"]
+    assert [d.subject for d in chain_differences] == [first_bad], chain_differences
+
+
+@pytest.mark.parametrize("value", ["created_at_us + 0.5", "'1000'", "x'31303030'"])
+def test_a_non_integer_in_an_integer_column_is_reported_as_an_edit(session: Session, value: str) -> None:
+    """SQLite stores a float, a text or a blob in any column; the audit names the row, it does not stop."""
+    if session.get_bind().dialect.name != "sqlite":
+        pytest.skip("PostgreSQL's bigint columns hold only integers")
+    build_ledger(session)
+    session.execute(text(f"UPDATE ledger_transfers SET created_at_us = {value} WHERE id = 't2'"))
+    differences = audit(session).differences
+    assert [(d.check, d.subject) for d in differences] == [("chain", "t2")], differences
 
 
 def test_a_deleted_row_is_found_at_its_successor(session: Session) -> None:
