@@ -29,7 +29,9 @@ from ledger.epochs import epoch_tree
 from ledger.model import TransferKind
 from ledger.policy import price_job, policy_for_version
 
-AUDIT_PAGE_SIZE = 5_000
+# Small enough that a page's rows stay in the CPU cache while they are hashed: 5,000-row
+# pages cost about 10% more CPU a transfer than 1,000-row ones (bench.ledger, both databases).
+AUDIT_PAGE_SIZE = 1_000
 DIFFERENCES_MAX = 1_000  # stop collecting past this: the first ones say what broke
 _CREDIT = str(TransferKind.JOB_OPERATOR_CREDIT)
 _PAYOUT = str(TransferKind.EPOCH_PAYOUT)
