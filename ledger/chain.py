@@ -103,8 +103,8 @@ def stored_row_encoder() -> Callable[[Sequence[Any]], bytes]:
     need no escaping) or GENESIS_HASH: the audit checks that link first. Account ids,
     states, kinds and policy versions repeat, so their quoted text is looked up, not rebuilt.
     The integers are written as str() writes them, not with the slower :d: a value that is
-    not an int (SQLite stores what it is given) writes other text, so the audit reports the
-    row as edited instead of stopping on a format error.
+    not an int (SQLite stores what it is given) writes other text, so the row fails its hash
+    check instead of raising here.
     """
     quoted: dict[str | None, str] = {}
 

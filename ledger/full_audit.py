@@ -9,8 +9,8 @@
 - anchors (when a chain is supplied): each epoch's root is the one on chain.
 It streams raw rows in one query through the driver's cursor (server-side on
 PostgreSQL), so it runs in bounded memory without building an object per row; the
-cost per transfer is mostly its sha256. Every difference names the transfer (or epoch)
-behind it.
+cost per transfer is mostly the driver building its row, then its encoding and sha256.
+Every difference names the transfer (or epoch) behind it.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from ledger.full_audit import audit
 from ledger.chain import (
     ENCODING_VERSION,
     GENESIS_HASH,
+    QUOTED_REMEMBERED_MAX,
     canonical_encoding,
     encode_row,
     linked,
@@ -180,6 +181,15 @@ def test_the_new_row_encoder_is_encode_row(rows: list) -> None:  # type: ignore[
     encode = row_encoder()  # one encoder over many rows, as a batch of payments uses it
     for row in rows:
         assert encode(row) == encode_row(row)
+
+
+def test_the_encoders_stay_exact_past_the_remembered_limit() -> None:
+    """More distinct account ids than the encoders remember: they start over and still encode exactly."""
+    rows = [(sequence, f"t{sequence}", f"a{sequence}", f"b{sequence}", 1, "posted", None, 0, None, "correction",
+             f"v{sequence % 3}", 1, GENESIS_HASH) for sequence in range(1, QUOTED_REMEMBERED_MAX // 2 + 2)]
+    new_rows, stored = row_encoder(), stored_row_encoder()
+    for row in rows:
+        assert new_rows(row) == stored((*row, "")) == encode_row(row)
 
 
 def test_only_the_ascii_space_is_printable_whitespace() -> None:
