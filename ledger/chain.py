@@ -118,7 +118,7 @@ def stored_row_encoder() -> Callable[[Sequence[Any]], bytes]:
                 f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s},'
                 f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
                 f'{created_at_us},"{prev_hash}"]'
-            ).encode("ascii")
+            ).encode()  # UTF-8: the same bytes as ASCII for an honest row, and a non-ASCII text cannot raise
         except KeyError:
             _remember_quoted(quoted, (debit_account, credit_account, state, kind, policy_version))
             return encode(row)  # every value it looks up is remembered now

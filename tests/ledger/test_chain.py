@@ -81,7 +81,7 @@ def test_the_full_audit_names_the_edited_row_first(session: Session, statement: 
     assert [d.subject for d in chain_differences] == [first_bad], chain_differences
 
 
-@pytest.mark.parametrize("value", ["created_at_us + 0.5", "'1000'", "x'31303030'"])
+@pytest.mark.parametrize("value", ["created_at_us + 0.5", "'1000'", "'10é0'", "x'31303030'"])
 def test_a_non_integer_in_an_integer_column_is_reported_as_an_edit(session: Session, value: str) -> None:
     """SQLite stores a float, a text or a blob in any column; the audit names the row, it does not stop."""
     if session.get_bind().dialect.name != "sqlite":
