@@ -57,14 +57,17 @@ def encode_row(row: Sequence[Any]) -> bytes:
 QUOTED_REMEMBERED_MAX = 65_536  # distinct account ids, states, kinds and policy versions kept quoted
 
 
-class _Quoted(dict[str | None, str]):
-    """The JSON text of values that repeat from row to row, remembered up to a limit (None is null)."""
+def _remember_quoted(quoted: dict[str | None, str], values: tuple[str | None, ...]) -> None:
+    """Add the JSON text of each value (None is null); once full, start over, so memory stays bounded."""
+    if len(quoted) + len(values) > QUOTED_REMEMBERED_MAX:
+        quoted.clear()
+    for value in values:
+        quoted[value] = "null" if value is None else _quote(value)
 
-    def __missing__(self, value: str | None) -> str:
-        text = "null" if value is None else _quote(value)
-        if len(self) < QUOTED_REMEMBERED_MAX:
-            self[value] = text
-        return text
+
+# The encoders below look the remembered text up in a plain dict and catch the KeyError of
+# a value not seen before: a dict subclass with __missing__ makes every lookup go through
+# a slower generic slot, and the audit does five per row.
 
 
 def row_encoder() -> Callable[[Sequence[Any]], bytes]:
@@ -73,18 +76,22 @@ def row_encoder() -> Callable[[Sequence[Any]], bytes]:
     Account ids, states, kinds and policy versions repeat from row to row, so their quoted
     text is looked up, not rebuilt (tests/ledger/test_chain.py checks it against encode_row).
     """
-    quoted = _Quoted()
+    quoted: dict[str | None, str] = {}
 
     def encode(row: Sequence[Any]) -> bytes:
         (sequence, transfer_id, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
          policy_version, created_at_us, prev_hash) = row
-        return (
-            f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{quoted[debit_account]},'
-            f'{quoted[credit_account]},{amount:d},{quoted[state]},'
-            f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s:d},'
-            f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
-            f'{created_at_us:d},{_quote(prev_hash)}]'
-        ).encode("ascii")
+        try:
+            return (
+                f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{quoted[debit_account]},'
+                f'{quoted[credit_account]},{amount:d},{quoted[state]},'
+                f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s:d},'
+                f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
+                f'{created_at_us:d},{_quote(prev_hash)}]'
+            ).encode("ascii")
+        except KeyError:
+            _remember_quoted(quoted, (debit_account, credit_account, state, kind, policy_version))
+            return encode(row)  # every value it looks up is remembered now
 
     return encode
 
@@ -95,19 +102,26 @@ def stored_row_encoder() -> Callable[[Sequence[Any]], bytes]:
     The caller promises each row's prev_hash is a hash this module made (hex digits, which
     need no escaping) or GENESIS_HASH: the audit checks that link first. Account ids,
     states, kinds and policy versions repeat, so their quoted text is looked up, not rebuilt.
+    The integers are written as str() writes them, not with the slower :d: a value that is
+    not an int (SQLite stores what it is given) writes other text, so the row fails its hash
+    check instead of raising here.
     """
-    quoted = _Quoted()
+    quoted: dict[str | None, str] = {}
 
     def encode(row: Sequence[Any]) -> bytes:
         (sequence, transfer_id, debit_account, credit_account, amount, state, pending_id, timeout_s, job_id, kind,
          policy_version, created_at_us, prev_hash, _hash) = row
-        return (
-            f'["{ENCODING_VERSION}",{sequence:d},{_quote(transfer_id)},{quoted[debit_account]},'
-            f'{quoted[credit_account]},{amount:d},{quoted[state]},'
-            f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s:d},'
-            f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
-            f'{created_at_us:d},"{prev_hash}"]'
-        ).encode("ascii")
+        try:
+            return (
+                f'["{ENCODING_VERSION}",{sequence},{_quote(transfer_id)},{quoted[debit_account]},'
+                f'{quoted[credit_account]},{amount},{quoted[state]},'
+                f'{"null" if pending_id is None else _quote(pending_id)},{timeout_s},'
+                f'{"null" if job_id is None else _quote(job_id)},{quoted[kind]},{quoted[policy_version]},'
+                f'{created_at_us},"{prev_hash}"]'
+            ).encode()  # UTF-8: the same bytes as ASCII for an honest row, and a non-ASCII text cannot raise
+        except KeyError:
+            _remember_quoted(quoted, (debit_account, credit_account, state, kind, policy_version))
+            return encode(row)  # every value it looks up is remembered now
 
     return encode
 

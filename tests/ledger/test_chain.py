@@ -17,6 +17,7 @@ from ledger.full_audit import audit
 from ledger.chain import (
     ENCODING_VERSION,
     GENESIS_HASH,
+    QUOTED_REMEMBERED_MAX,
     canonical_encoding,
     encode_row,
     linked,
@@ -52,22 +53,43 @@ def test_an_untouched_chain_verifies(session: Session) -> None:
     assert book.verify_balances(session).ok
 
 
-@pytest.mark.parametrize(
-    ("statement", "first_bad"),
-    [
-        ("UPDATE ledger_transfers SET amount = amount + 1 WHERE id = 't2'", "t2"),
-        ("UPDATE ledger_transfers SET credit_account = 'external:deposits' WHERE id = 't1'", "t1"),
-        ("UPDATE ledger_transfers SET job_id = 'job-x' WHERE id = 'r1'", "r1"),
-        ("UPDATE ledger_transfers SET created_at_us = created_at_us + 1 WHERE id = 'p1'", "p1"),
-        ("UPDATE ledger_transfers SET prev_hash = hash WHERE id = 't3'", "t3"),
-        ("UPDATE ledger_transfers SET hash = prev_hash WHERE id = 't1'", "t1"),
-    ],
-)
+EDITS = [
+    ("UPDATE ledger_transfers SET amount = amount + 1 WHERE id = 't2'", "t2"),
+    ("UPDATE ledger_transfers SET credit_account = 'external:deposits' WHERE id = 't1'", "t1"),
+    ("UPDATE ledger_transfers SET job_id = 'job-x' WHERE id = 'r1'", "r1"),
+    ("UPDATE ledger_transfers SET created_at_us = created_at_us + 1 WHERE id = 'p1'", "p1"),
+    ("UPDATE ledger_transfers SET prev_hash = hash WHERE id = 't3'", "t3"),
+    ("UPDATE ledger_transfers SET hash = prev_hash WHERE id = 't1'", "t1"),
+    ("DELETE FROM ledger_transfers WHERE id = 't1'", "t2"),  # found at its successor
+    ("DELETE FROM ledger_transfers WHERE id = 't3'", "t3"),  # the tail: found through the head
+]
+
+
+@pytest.mark.parametrize(("statement", "first_bad"), EDITS)
 def test_an_edited_row_is_found(session: Session, statement: str, first_bad: str) -> None:
     build_ledger(session)
     session.execute(text(statement))
     check = book.verify_chain(session)
     assert not check.ok and check.first_bad_transfer_id == first_bad, check.reason
+
+
+@pytest.mark.parametrize(("statement", "first_bad"), EDITS)
+def test_the_full_audit_names_the_edited_row_first(session: Session, statement: str, first_bad: str) -> None:
+    build_ledger(session)
+    session.execute(text(statement))
+    chain_differences = [d for d in audit(session).differences if d.check == "chain"]
+    assert [d.subject for d in chain_differences] == [first_bad], chain_differences
+
+
+@pytest.mark.parametrize("value", ["created_at_us + 0.5", "'1000'", "'10é0'", "x'31303030'"])
+def test_a_non_integer_in_an_integer_column_is_reported_as_an_edit(session: Session, value: str) -> None:
+    """SQLite stores a float, a text or a blob in any column; the audit names the row, it does not stop."""
+    if session.get_bind().dialect.name != "sqlite":
+        pytest.skip("PostgreSQL's bigint columns hold only integers")
+    build_ledger(session)
+    session.execute(text(f"UPDATE ledger_transfers SET created_at_us = {value} WHERE id = 't2'"))
+    differences = audit(session).differences
+    assert [(d.check, d.subject) for d in differences] == [("chain", "t2")], differences
 
 
 def test_a_deleted_row_is_found_at_its_successor(session: Session) -> None:
@@ -159,6 +181,15 @@ def test_the_new_row_encoder_is_encode_row(rows: list) -> None:  # type: ignore[
     encode = row_encoder()  # one encoder over many rows, as a batch of payments uses it
     for row in rows:
         assert encode(row) == encode_row(row)
+
+
+def test_the_encoders_stay_exact_past_the_remembered_limit() -> None:
+    """More distinct account ids than the encoders remember: they start over and still encode exactly."""
+    rows = [(sequence, f"t{sequence}", f"a{sequence}", f"b{sequence}", 1, "posted", None, 0, None, "correction",
+             f"v{sequence % 3}", 1, GENESIS_HASH) for sequence in range(1, QUOTED_REMEMBERED_MAX // 2 + 2)]
+    new_rows, stored = row_encoder(), stored_row_encoder()
+    for row in rows:
+        assert new_rows(row) == stored((*row, "")) == encode_row(row)
 
 
 def test_only_the_ascii_space_is_printable_whitespace() -> None:
