@@ -49,6 +49,9 @@ class Scored(NamedTuple):
     strategy: Strategy = Strategy.SINGLE
 
 
+new_tuple = tuple.__new__
+
+
 class SearchResult(NamedTuple):
     """A named tuple: one is made per search, and a tuple is quicker to make than a frozen dataclass."""
 
@@ -106,7 +109,8 @@ class Best:
         if chosen is None:
             return SearchResult(filtered, feasible, scored, ())
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
-        return SearchResult(filtered, feasible, scored, tuple(map(Scored._make, (chosen, *others))))
+        # tuple.__new__ runs in C; Scored._make is a Python function (the scan's tuples have every field).
+        return SearchResult(filtered, feasible, scored, tuple([new_tuple(Scored, s) for s in (chosen, *others)]))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
