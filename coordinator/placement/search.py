@@ -49,7 +49,7 @@ class Scored(NamedTuple):
     strategy: Strategy = Strategy.SINGLE
 
 
-new_tuple = tuple.__new__
+_new_tuple = tuple.__new__
 
 
 class SearchResult(NamedTuple):
@@ -110,7 +110,7 @@ class Best:
             return SearchResult(filtered, feasible, scored, ())
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
         # tuple.__new__ runs in C; Scored._make is a Python function (the scan's tuples have every field).
-        return SearchResult(filtered, feasible, scored, tuple([new_tuple(Scored, s) for s in (chosen, *others)]))
+        return SearchResult(filtered, feasible, scored, tuple([_new_tuple(Scored, s) for s in (chosen, *others)]))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
