@@ -52,6 +52,8 @@ class LiveFleet:
         self._offline_due: list[tuple[int, str]] = []  # heap: (first ms the node counts offline, node)
         self._declared: dict[str, NodeRecord] = {}  # every node, quarantined too: the model catalog's input
         self._catalog: dict[str, ModelSpec] | None = None
+        self._commits_this_pass = 0
+        self._read_this_pass: set[str] = set()  # nodes re-read in this pass's transaction
 
     # -- notes from the service, after its transaction committed ---------------------------
 
@@ -74,17 +76,27 @@ class LiveFleet:
             finished = False
             try:
                 self._rebuilt_this_pass = False
+                self._commits_this_pass = 0
+                self._read_this_pass = set()
                 self._bring_up_to_date(session, now_ms)
                 assert self._index is not None
                 yield self._index
                 finished = True
             finally:
-                if not finished:  # notes were taken and the transaction may roll back: start afresh
+                # What the pass read stays true if its transaction rolls back; what it committed
+                # does not. A refused submit (a bad request) so keeps the index: rebuilding it
+                # costs seconds at 100,000 Macs.
+                if not finished and self._commits_this_pass:
                     self._index = None
 
     @property
     def rebuilt_this_pass(self) -> bool:
         return self._rebuilt_this_pass
+
+    def read_this_pass(self, node_ids: Iterable[str]) -> bool:
+        """Whether the index holds these nodes as this pass's transaction read them."""
+        assert self._pass_lock.locked()
+        return self._rebuilt_this_pass or self._read_this_pass.issuperset(node_ids)
 
     def rebuild(self, session: Session, now_ms: int) -> None:
         """Read the whole fleet again now, within the pass (the index object is replaced)."""
@@ -102,11 +114,29 @@ class LiveFleet:
             self._catalog = model_catalog(self._declared.values())
         return self._catalog
 
+    def chips(self, node_ids: Iterable[str]) -> tuple[str, ...]:
+        """The chips of these nodes, as last read (those read)."""
+        assert self._pass_lock.locked()
+        return tuple(self._declared[n].hardware.chip for n in node_ids if n in self._declared)
+
+    def catch_up_on_registrations(self, session: Session, now_ms: int) -> bool:
+        """Rebuild when a node registered that the index has not read (with another coordinator
+        on the same database); True when it did. One cheap read: call it before refusing a job
+        for good, not on every decision."""
+        assert self._pass_lock.locked()
+        if self._rebuilt_this_pass or records.registrations_digest(session) == (
+                len(self._declared), sum(node.registered_at_ms for node in self._declared.values())):
+            return False
+        log.info("a node registered that the placement index has not read; rebuilding it")
+        self._rebuild(session, now_ms)
+        return True
+
     def refresh(self, session: Session, node_ids: Iterable[str], now_ms: int, *, pods: bool = False) -> None:
         """Re-read these nodes now (a commit found the index behind the database)."""
         assert self._pass_lock.locked() and self._index is not None
         ids = sorted(set(node_ids))
         fresh = scheduler.fresh_macs(session, ids, now_ms, self._config)
+        self._read_this_pass.update(ids)
         self._remember(fresh.nodes, now_ms)
         for node_id in ids:  # the index now holds what the database said, commitments included
             self._committed.pop(node_id, None)
@@ -118,6 +148,7 @@ class LiveFleet:
         """Our own commit, written to the database in this pass: reserve it in the index too."""
         assert self._pass_lock.locked() and self._index is not None
         assert self._index.try_commit(placement), "the commit re-check saw these Macs as the index does"
+        self._commits_this_pass += 1
         for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
             memory, running = self._committed.get(node_id, (0, 0))
             self._committed[node_id] = (memory + share, running + 1)

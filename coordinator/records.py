@@ -196,6 +196,15 @@ def all_nodes(session: Session) -> list[NodeRecord]:
     return [_node_from_row(r) for r in session.execute(_ALL_NODES)]
 
 
+_REGISTRATIONS_DIGEST = select(func.count(), func.coalesce(func.sum(nodes.c.registered_at_ms), 0)).select_from(nodes)
+
+
+def registrations_digest(session: Session) -> tuple[int, int]:
+    """(nodes, sum of their registration times): any registration or re-registration changes it."""
+    count, registered_sum = session.execute(_REGISTRATIONS_DIGEST).one()
+    return int(count), int(registered_sum)
+
+
 def nodes_by_ids(session: Session, node_ids: list[str]) -> list[NodeRecord]:
     found: list[NodeRecord] = []
     for start in range(0, len(node_ids), 500):  # keep IN lists short

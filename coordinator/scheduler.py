@@ -133,8 +133,11 @@ def _chosen_macs_current(session: Session, placement: Placement, fleet: LiveFlee
     """Re-read the chosen Macs under their row locks; another coordinator may have placed meanwhile.
 
     The decision stands only if the database still says what the index said; otherwise the
-    index learns the Macs' current facts and the caller decides again.
+    index learns the Macs' current facts and the caller decides again. Where writers are
+    serialized (SQLite) a Mac this pass already read cannot have changed: no second read.
     """
+    if writes_serialized(session) and fleet.read_this_pass(placement.node_ids):
+        return True
     records.lock_nodes(session, placement.node_ids)
     fresh = fresh_macs(session, list(placement.node_ids), now_ms, config).macs
     index = fleet.index
@@ -171,25 +174,24 @@ def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) ->
     return place(request, _without(index.snapshot(), excluded), index.config)
 
 
-def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet: FleetSnapshot,
+def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet: LiveFleet,
                     now_ms: int, config: CoordinatorConfig) -> JobRecord | None:
-    """Commit a new job's placement in its submit transaction, when no older job waits;
-    returns the job as assigned, None when it stays queued.
+    """Commit a new job's placement in its submit transaction (within fleet.current), when no
+    older job waits; returns the job as assigned, None when it stays queued.
 
     Saves the job a scheduler pass on its way to a Mac; an older queued job keeps its
-    turn. The chosen Macs are re-read under their row locks: if anything moved since the
-    submit's read (another coordinator placed there), the scheduler's pass places the job.
-    Where writers are serialized (SQLite) nothing can have moved, and nothing is re-read.
+    turn. As in a pass, the chosen Macs are re-read under their row locks: if the index was
+    behind the database (another coordinator placed there), it learns the Macs' current
+    facts and the scheduler's pass places the job.
     """
     if records.queue_position(session, job) != 1:
         return None
-    if not writes_serialized(session):  # the submit's read could be stale: re-read under locks
-        records.lock_nodes(session, decision.node_ids)
-        fresh = fresh_macs(session, list(decision.node_ids), now_ms, config).macs
-        read = {mac.node_id: mac for mac in fleet.macs}
-        if any(fresh[node_id] is None or fresh[node_id] != read.get(node_id) for node_id in decision.node_ids):
-            return None
-    return _commit(session, job, decision, now_ms)
+    if not _chosen_macs_current(session, decision, fleet, now_ms, config):
+        return None
+    assigned = _commit(session, job, decision, now_ms)
+    if assigned is not None:
+        fleet.record_commit(decision)
+    return assigned
 
 
 def _decide_job(session: Session, job: JobRecord, fleet: LiveFleet, avoid: frozenset[str],

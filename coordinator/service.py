@@ -23,9 +23,11 @@ from coordinator.catalog import model_catalog
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database
-from coordinator.errors import AlreadyDone, InvalidRequest, NoCapacityNow, NotFound, Unplaceable
+from coordinator.errors import (
+    AlreadyDone, InvalidRequest, NoCapacityNow, NotFound, Unplaceable, UnknownModel,
+)
 from coordinator.live_fleet import LiveFleet
-from coordinator.placement.candidates import FleetSnapshot, JobRequest
+from coordinator.placement.candidates import JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
@@ -141,26 +143,29 @@ class CoordinatorService:
         key = caller.key if caller is not None else None
         now = self.clock.now_ms()
         placed = False
+        chips: tuple[str, ...] = ()
+        # The scheduler's live index, not a read of the whole fleet: a submit's cost must not
+        # grow with the number of Macs (60 ms at 1,000 Macs when it read them all).
         with self.db.transaction(durable=durable) as session:
             if key is not None:
                 billing.lock_before_key(session)
                 api_keys.admit(session, key, now)
-            fleet, nodes = scheduler.snapshot(session, now, self.config)  # read once per submit
-            catalog = model_catalog(nodes)
-            job, created = submission.submit(session, sub, self.config, now, catalog)
-            if created:
-                request = scheduler.job_request(job, catalog)
-                assert request is not None, "submit checked the model is served"
-                decision = self._refuse_unrunnable(fleet, request, place_now)
-                if key is not None:
-                    job = dataclasses.replace(job, reserved_base_units=billing.reserve(
-                        session, job, request.model, key))
-                assigned = None if decision is None else scheduler.place_submitted(
-                    session, job, decision, fleet, now, self.config)
-                if assigned:
-                    job, placed = assigned, True
-                    if on_placed is not None:
-                        on_placed(job.job_id)
+            with self.fleet.current(session, now):
+                job, created = self._submit_to_queue(session, sub, now)
+                if created:
+                    request = scheduler.job_request(job, self.fleet.catalog())
+                    assert request is not None, "submit checked the model is served"
+                    decision = self._refuse_unrunnable(session, request, place_now, now)
+                    if key is not None:
+                        job = dataclasses.replace(job, reserved_base_units=billing.reserve(
+                            session, job, request.model, key))
+                    assigned = None if decision is None else scheduler.place_submitted(
+                        session, job, decision, self.fleet, now, self.config)
+                    if assigned:
+                        job, placed = assigned, True
+                        chips = self.fleet.chips(job.node_ids)
+                        if on_placed is not None:
+                            on_placed(job.job_id)
         if placed:
             # The node hears first, with no database read on its way: the consumer waits for it.
             self.live_assignments.publish(job)
@@ -169,17 +174,30 @@ class CoordinatorService:
             log.info("job %s queued for model %s and assigned to %s", job.job_id, job.model_id,
                      ", ".join(job.node_ids))
             # Known without a read: it just left the queue and has streamed nothing yet.
-            chips = {node.node_id: node.hardware.chip for node in nodes}
-            return JobView(job, 0, tuple(chips[n] for n in job.node_ids if n in chips), "", b"")
+            return JobView(job, 0, chips, "", b"")
         if created:
             log.info("job %s queued for model %s", job.job_id, job.model_id)
             self.run_scheduler()
         return self.get_job(job.job_id)
 
-    def _refuse_unrunnable(self, fleet: FleetSnapshot, request: JobRequest,
-                           place_now: bool) -> Placement | None:
+    def _submit_to_queue(self, session, sub: submission.Submission,  # type: ignore[no-untyped-def]
+                         now: int) -> tuple[JobRecord, bool]:
+        """submission.submit over the live catalog; a model it does not know is looked for in
+        registrations the index has not read before the job is refused."""
+        try:
+            return submission.submit(session, sub, self.config, now, self.fleet.catalog())
+        except UnknownModel:
+            if not self.fleet.catch_up_on_registrations(session, now):
+                raise
+        return submission.submit(session, sub, self.config, now, self.fleet.catalog())
+
+    def _refuse_unrunnable(self, session, request: JobRequest,  # type: ignore[no-untyped-def]
+                           place_now: bool, now: int) -> Placement | None:
         """The placement a Mac could take now, None when it must wait; raises if it never can."""
-        decision = place(request, fleet)
+        decision = place(request, self.fleet.index)
+        if isinstance(decision, PlacementRefusal) and decision.permanent and \
+                self.fleet.catch_up_on_registrations(session, now):
+            decision = place(request, self.fleet.index)  # never refused for good over a stale index
         if not isinstance(decision, PlacementRefusal):
             return decision
         if decision.permanent:

@@ -1,0 +1,114 @@
+"""A submit places over the scheduler's live index: its cost does not grow with the fleet,
+a refused request keeps the index, and a Mac registered with another coordinator is found
+before any job is refused for good. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator import records, scheduler
+from coordinator.config import CoordinatorConfig
+from coordinator.database import Database, upgrade_schema
+from coordinator.errors import InvalidRequest, UnknownModel
+from coordinator.placement import index as placement_index
+from coordinator.records import JobStatus
+from coordinator.service import CoordinatorService
+from node_agent.identity import load_or_create_identity
+from tests.coordinator.test_service import HUGE, SMALL, FakeClock, _register, _submission
+
+TIB = 1 << 40
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Database]:
+    upgrade_schema(database_url)
+    db = Database(database_url)
+    yield db
+    db.dispose()
+
+
+def _service(db: Database) -> CoordinatorService:
+    # No periodic rebuild: a rebuild below can only come from the submit itself.
+    config = CoordinatorConfig(database_url="unused", fleet_rebuild_interval_ms=10**12)
+    return CoordinatorService(db, FakeClock(), config)
+
+
+@pytest.fixture
+def rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts whole-fleet index builds."""
+    built: list[int] = []
+    original = placement_index.FleetIndex.build.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, snapshot, config=placement_index.PlacementConfig()):  # type: ignore[no-untyped-def]
+        built.append(len(snapshot.macs))
+        return original(cls, snapshot, config)
+
+    monkeypatch.setattr(placement_index.FleetIndex, "build", classmethod(counting))
+    return built
+
+
+def test_a_submit_reads_no_whole_fleet(tmp_path: Path, database: Database, rebuilds: list[int],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    service = _service(database)
+    for name in "abcd":
+        _register(service, load_or_create_identity(tmp_path / f"{name}.pem"), (SMALL,))
+    service.run_scheduler()  # the index is built once
+    built = len(rebuilds)
+
+    def whole_fleet(*args: object) -> None:
+        raise AssertionError("a submit read every node")
+
+    monkeypatch.setattr(records, "all_nodes", whole_fleet)
+    monkeypatch.setattr(scheduler, "snapshot", whole_fleet)
+    jobs = [service.submit_job(_submission()).job for _ in range(3)]
+    assert all(job.status is JobStatus.ASSIGNED for job in jobs)
+    assert len(rebuilds) == built
+    # The index counted each job's commitment: the fourth Mac is the only one still free
+    # (max_concurrent_jobs 1), and a fifth job waits for one.
+    fourth = service.submit_job(_submission()).job
+    assert fourth.status is JobStatus.ASSIGNED
+    assert len({job.node_ids[0] for job in (*jobs, fourth)}) == 4
+    assert service.submit_job(_submission()).job.status is JobStatus.QUEUED
+
+
+def test_a_refused_request_keeps_the_index(tmp_path: Path, database: Database, rebuilds: list[int]) -> None:
+    service = _service(database)
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    service.run_scheduler()
+    built = len(rebuilds)
+    with pytest.raises(InvalidRequest):
+        service.submit_job(_submission(prompt="   "))
+    with pytest.raises(UnknownModel):
+        service.submit_job(_submission(model="nobody-serves-this"))
+    assert service.submit_job(_submission()).job.status is JobStatus.ASSIGNED
+    # The unknown model looked for registrations the index had not read (none): no rebuild.
+    assert len(rebuilds) == built
+
+
+def test_a_mac_registered_with_another_coordinator_is_found_before_a_refusal(
+        tmp_path: Path, database: Database, rebuilds: list[int]) -> None:
+    here, there = _service(database), _service(database)
+    _register(here, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    assert here.submit_job(_submission()).job.status is JobStatus.ASSIGNED  # here's index is built
+    # Another coordinator on the same database registers a Mac serving a model unknown here...
+    _register(there, load_or_create_identity(tmp_path / "b.pem"), (SMALL, HUGE), memory_gb=4096)
+    built = len(rebuilds)  # there's own index included
+    job = here.submit_job(_submission(model="huge")).job
+    assert job.status is JobStatus.ASSIGNED  # ...found, not refused as an unknown model
+    assert len(rebuilds) == built + 1
+    with database.transaction() as session:
+        stored = records.job_by_id(session, job.job_id)
+    assert stored is not None and stored.node_ids == job.node_ids
+
+
+def test_a_bigger_mac_registered_elsewhere_is_found_before_a_job_is_refused_for_good(
+        tmp_path: Path, database: Database) -> None:
+    here, there = _service(database), _service(database)
+    _register(here, load_or_create_identity(tmp_path / "a.pem"), (SMALL, HUGE), memory_gb=64)
+    here.run_scheduler()
+    # Only a Mac registered with the other coordinator could hold this model.
+    _register(there, load_or_create_identity(tmp_path / "b.pem"), (SMALL, HUGE), memory_gb=4096)
+    assert here.submit_job(_submission(model="huge")).job.status is JobStatus.ASSIGNED
