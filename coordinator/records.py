@@ -205,17 +205,24 @@ def registrations_digest(session: Session) -> tuple[int, int]:
     return int(count), int(registered_sum)
 
 
+# Built once, with the id list as an expanding parameter: a placement re-reads a few nodes
+# per decision, and building the statement cost more than running it.
+_NODES_BY_IDS = select(nodes).where(nodes.c.node_id.in_(bindparam("node_ids", expanding=True)))
+_LOCK_NODES = select(nodes.c.node_id).where(
+    nodes.c.node_id.in_(bindparam("node_ids", expanding=True))).with_for_update()
+
+
 def nodes_by_ids(session: Session, node_ids: list[str]) -> list[NodeRecord]:
     found: list[NodeRecord] = []
     for start in range(0, len(node_ids), 500):  # keep IN lists short
-        rows = session.execute(select(nodes).where(nodes.c.node_id.in_(node_ids[start:start + 500])))
+        rows = session.execute(_NODES_BY_IDS, {"node_ids": node_ids[start:start + 500]})
         found += [_node_from_row(r) for r in rows]
     return found
 
 
 def lock_nodes(session: Session, node_ids: tuple[str, ...]) -> None:
     """Row-lock nodes on PostgreSQL so capacity is re-checked under the lock at commit."""
-    session.execute(select(nodes.c.node_id).where(nodes.c.node_id.in_(node_ids)).with_for_update())
+    session.execute(_LOCK_NODES, {"node_ids": list(node_ids)})
 
 
 def record_heartbeat(session: Session, node_id: str, now_ms: int, running_jobs: int,
@@ -437,15 +444,17 @@ def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
     return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
 
 
+_COMMITTED_FOR_NODES = select(
+    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
+).where(job_assignments.c.active.is_(True),
+        job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))).group_by(job_assignments.c.node_id)
+
+
 def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
     """committed_by_node for just these nodes."""
     committed: dict[str, tuple[int, int]] = {}
     for start in range(0, len(node_ids), 500):
-        rows = session.execute(
-            select(job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes),
-                   func.count()).where(job_assignments.c.active.is_(True),
-                                       job_assignments.c.node_id.in_(node_ids[start:start + 500]))
-            .group_by(job_assignments.c.node_id))
+        rows = session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})
         committed.update({node_id: (int(memory), int(count)) for node_id, memory, count in rows})
     return committed
 

@@ -136,9 +136,11 @@ def _chosen_macs_current(session: Session, placement: Placement, fleet: LiveFlee
     index learns the Macs' current facts and the caller decides again. Where writers are
     serialized (SQLite) a Mac this pass already read cannot have changed: no second read.
     """
-    if writes_serialized(session) and fleet.read_this_pass(placement.node_ids):
+    serialized = writes_serialized(session)
+    if serialized and fleet.read_this_pass(placement.node_ids):
         return True
-    records.lock_nodes(session, placement.node_ids)
+    if not serialized:  # SQLite's one write lock is held already
+        records.lock_nodes(session, placement.node_ids)
     fresh = fresh_macs(session, list(placement.node_ids), now_ms, config).macs
     index = fleet.index
     behind = [node_id for node_id in placement.node_ids

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sqlalchemy import (
-    BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, insert,
+    BigInteger, Boolean, bindparam, Column, Float, Index, Integer, MetaData, String, Table, Text, insert,
     select, update,
 )
 from sqlalchemy.orm import Session
@@ -196,11 +196,14 @@ def all_node_trust(session: Session) -> dict[str, NodeTrust]:
     return {row.node_id: _trust_from_row(row) for row in session.execute(_ALL_TRUST)}
 
 
+_TRUST_OF_NODES = select(node_trust).where(node_trust.c.node_id.in_(bindparam("node_ids", expanding=True)))
+
+
 def trust_of_nodes(session: Session, node_ids: list[str]) -> dict[str, NodeTrust]:
     """all_node_trust for just these nodes (nodes never checked have no row)."""
     found: dict[str, NodeTrust] = {}
     for start in range(0, len(node_ids), 500):
-        rows = session.execute(select(node_trust).where(node_trust.c.node_id.in_(node_ids[start:start + 500])))
+        rows = session.execute(_TRUST_OF_NODES, {"node_ids": node_ids[start:start + 500]})
         found.update({row.node_id: _trust_from_row(row) for row in rows})
     return found
 
