@@ -310,7 +310,7 @@ class CoordinatorService:
         if context_tokens <= 0 or min_decode_tokens_per_s < 0:
             raise InvalidRequest("context_tokens must be positive and min_decode_tokens_per_s "
                                  "zero or positive")
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:  # no write lock: submits go on meanwhile
             fleet, nodes = scheduler.snapshot(session, self.clock.now_ms(), self.config)
         spec = model_catalog(nodes).get(model_id)
         if spec is None:
@@ -496,7 +496,7 @@ class CoordinatorService:
             return billing.close_ended_jobs(session, self.clock.now_ms())
 
     def model_capacity(self) -> list[capacity.ModelCapacity]:
-        with self.db.transaction() as session:
+        with self.db.read_transaction() as session:  # no write lock: submits go on meanwhile
             fleet, nodes = scheduler.snapshot(session, self.clock.now_ms(), self.config)
         return capacity.model_capacity(fleet, nodes)
 
