@@ -496,9 +496,9 @@ class CoordinatorService:
             return billing.close_ended_jobs(session, self.clock.now_ms())
 
     def model_capacity(self) -> list[capacity.ModelCapacity]:
-        with self.db.read_transaction() as session:  # no write lock: submits go on meanwhile
-            fleet, nodes = scheduler.snapshot(session, self.clock.now_ms(), self.config)
-        return capacity.model_capacity(fleet, nodes)
+        """Over the live index: no read of the whole fleet per request, and no write lock."""
+        with self.db.read_transaction() as session, self.fleet.current(session, self.clock.now_ms()) as index:
+            return capacity.model_capacity(index, self.fleet.catalog(), self.fleet.first_registered_ms())
 
     def job_cost(self, job_id: str, caller: Caller | None = None) -> billing.JobCost:
         with self.db.transaction() as session:
