@@ -107,10 +107,12 @@ class Best:
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
                chosen: tuple | None) -> SearchResult:
         if chosen is None:
-            return SearchResult(filtered, feasible, scored, ())
+            return _new_tuple(SearchResult, (filtered, feasible, scored, ()))
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
-        # tuple.__new__ runs in C; Scored._make is a Python function (the scan's tuples have every field).
-        return SearchResult(filtered, feasible, scored, tuple([_new_tuple(Scored, s) for s in (chosen, *others)]))
+        # tuple.__new__ runs in C; Scored._make and SearchResult's __new__ are Python functions (the scan's
+        # tuples have every field).
+        top = tuple([_new_tuple(Scored, s) for s in (chosen, *others)])
+        return _new_tuple(SearchResult, (filtered, feasible, scored, top))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
