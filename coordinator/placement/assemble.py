@@ -36,12 +36,14 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
     prefill = prefill_tokens_per_s(job, mac.hardware.gpu_cores, decode, 1.0, config.speed)
     load_bytes = 0 if chosen.warm else job.model.weights_bytes
     assert chosen.free_bytes >= terms.memory.total_bytes, "chose a Mac that cannot fit"
+    # Positional, in field order (named at each line's end): a class called with keywords first packs
+    # them into a dict, and most decisions make one of these.
     return Placement(
-        node_ids=(mac.node_id,), pod_id=None, strategy=SINGLE,
-        layer_split=(job.model.num_layers,), reserved_memory_bytes=(terms.memory.total_bytes,),
-        predicted_decode_tokens_per_s=decode, predicted_prefill_tokens_per_s=prefill,
-        predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
-        explanation=explanation, job_id=job.job_id, score=chosen.total)
+        (mac.node_id,), None, SINGLE,  # node_ids, pod_id, strategy
+        (job.model.num_layers,), (terms.memory.total_bytes,),  # layer_split, reserved_memory_bytes
+        decode, prefill,  # predicted_decode_tokens_per_s, predicted_prefill_tokens_per_s
+        time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),  # predicted_time_to_first_token_s
+        explanation, job.job_id, chosen.total)  # explanation, job_id, score
 
 
 def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], free: tuple[int, ...],
@@ -57,9 +59,9 @@ def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidat
     # Members load their shares in parallel; the largest share sets the pace.
     largest_share = 1 / len(members) if tensor else max(fit.layer_split) / job.model.num_layers
     load_bytes = 0 if chosen.warm else int(job.model.weights_bytes * largest_share)
-    return Placement(
-        node_ids=tuple(NodeId(mac.node_id) for mac in members), pod_id=pod.pod_id, strategy=chosen.strategy,
-        layer_split=fit.layer_split, reserved_memory_bytes=fit.shares_bytes,
-        predicted_decode_tokens_per_s=decode, predicted_prefill_tokens_per_s=prefill,
-        predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
-        explanation=explanation, job_id=job.job_id, score=chosen.total)
+    return Placement(  # positional, as mac_placement's
+        tuple(NodeId(mac.node_id) for mac in members), pod.pod_id, chosen.strategy,  # node_ids, pod_id, strategy
+        fit.layer_split, fit.shares_bytes,  # layer_split, reserved_memory_bytes
+        decode, prefill,  # predicted_decode_tokens_per_s, predicted_prefill_tokens_per_s
+        time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),  # predicted_time_to_first_token_s
+        explanation, job.job_id, chosen.total)  # explanation, job_id, score
