@@ -14,15 +14,19 @@ from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import MAC, POD, SINGLE, TENSOR
 
 
+_new_tuple = tuple.__new__
+
+
 def ranked_mac(mac: MacCandidate, scored: Scored) -> RankedCandidate:
-    return RankedCandidate(mac.node_id, MAC, mac.reputation, mac.price_per_million_tokens, scored)
+    # tuple.__new__ runs in C; a named tuple's own __new__ is a Python function (a few run per decision).
+    return _new_tuple(RankedCandidate, (mac.node_id, MAC, mac.reputation, mac.price_per_million_tokens, scored))
 
 
 def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored) -> RankedCandidate:
     # A pod is as trustworthy as its least reputable member and costs all its members' time.
     reputation = min(mac.reputation for mac in members)
     price = sum(mac.price_per_million_tokens for mac in members)
-    return RankedCandidate(pod.pod_id, POD, reputation, price, scored)
+    return _new_tuple(RankedCandidate, (pod.pod_id, POD, reputation, price, scored))
 
 
 def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,
@@ -32,12 +36,14 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
     prefill = prefill_tokens_per_s(job, mac.hardware.gpu_cores, decode, 1.0, config.speed)
     load_bytes = 0 if chosen.warm else job.model.weights_bytes
     assert chosen.free_bytes >= terms.memory.total_bytes, "chose a Mac that cannot fit"
+    # Positional, in field order (named at each line's end): a class called with keywords first packs
+    # them into a dict, and most decisions make one of these.
     return Placement(
-        node_ids=(mac.node_id,), pod_id=None, strategy=SINGLE,
-        layer_split=(job.model.num_layers,), reserved_memory_bytes=(terms.memory.total_bytes,),
-        predicted_decode_tokens_per_s=decode, predicted_prefill_tokens_per_s=prefill,
-        predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
-        explanation=explanation, job_id=job.job_id, score=chosen.total)
+        (mac.node_id,), None, SINGLE,  # node_ids, pod_id, strategy
+        (job.model.num_layers,), (terms.memory.total_bytes,),  # layer_split, reserved_memory_bytes
+        decode, prefill,  # predicted_decode_tokens_per_s, predicted_prefill_tokens_per_s
+        time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),  # predicted_time_to_first_token_s
+        explanation, job.job_id, chosen.total)  # explanation, job_id, score
 
 
 def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], free: tuple[int, ...],
@@ -53,9 +59,9 @@ def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidat
     # Members load their shares in parallel; the largest share sets the pace.
     largest_share = 1 / len(members) if tensor else max(fit.layer_split) / job.model.num_layers
     load_bytes = 0 if chosen.warm else int(job.model.weights_bytes * largest_share)
-    return Placement(
-        node_ids=tuple(NodeId(mac.node_id) for mac in members), pod_id=pod.pod_id, strategy=chosen.strategy,
-        layer_split=fit.layer_split, reserved_memory_bytes=fit.shares_bytes,
-        predicted_decode_tokens_per_s=decode, predicted_prefill_tokens_per_s=prefill,
-        predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
-        explanation=explanation, job_id=job.job_id, score=chosen.total)
+    return Placement(  # positional, as mac_placement's
+        tuple(NodeId(mac.node_id) for mac in members), pod.pod_id, chosen.strategy,  # node_ids, pod_id, strategy
+        fit.layer_split, fit.shares_bytes,  # layer_split, reserved_memory_bytes
+        decode, prefill,  # predicted_decode_tokens_per_s, predicted_prefill_tokens_per_s
+        time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),  # predicted_time_to_first_token_s
+        explanation, job.job_id, chosen.total)  # explanation, job_id, score

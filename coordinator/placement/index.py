@@ -382,6 +382,10 @@ class FleetIndex:
             # Over its ceiling (a lowered cap) a Mac is filed with 0 free; conditionals, as max() costs a call.
             self._move_mac_state(slot, old_free if old_free > 0 else 0, new_free if new_free > 0 else 0)
             return
+        if reason is not None and slot.reason is None:  # a commit filled it (the common change): one pass
+            self._detach_mac_state(slot, reason)
+            slot.committed, slot.running, slot.reason = committed, running, reason
+            return
         self._detach_mac_state(slot)
         slot.committed, slot.running, slot.reason = committed, running, reason
         self._attach_mac_state(slot)
@@ -449,7 +453,11 @@ class FleetIndex:
                 for starts in entry.fit_starts_by_need[bisect_right(needs, free):]:
                     starts[number] += 1
 
-    def _detach_mac_state(self, slot: MacSlot) -> None:
+    def _detach_mac_state(self, slot: MacSlot, counted_as: FilterReason | None = None) -> None:
+        """Take an available Mac's keys out of its groups, or an unavailable one out of its counts.
+
+        counted_as: the available Mac is now unavailable for this reason; it is counted so in the same pass.
+        """
         reason = slot.reason
         if reason is not None:
             for membership in slot.memberships:
@@ -468,6 +476,9 @@ class FleetIndex:
                 number = group.number
                 for starts in entry.fit_starts_by_need[bisect_right(needs, free):]:
                     starts[number] -= 1
+            if counted_as is not None:
+                unavailable = entry.unavailable
+                unavailable[counted_as] = unavailable.get(counted_as, 0) + 1
 
     def _move_mac_state(self, slot: MacSlot, old_free: int, new_free: int) -> None:
         """An available Mac's free memory changed and it stays available: re-file its keys in one pass."""

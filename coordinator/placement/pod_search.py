@@ -34,14 +34,12 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
     pending = []
-    below = does_not_fit = feasible = 0
-    min_decode = terms.job.min_decode_tokens_per_s
-    for keys, need_key, plan, decode, pod_class in _shape_plans(entry, terms, config).classes:
-        if need_key is None:  # the model cannot be split over this class's members
-            does_not_fit += len(keys)
-        elif decode < min_decode:
-            below += len(keys)
-        elif keys and keys[-1] < need_key:  # common for big jobs: no pod of this class is big enough now
+    feasible = 0
+    fast_enough, unsplittable, too_slow = _classes_fast_enough(_shape_plans(entry, terms, config), terms)
+    # The model cannot be split over the first's members, and the second's are too slow: counted in C.
+    does_not_fit, below = sum(map(len, unsplittable)), sum(map(len, too_slow))
+    for keys, need_key, plan, decode, pod_class in fast_enough:
+        if keys and keys[-1] < need_key:  # common for big jobs: no pod of this class is big enough now
             does_not_fit += len(keys)
         elif keys:
             counts = _pod_class_candidates(pod_class, plan, decode, terms, config, pending)
@@ -67,8 +65,13 @@ class ShapePlans(NamedTuple):
     # For each of the entry's topologies: plan_topology, and each class's decode speed (fastest first).
     by_topology: list[tuple[TopologyPlan | None, list[float]]]
     # The same, one row per class in that order: (its keys, the need as a key or None when the model
-    # cannot be split over it, the plan, its decode speed, the class). One flat pass per search.
+    # cannot be split over it, the plan, its decode speed, the class).
     classes: list[tuple[list[int], int | None, TopologyPlan | None, float, PodClass]]
+    # The splittable classes' decode speeds, ascending: a job's minimum speed cuts them at one place.
+    decodes: list[float]
+    # By that cut, _classes_fast_enough's answer: most classes are too slow for a job that asks for
+    # a speed, and skipping them row by row cost more than the rest of the pass.
+    by_cut: dict[int, tuple[list, list[list[int]], list[list[int]]]]
 
 
 def _shape_plans(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) -> ShapePlans:
@@ -87,8 +90,24 @@ def _shape_plans(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) ->
                 need_key = plan.need_bytes << FREE_SHIFT
                 rows += [(pod_class.group.keys, need_key, plan, decode, pod_class)
                          for pod_class, decode in zip(classes, decodes)]
-        plans = entry.topology_plans[shape] = ShapePlans(by_topology, rows)
+        decodes = sorted(row[3] for row in rows if row[1] is not None)
+        plans = entry.topology_plans[shape] = ShapePlans(by_topology, rows, decodes, {})
     return plans
+
+
+def _classes_fast_enough(plans: ShapePlans, terms: JobTerms) -> tuple[list, list[list[int]], list[list[int]]]:
+    """(rows of the splittable classes fast enough for the job, in plans.classes order; the keys of the
+    classes the model cannot be split over; the keys of those too slow), remembered per speed cut."""
+    min_decode = terms.job.min_decode_tokens_per_s
+    cut = bisect_left(plans.decodes, min_decode)
+    found = plans.by_cut.get(cut)
+    if found is None:
+        rows = plans.classes
+        found = plans.by_cut[cut] = (
+            [row for row in rows if row[1] is not None and row[3] >= min_decode],
+            [row[0] for row in rows if row[1] is None],
+            [row[0] for row in rows if row[1] is not None and row[3] < min_decode])
+    return found
 
 
 def _plan_with_decodes(topology: PodTopology, classes: list[PodClass], terms: JobTerms,

@@ -31,7 +31,6 @@ from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
 )
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
-from coordinator.placement.speed import decode_tokens_per_s
 from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import SINGLE, Strategy
 
@@ -85,7 +84,20 @@ class Best:
             self.score, self.ties = total, [(tie, scored)]
         elif total == self.score:
             self.ties.append((tie, scored))
-        self.offer_for_top(scored)
+        # offer_for_top's body, inline: a scan offers several Macs per decision, and the call cost more.
+        top = self.top
+        position = scored[1]
+        if len(top) == self.top_max:
+            last = top[-1]
+            if total < last[0] or (total == last[0] and position >= last[1]):
+                return
+            top.pop()
+        i = len(top)
+        while i and (top[i - 1][0] < total or (top[i - 1][0] == total and top[i - 1][1] > position)):
+            i -= 1
+        top.insert(i, scored)
+        if len(top) == self.top_max:
+            self.floor = top[-1][0]
 
     def offer_for_top(self, scored: tuple) -> None:
         """The top list is ordered by score, then position, whatever order candidates arrive in."""
@@ -107,10 +119,12 @@ class Best:
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
                chosen: tuple | None) -> SearchResult:
         if chosen is None:
-            return SearchResult(filtered, feasible, scored, ())
+            return _new_tuple(SearchResult, (filtered, feasible, scored, ()))
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
-        # tuple.__new__ runs in C; Scored._make is a Python function (the scan's tuples have every field).
-        return SearchResult(filtered, feasible, scored, tuple([_new_tuple(Scored, s) for s in (chosen, *others)]))
+        # tuple.__new__ runs in C; Scored._make and SearchResult's __new__ are Python functions (the scan's
+        # tuples have every field).
+        top = tuple([_new_tuple(Scored, s) for s in (chosen, *others)])
+        return _new_tuple(SearchResult, (filtered, feasible, scored, top))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -345,10 +359,11 @@ def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
     entry = index.mac_models.get(terms.job.model.model_id)
     if entry is None:
         return False
-    need = terms.memory.total_bytes
+    need, bytes_per_token = terms.memory.total_bytes, terms.bytes_per_token
+    min_decode = terms.job.min_decode_tokens_per_s
     for mac_class in entry.classes.values():
-        if mac_class.ceilings and mac_class.ceilings[-1] >= need:
-            decode = decode_tokens_per_s(mac_class.profile, terms.bytes_per_token, index.config.speed)
-            if decode >= terms.job.min_decode_tokens_per_s:
-                return True
+        ceilings = mac_class.ceilings
+        # decode_tokens_per_s for a single Mac's profile, inline as in GroupSpeeds (the same float).
+        if ceilings and ceilings[-1] >= need and mac_class.bandwidth_bytes_per_s / bytes_per_token >= min_decode:
+            return True
     return False

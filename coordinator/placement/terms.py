@@ -69,7 +69,7 @@ def job_seed(job_id: str) -> int:
 def job_terms(job: JobRequest, config: PlacementConfig) -> JobTerms:
     memory, bytes_per_token = _job_shape(job, config.memory)
     target = speed_target(job.min_decode_tokens_per_s, config)
-    return JobTerms(job, memory, bytes_per_token, target)
+    return tuple.__new__(JobTerms, (job, memory, bytes_per_token, target))  # in C, not the named tuple's __new__
 
 
 @dataclass(frozen=True)
