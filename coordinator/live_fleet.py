@@ -73,6 +73,10 @@ class LiveFleet:
     @contextmanager
     def current(self, session: Session, now_ms: int) -> Iterator[FleetIndex]:
         """The index, up to date with the database as of this transaction; held for the pass."""
+        # The transaction begins first: on SQLite a write transaction's BEGIN takes the write
+        # lock, which must come before the pass lock (a submit holding the write lock waits
+        # for the pass lock; a pass holding it must not then wait for the write lock).
+        session.connection()
         with self._pass_lock:
             finished = False
             try:

@@ -4,11 +4,13 @@ before any job is refused for good. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from coordinator import database as database_module
 from coordinator import records, scheduler
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database, upgrade_schema
@@ -112,3 +114,38 @@ def test_a_bigger_mac_registered_elsewhere_is_found_before_a_job_is_refused_for_
     # Only a Mac registered with the other coordinator could hold this model.
     _register(there, load_or_create_identity(tmp_path / "b.pem"), (SMALL, HUGE), memory_gb=4096)
     assert here.submit_job(_submission(model="huge")).job.status is JobStatus.ASSIGNED
+
+
+def test_submits_and_scheduling_passes_never_wait_on_each_other(
+        tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass used to take the index's lock before its transaction's first statement (on SQLite,
+    the write lock): a submit holding the write lock then waited for the pass, which waited for
+    the write lock, until SQLite's busy timeout failed the pass."""
+    monkeypatch.setattr(database_module, "SQLITE_BUSY_TIMEOUT_MS", 3_000)  # fail fast, not in 30 s
+    upgrade_schema(database_url)
+    db = Database(database_url)
+    try:
+        service = _service(db)
+        _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,), memory_gb=512)
+        errors: list[BaseException] = []
+
+        def keep(work: Callable[[], object]) -> None:
+            try:
+                for _ in range(150):
+                    work()
+            except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+                errors.append(error)
+
+        def submit_and_cancel() -> None:
+            # Not durable, as the HTTP gateway submits: its transaction begins before the pass.
+            service.cancel_job(service.submit_job(_submission(), durable=False).job.job_id)
+
+        threads = [threading.Thread(target=keep, args=(work,))
+                   for work in (submit_and_cancel, service.run_scheduler, service.run_scheduler)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+    finally:
+        db.dispose()
