@@ -139,7 +139,7 @@ def _chosen_macs_current(session: Session, placement: Placement, fleet: LiveFlee
     serialized = writes_serialized(session)
     if serialized and fleet.read_this_pass(placement.node_ids):
         return True
-    if not serialized:  # SQLite's one write lock is held already
+    if not serialized:  # on SQLite the write lock this transaction holds covers them
         records.lock_nodes(session, placement.node_ids)
     fresh = fresh_macs(session, list(placement.node_ids), now_ms, config).macs
     index = fleet.index
