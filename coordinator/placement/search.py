@@ -84,20 +84,7 @@ class Best:
             self.score, self.ties = total, [(tie, scored)]
         elif total == self.score:
             self.ties.append((tie, scored))
-        # offer_for_top's body, inline: a scan offers several Macs per decision, and the call cost more.
-        top = self.top
-        position = scored[1]
-        if len(top) == self.top_max:
-            last = top[-1]
-            if total < last[0] or (total == last[0] and position >= last[1]):
-                return
-            top.pop()
-        i = len(top)
-        while i and (top[i - 1][0] < total or (top[i - 1][0] == total and top[i - 1][1] > position)):
-            i -= 1
-        top.insert(i, scored)
-        if len(top) == self.top_max:
-            self.floor = top[-1][0]
+        self.offer_for_top(scored)
 
     def offer_for_top(self, scored: tuple) -> None:
         """The top list is ordered by score, then position, whatever order candidates arrive in."""
