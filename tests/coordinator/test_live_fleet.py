@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,21 +10,13 @@ import pytest
 from contracts.lending import LendingState
 from coordinator import records, scheduler
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
+from coordinator.database import Database
 from coordinator.node_reports import HeartbeatReport
 from coordinator.placement import FleetIndex
 from coordinator.records import JobStatus, NodeRecord
 from coordinator.service import CoordinatorService
 from node_agent.identity import load_or_create_identity
 from tests.coordinator.test_service import SMALL, FakeClock, _register, _submission
-
-
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    upgrade_schema(database_url)
-    db = Database(database_url)
-    yield db
-    db.dispose()
 
 
 def _service(db: Database, clock: FakeClock | None = None) -> CoordinatorService:

@@ -5,38 +5,20 @@ before any job is refused for good. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from coordinator import database as database_module
 from coordinator import records, scheduler
-from coordinator.config import CoordinatorConfig
 from coordinator.database import Database, upgrade_schema
 from coordinator.errors import InvalidRequest, UnknownModel
 from coordinator.placement import index as placement_index
 from coordinator.records import JobStatus
-from coordinator.service import CoordinatorService
 from node_agent.identity import load_or_create_identity
-from tests.coordinator.test_service import HUGE, SMALL, FakeClock, _register, _submission
-
-TIB = 1 << 40
-
-
-@pytest.fixture
-def database(database_url: str) -> Iterator[Database]:
-    upgrade_schema(database_url)
-    db = Database(database_url)
-    yield db
-    db.dispose()
-
-
-def _service(db: Database) -> CoordinatorService:
-    # No periodic rebuild: a rebuild below can only come from the submit itself.
-    config = CoordinatorConfig(database_url="unused", fleet_rebuild_interval_ms=10**12)
-    return CoordinatorService(db, FakeClock(), config)
-
+from tests.coordinator.test_live_fleet import _service  # no periodic rebuild: only the submit's
+from tests.coordinator.test_service import HUGE, SMALL, _register, _submission
 
 @pytest.fixture
 def rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
