@@ -43,13 +43,11 @@ def _let_sender_run() -> None:
 
 
 class TokenSender:
-    def __init__(self, client: CoordinatorClient, job_id: str,
+    def __init__(self, client: CoordinatorClient, job_id: str, threads: SenderThreads,
                  flush_interval_s: float = FLUSH_INTERVAL_S,
-                 timeline: JobTimeline | None = None,
-                 threads: SenderThreads | None = None) -> None:
-        """threads: where the sender runs, already started (SenderThreads); None starts one.
-        Starting a thread waits until it runs, milliseconds on a busy machine, before the
-        first token can go."""
+                 timeline: JobTimeline | None = None) -> None:
+        """threads: where the sender runs, on a thread already started (starting one waits
+        until it runs, milliseconds on a busy machine, before the first token can go)."""
         self._client = client
         self._timeline = timeline
         self._job_id = job_id
@@ -61,12 +59,7 @@ class TokenSender:
         self._logprobs: dict[int, TokenLogprob] = {}  # noted by generation, sent with the token
         self._ended = threading.Event()  # finish() was called: stop waiting for company
         self._written = threading.Event()  # a chunk went out on the call
-        if threads is None:
-            thread = threading.Thread(target=self._send, name=f"tokens-{job_id}", daemon=True)
-            thread.start()
-            self._wait_sent = thread.join
-        else:
-            self._wait_sent = threads.run(self._send)
+        self._wait_sent = threads.run(self._send)
 
     def _pending(self) -> Iterator[Chunk]:
         """Chunks as queued; those that come within the flush interval go out merged.

@@ -9,6 +9,9 @@ from node_agent.coordinator_client import Chunk
 from node_agent.token_sender import SenderThreads, TokenSender
 
 
+THREADS = SenderThreads()  # as a node agent keeps them, for the senders below
+
+
 class _FakeClient:
     """Reads the token stream as the coordinator would, noting each message."""
 
@@ -24,7 +27,7 @@ class _FakeClient:
 
 def test_the_first_token_goes_alone_and_the_rest_wait_for_company() -> None:
     client = _FakeClient()
-    sender = TokenSender(client, "job-1", flush_interval_s=600)  # type: ignore[arg-type]
+    sender = TokenSender(client, "job-1", THREADS, flush_interval_s=600)  # type: ignore[arg-type]
     sender.note_prompt_tokens(5)
     assert sender.offer(0, 10, "a")
     assert client.first.wait(30)
@@ -42,7 +45,7 @@ def test_the_first_token_goes_alone_and_the_rest_wait_for_company() -> None:
 
 def test_without_an_interval_only_queued_tokens_merge() -> None:
     client = _FakeClient()
-    sender = TokenSender(client, "job-2", flush_interval_s=0.0)  # type: ignore[arg-type]
+    sender = TokenSender(client, "job-2", THREADS, flush_interval_s=0.0)  # type: ignore[arg-type]
     sender.offer(0, 1, "x")
     assert client.first.wait(30)
     chunks = sender.close()
@@ -51,7 +54,7 @@ def test_without_an_interval_only_queued_tokens_merge() -> None:
 
 def test_finish_sends_the_last_tokens_without_waiting_and_close_keeps_them() -> None:
     client = _FakeClient()
-    sender = TokenSender(client, "job-3", flush_interval_s=600)  # type: ignore[arg-type]
+    sender = TokenSender(client, "job-3", THREADS, flush_interval_s=600)  # type: ignore[arg-type]
     sender.offer(0, 1, "x")
     assert client.first.wait(30)
     sender.offer(1, 2, "y")
