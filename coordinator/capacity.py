@@ -17,6 +17,7 @@ from contracts.models import ModelSpec
 from coordinator.placement.candidates import JobRequest
 from coordinator.placement.filters import OFFLINE
 from coordinator.placement.index import FREE_SHIFT, FleetIndex
+from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import job_terms
 
 CAPACITY_CONTEXT_TOKENS = 4_096  # the job size the figures are for (capped by the model's context)
@@ -50,7 +51,7 @@ def model_capacity(index: FleetIndex, catalog: dict[str, ModelSpec],
                 fitting = len(group.keys) - bisect_left(group.keys, fits_from)
                 if fitting:
                     available += fitting
-                    fastest = max(fastest, bandwidth / terms.bytes_per_token)  # as the search's decode
+                    fastest = max(fastest, decode_from_bandwidth(bandwidth, 1.0, 0, 0.0, terms.bytes_per_token))
         capacities.append(ModelCapacity(spec, first_registered_ms[model_id], serving, available, fastest,
                                         context_tokens))
     return capacities
