@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from concurrent import futures
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 from sqlalchemy.exc import DBAPIError
@@ -109,20 +107,3 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     gateway = start_gateway(service, host, http_port) if http_port is not None else None
     return RunningCoordinator(server, service, bound, stopping, gateway)
 
-
-def serve(config: CoordinatorConfig, host: str, port: int, port_file: Path | None) -> None:
-    """Run until interrupted; write the bound port to port_file for scripts using port 0."""
-    running = start(config, host, port)
-    # The start-up heap (modules, protobuf descriptors, the service) lives as long as the
-    # process. Frozen, it is no longer walked again by every full collection, which a busy
-    # ledger triggers every few batches (about 30 us a batched job payment in bench.ledger).
-    gc.collect()
-    gc.freeze()
-    if port_file is not None:
-        port_file.write_text(f"{running.port}\n")
-    try:
-        running.server.wait_for_termination()
-    except KeyboardInterrupt:
-        log.info("shutting down")
-    finally:
-        running.stop()

@@ -60,6 +60,7 @@ def _verifier_replayer(models: list[str]):  # type: ignore[no-untyped-def]
 def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
+    from mlxnet.heap import freeze_start_up_heap
 
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
@@ -67,6 +68,7 @@ def _coordinator(args: argparse.Namespace) -> int:
                                allow_anonymous=args.allow_anonymous)
     running = start(config, args.host, args.port, http_port=args.http_port,
                     replayer=_verifier_replayer(args.verify_model))
+    freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
     sys.stdout.write(f"coordinator listening on {args.host}:{running.port}\n")

@@ -19,6 +19,7 @@ from pathlib import Path
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
+from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
 from node_agent.hardware.discover import discover_host, simulated_profile
 from node_agent.identity import load_or_create_identity
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("node %s starting: %s, %d GiB, %s lending, serving %s", identity.node_id,
              hardware.chip, hardware.memory_bytes >> 30, hooks.monitor.state.mode.value,
              ", ".join(spec.model_id for spec, _ in models))
+    freeze_start_up_heap()
     try:
         agent.run()
     except KeyboardInterrupt:
