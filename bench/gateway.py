@@ -50,6 +50,11 @@ from mlxnet.processes import spawn_node, start_coordinator, wait_until_registere
 from node_agent.inference.tiny_model import build_tiny_model
 
 MODEL_ID = "bench/model"
+# A pause before each measured run, so none starts in the last one's tail: after a direct
+# run this process's MLX threads burn 1-4 ms of CPU in the next 5 ms (measured with
+# time.process_time around a sleep), and a gateway job's node and coordinator finish its
+# receipt after the client's last token.
+SETTLE_S = 0.05
 PROMPTS = ("In the beginning", "And Noah", "And the LORD said", "And Abraham", "And Sarah")
 
 
@@ -167,8 +172,11 @@ def _alternating(model_dir: Path, client: openai.OpenAI, address: str, key: str,
     direct, gateway, bare = [], [], []
     for index in range(runs):
         prompt = PROMPTS[index % len(PROMPTS)]
+        time.sleep(SETTLE_S)
         direct.append(_direct(model, tokenizer, prompt, max_tokens))
+        time.sleep(SETTLE_S)
         gateway.append(_through_gateway(client, prompt, max_tokens))
+        time.sleep(SETTLE_S)
         bare.append(_through_bare_http(address, key, prompt, max_tokens))
     return direct, gateway, bare
 
