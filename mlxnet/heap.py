@@ -11,8 +11,8 @@ def freeze_start_up_heap() -> None:
     Modules, protobuf descriptors, SQLAlchemy's metadata and the tokenizer's tables live as
     long as the process. Unfrozen, every full collection walks them again: 128 ms in a
     coordinator serving the gateway and 40 ms in a node (bench.gateway's processes), a stall
-    in the middle of some unlucky request. Frozen, a full collection there takes about 4 ms
-    (and a busy ledger, which triggers one every few batches, pays about 30 us less a payment).
+    in the middle of some unlucky request. Frozen, the coordinator's takes about 4 ms (and a
+    busy ledger, which triggers one every few batches, paid about 30 us less a job payment).
     """
     gc.collect()
     gc.freeze()
