@@ -1,6 +1,6 @@
-"""A submit places over the scheduler's live index: its cost does not grow with the fleet,
-a refused request keeps the index, and a Mac registered with another coordinator is found
-before any job is refused for good. SQLite and PostgreSQL."""
+"""A submit (and a dry run) places over the scheduler's live index: its cost does not grow with
+the fleet, a refused request keeps the index, and a Mac registered with another coordinator is
+found before any job is refused for good. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -131,3 +131,28 @@ def test_submits_and_scheduling_passes_never_wait_on_each_other(
         assert errors == []
     finally:
         db.dispose()
+
+
+def test_a_dry_run_reads_no_whole_fleet_and_finds_a_mac_registered_elsewhere(
+        tmp_path: Path, database: Database, rebuilds: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    here, there = _service(database), _service(database)
+    _register(here, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    here.run_scheduler()  # here's index is built
+    built = len(rebuilds)
+
+    def whole_fleet(*args: object) -> None:
+        raise AssertionError("a dry run read every node")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(records, "all_nodes", whole_fleet)
+        patched.setattr(scheduler, "snapshot", whole_fleet)
+        decision = here.explain_placement("small", 1024, 0.0)
+    assert decision.node_ids and len(rebuilds) == built
+    # Nothing was placed: the same Mac is still the answer, and a real submit still gets it.
+    assert here.explain_placement("small", 1024, 0.0).node_ids == decision.node_ids
+    assert here.submit_job(_submission()).job.node_ids == decision.node_ids
+    # A Mac serving a model unknown here, registered with another coordinator: found, not refused.
+    _register(there, load_or_create_identity(tmp_path / "b.pem"), (HUGE,), memory_gb=4096)
+    built = len(rebuilds)  # there's own index included
+    assert here.explain_placement("huge", 1024, 0.0).node_ids
+    assert len(rebuilds) == built + 1
