@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from contracts.ids import ConsumerId, JobId, OperatorId
 from contracts.models import ModelSpec
 from coordinator import api_keys, records
+from coordinator.database import writes_serialized
 from coordinator.errors import InsufficientBalance
 from coordinator.records import PROMPT_TEXT, JobRecord, JobStatus
 from coordinator.tables import jobs
@@ -78,7 +79,11 @@ def lock_before_key(session: Session) -> None:
 
     Closing a job takes the ledger first and then corrects its key's spend (refund_spend),
     so a submit that locked the key first and then reserved deadlocked with it on PostgreSQL.
+    On SQLite the transaction already holds the one write lock: no order to keep, and the
+    reservation's own lock follows anyway.
     """
+    if writes_serialized(session):
+        return
     lock_ledger(session)
 
 
