@@ -193,10 +193,7 @@ class CoordinatorService:
     def _refuse_unrunnable(self, session, request: JobRequest,  # type: ignore[no-untyped-def]
                            place_now: bool, now: int) -> Placement | None:
         """The placement a Mac could take now, None when it must wait; raises if it never can."""
-        decision = place(request, self.fleet.index)
-        if isinstance(decision, PlacementRefusal) and decision.permanent and \
-                self.fleet.catch_up_on_registrations(session, now):
-            decision = place(request, self.fleet.index)  # never refused for good over a stale index
+        decision = self._place_over_index(session, request, now)
         if not isinstance(decision, PlacementRefusal):
             return decision
         if decision.permanent:
@@ -206,6 +203,16 @@ class CoordinatorService:
                                 "retry after the Retry-After seconds",
                                 retry_after_s=self.config.busy_retry_after_s)
         return None
+
+    def _place_over_index(self, session, request: JobRequest,  # type: ignore[no-untyped-def]
+                          now: int) -> Placement | PlacementRefusal:
+        """place() over the live index (within fleet.current); before a refusal for good, the
+        index reads any registration it has missed and the planner is asked again."""
+        decision = place(request, self.fleet.index)
+        if isinstance(decision, PlacementRefusal) and decision.permanent and \
+                self.fleet.catch_up_on_registrations(session, now):
+            decision = place(request, self.fleet.index)
+        return decision
 
     def _own_job(self, session, job_id: str, caller: Caller | None) -> JobRecord:  # type: ignore[no-untyped-def]
         """The job, if the caller may see it: a consumer sees only its own jobs."""
@@ -323,11 +330,7 @@ class CoordinatorService:
                                      f"of {spec.max_context_tokens}")
             request = JobRequest(job_id=JobId("dry-run"), model=spec, context_tokens=context_tokens,
                                  min_decode_tokens_per_s=min_decode_tokens_per_s)
-            decision = place(request, self.fleet.index)
-            if isinstance(decision, PlacementRefusal) and decision.permanent and \
-                    self.fleet.catch_up_on_registrations(session, now):
-                decision = place(request, self.fleet.index)  # never "nowhere, ever" over a stale index
-            return decision
+            return self._place_over_index(session, request, now)
 
     # --- nodes -------------------------------------------------------------
 
