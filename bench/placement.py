@@ -80,17 +80,28 @@ def read_only(index: FleetIndex, jobs: list[JobRequest]) -> None:
     _report("read-only (index unchanged)", throughput, latencies, cpu, outcomes)
 
 
+# Like a coordinator, keep only where each job runs and what it reserved, not the whole decision.
+Running = deque[tuple[tuple[str, ...], tuple[int, ...]]]
+
+
+def commit_and_release(index: FleetIndex, running: Running, decision: Placement, running_max: int) -> bool:
+    """Commit a placement; past running_max running jobs, release the oldest. False: the commit was stale."""
+    committed = index.try_commit(decision)
+    if committed:
+        running.append((decision.node_ids, decision.reserved_memory_bytes))
+    if len(running) > running_max:
+        index.release_shares(*running.popleft())
+    return committed
+
+
 def _place_and_commit_all(index: FleetIndex, jobs: list[JobRequest], running_max: int) -> tuple[int, float, float]:
     """Jobs placed and committed, wall and CPU seconds: with_commits' loop with nothing else in it."""
-    running: deque[tuple[tuple[str, ...], tuple[int, ...]]] = deque()
+    running: Running = deque()
     start, cpu_start = time.perf_counter(), time.process_time()
     for job in jobs:
         decision = place(job, index)
         if isinstance(decision, Placement):
-            if index.try_commit(decision):
-                running.append((decision.node_ids, decision.reserved_memory_bytes))
-            if len(running) > running_max:
-                index.release_shares(*running.popleft())
+            commit_and_release(index, running, decision, running_max)
     return len(jobs), time.perf_counter() - start, time.process_time() - cpu_start
 
 
@@ -102,8 +113,7 @@ def with_commits(index: FleetIndex, jobs: list[JobRequest], running_max: int) ->
     gc.freeze()  # the copy lives for the pass, as the index does for the run
     throughput = _place_and_commit_all(copy, jobs, running_max)
     latencies, cpu, commit_latencies, outcomes = [], [], [], Counter()
-    # Like a coordinator, keep only where each job runs and what it reserved, not the whole decision.
-    running: deque[tuple[tuple[str, ...], tuple[int, ...]]] = deque()
+    running: Running = deque()
     clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
     stale = 0
     for job in jobs:
@@ -111,13 +121,8 @@ def with_commits(index: FleetIndex, jobs: list[JobRequest], running_max: int) ->
         decision = place(job, index)
         cpu.append(cpu_clock() - c0)
         t1 = clock()
-        if isinstance(decision, Placement):
-            if index.try_commit(decision):
-                running.append((decision.node_ids, decision.reserved_memory_bytes))
-            else:
-                stale += 1
-            if len(running) > running_max:
-                index.release_shares(*running.popleft())
+        if isinstance(decision, Placement) and not commit_and_release(index, running, decision, running_max):
+            stale += 1
         commit_latencies.append(clock() - t1)
         latencies.append(t1 - t0)
         outcomes[_outcome(decision)] += 1
