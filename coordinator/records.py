@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import Update, bindparam, func, insert, select, update
+from sqlalchemy import Update, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -212,7 +212,14 @@ _LOCK_NODES = select(nodes.c.node_id).where(
     nodes.c.node_id.in_(bindparam("node_ids", expanding=True))).with_for_update()
 
 
+# One id (a submit re-reads its one chosen Mac): an expanding list is rendered anew on every
+# execution, a plain parameter is not.
+_NODE_BY_ID = select(nodes).where(nodes.c.node_id == bindparam("node_id"))
+
+
 def nodes_by_ids(session: Session, node_ids: list[str]) -> list[NodeRecord]:
+    if len(node_ids) == 1:
+        return [_node_from_row(r) for r in session.execute(_NODE_BY_ID, {"node_id": node_ids[0]})]
     found: list[NodeRecord] = []
     for start in range(0, len(node_ids), 500):  # keep IN lists short
         rows = session.execute(_NODES_BY_IDS, {"node_ids": node_ids[start:start + 500]})
@@ -411,9 +418,11 @@ def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[st
     """One built statement per (from statuses, columns set): the callers use a handful.
 
     Parameters end in "_": SQLAlchemy reserves a column's own name in an UPDATE's SET."""
+    # Equalities, not status IN (...): a literal IN list is an expanding parameter, rendered
+    # anew on every execution, and every job's every step runs one of these.
+    statuses = [jobs.c.status == status.value for status in sorted(from_statuses, key=lambda s: s.value)]
     return update(jobs).where(
-        jobs.c.job_id == bindparam("job_id_"),
-        jobs.c.status.in_(sorted(s.value for s in from_statuses)),
+        jobs.c.job_id == bindparam("job_id_"), or_(*statuses),
     ).values({column: bindparam(f"{column}_") for column in columns})
 
 
@@ -450,9 +459,18 @@ _COMMITTED_FOR_NODES = select(
         job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))).group_by(job_assignments.c.node_id)
 
 
+_COMMITTED_FOR_NODE = select(
+    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
+).where(job_assignments.c.active.is_(True),
+        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id)
+
+
 def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
     """committed_by_node for just these nodes."""
     committed: dict[str, tuple[int, int]] = {}
+    if len(node_ids) == 1:  # as nodes_by_ids: no expanding list for one id
+        rows = session.execute(_COMMITTED_FOR_NODE, {"node_id": node_ids[0]})
+        return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
     for start in range(0, len(node_ids), 500):
         rows = session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})
         committed.update({node_id: (int(memory), int(count)) for node_id, memory, count in rows})

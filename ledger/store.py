@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY, BigInteger, ColumnElement, Row, Select, String, Table, any_, bindparam, exists, insert, select, update,
+    ARRAY, BigInteger, ColumnElement, Row, Select, String, Table, any_, bindparam, exists, func, insert, select,
+    update,
 )
 from sqlalchemy.orm import Session
 
@@ -220,23 +222,32 @@ def _among(session: Session, table: Table, column: str, values: Iterable[object]
     """Statements, with their parameters, that together select the rows of table (or
     just these columns) whose column is one of the text values."""
     shape = (table, column, columns, order_by, for_update)
-    if session.get_bind().dialect.name == "postgresql":
-        # One array parameter: the statement text stays the same, so it is parsed once.
+    dialect = session.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        # One parameter, so the statement text stays the same and is parsed once: an array
+        # (PostgreSQL), or a JSON list (SQLite). An expanding IN list is rendered anew on
+        # every execution, and every transfer reads its accounts and transfers this way.
         wanted = sorted({value for value in values if isinstance(value, str)})
         if wanted:
-            yield _select_among(*shape, array=True), {"among": wanted}
+            postgres = dialect == "postgresql"
+            yield _select_among(*shape, form="array" if postgres else "json"), \
+                {"among": wanted if postgres else json.dumps(wanted)}
         return
     for chunk in _chunks(values):
-        yield _select_among(*shape, array=False), {"among": chunk}
+        yield _select_among(*shape, form="expanding"), {"among": chunk}
 
 
 @functools.lru_cache(maxsize=64)
 def _select_among(table: Table, column: str, columns: tuple[str, ...], order_by: str, for_update: bool, *,
-                  array: bool) -> Select[Any]:
-    """Built once per shape: an array parameter (PostgreSQL) or an expanding IN list."""
+                  form: str) -> Select[Any]:
+    """Built once per shape and form: an array parameter, a JSON list read by json_each, or an
+    expanding IN list."""
     chosen = select(*(table.c[name] for name in columns)) if columns else select(table)
-    if array:
+    if form == "array":
         chosen = chosen.where(table.c[column] == any_(bindparam("among", type_=ARRAY(String))))
+    elif form == "json":
+        listed = func.json_each(bindparam("among", type_=String)).table_valued("value")
+        chosen = chosen.where(table.c[column].in_(select(listed.c.value)))
     else:
         chosen = chosen.where(table.c[column].in_(bindparam("among", expanding=True)))
     if order_by:

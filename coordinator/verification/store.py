@@ -199,8 +199,14 @@ def all_node_trust(session: Session) -> dict[str, NodeTrust]:
 _TRUST_OF_NODES = select(node_trust).where(node_trust.c.node_id.in_(bindparam("node_ids", expanding=True)))
 
 
+_TRUST_OF_NODE = select(node_trust).where(node_trust.c.node_id == bindparam("node_id"))
+
+
 def trust_of_nodes(session: Session, node_ids: list[str]) -> dict[str, NodeTrust]:
     """all_node_trust for just these nodes (nodes never checked have no row)."""
+    if len(node_ids) == 1:  # a submit's one chosen Mac: a plain parameter, not an expanding list
+        return {row.node_id: _trust_from_row(row)
+                for row in session.execute(_TRUST_OF_NODE, {"node_id": node_ids[0]})}
     found: dict[str, NodeTrust] = {}
     for start in range(0, len(node_ids), 500):
         rows = session.execute(_TRUST_OF_NODES, {"node_ids": node_ids[start:start + 500]})
