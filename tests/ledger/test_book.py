@@ -64,6 +64,18 @@ def test_lookups_by_id_find_exactly_the_stored_ids(session: Session) -> None:
     assert book.accounts_exist(session, [(ALICE, AccountKind.CONSUMER), (BOB, AccountKind.OPERATOR)])
 
 
+def test_lookups_by_id_take_lists_longer_than_any_parameter_limit(session: Session) -> None:
+    # SQLite sends the ids as one JSON list and PostgreSQL as one text: no list is cut into chunks.
+    open_accounts(session)
+    fund(session, ALICE, 1_000)
+    stored = [f"t{n}" for n in range(0, 1_500, 300)]
+    for transfer_id in stored:
+        assert book.create_transfer(session, pay(transfer_id, 1), now_us=NOW_US).code is ResultCode.CREATED
+    asked = [f"t{n}" for n in range(1_500)]
+    assert book.existing_transfer_ids(session, asked) == set(stored)
+    assert set(book.get_transfers(session, asked)) == set(stored)
+
+
 def test_retry_answers_exists_and_a_different_retry_writes_nothing(session: Session) -> None:
     open_accounts(session)
     fund(session, ALICE, 1_000)
