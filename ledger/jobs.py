@@ -341,6 +341,9 @@ def credits_operator(operations: list[Operation]) -> bool:
     return bool(operations) and not isinstance(operations[0], VoidPending)
 
 
+_ACCOUNT_MISSING = frozenset({ResultCode.DEBIT_ACCOUNT_NOT_FOUND, ResultCode.CREDIT_ACCOUNT_NOT_FOUND})
+
+
 def complete_job(
     session: Session,
     job_id: JobId,
@@ -360,12 +363,18 @@ def complete_job(
     release it at the window's close. A zero charge voids the reservation instead.
     """
     operations = completion_operations(job_id, consumer_id, operator_id, price, hold_s)
-    ensure_system_accounts(session)
     if not operations:
         return JobPayment(())
-    if credits_operator(operations):
-        open_operator_account(session, operator_id)
-    return JobPayment(create_transfers(session, operations, now_us=now_us))
+    payment = JobPayment(create_transfers(session, operations, now_us=now_us))
+    # As reserve_job: the accounts are made when a payment finds one missing rather than
+    # checked on every receipt (a refused payment writes nothing, so it is simply made again).
+    failure = payment.failure
+    if failure is not None and failure.code in _ACCOUNT_MISSING:
+        ensure_system_accounts(session)
+        if credits_operator(operations):
+            open_operator_account(session, operator_id)
+        payment = JobPayment(create_transfers(session, operations, now_us=now_us))
+    return payment
 
 
 def release_operation(job_id: JobId) -> PostPending:
