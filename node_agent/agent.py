@@ -21,6 +21,7 @@ from contracts.hardware import HardwareReport
 from contracts.ids import JobId
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
+from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
     Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
 )
@@ -64,7 +65,7 @@ class NodeAgent:
         self._client = CoordinatorClient(settings.coordinator)
         self._paths = {spec.model_id: path for spec, path in settings.models}
         self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
-        self._seen: set[str] = set()
+        self._active = ActiveJobs()  # assignments waiting or running here
         self._running = 0  # dequeued and not yet reported; the worker and the reporter count it
         self._running_lock = threading.Lock()
         self._reporter = JobReporter(self._finish_generated)
@@ -129,7 +130,7 @@ class NodeAgent:
                                             self._hooks.status(self._warm_model_ids()),
                                             self._hooks.pod())
         self._heartbeat_interval_s = interval_ms / 1000
-        self._seen.clear()  # a new registration hands back everything from before
+        self._active.clear()  # a new registration hands back everything from before
         self.registered.set()
         log.info("registered as %s (%s, operator %s)", s.identity.node_id, s.hardware.chip,
                  s.operator_id)
@@ -148,9 +149,8 @@ class NodeAgent:
                 log.debug("heartbeat failed: %s", error)
 
     def _accept(self, assignment: Assignment) -> None:
-        if assignment.job_id in self._seen:
+        if not self._active.admit(assignment.job_id):
             return
-        self._seen.add(assignment.job_id)
         self._jobs.put((assignment, JobTimeline(assignment.job_id)))
 
     # --- jobs ----------------------------------------------------------------
@@ -169,6 +169,7 @@ class NodeAgent:
                 handed_over = self._run(assignment, timeline)
             finally:
                 if not handed_over:
+                    self._active.finish(assignment.job_id)
                     self._count_running(-1)
                     timeline.log()
 
@@ -261,6 +262,7 @@ class NodeAgent:
                      len(result.token_ids), credited)
             self._hooks.job_finished(assignment.job_id, credited)
         finally:
+            self._active.finish(assignment.job_id)
             self._count_running(-1)
             timeline.log()
 
