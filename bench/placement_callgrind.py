@@ -22,13 +22,11 @@ import functools
 import gc
 import operator
 import pickle
-import re
-import subprocess
-import sys
 import tempfile
 from collections import deque
 from pathlib import Path
 
+from bench.callgrind import counted_instructions
 from bench.fleet_sim import generate_jobs, simulate_fleet
 from bench.placement import commit_and_release
 from coordinator.placement import FleetIndex, Placement, PlacementConfig, place, planner
@@ -81,14 +79,9 @@ def run(path: Path, part: str) -> None:
             search_macs, search_pods, explain
 
 
-def measure(path: Path, part: str, jobs: int) -> int:
+def measure(path: Path, part: str) -> int:
     """Instructions counted for the part over all jobs."""
-    command = ["valgrind", "--tool=callgrind", "--toggle-collect=_operator_call", "--callgrind-out-file=/dev/null",
-               sys.executable, "-m", "bench.placement_callgrind", "--run", str(path), "--part", part]
-    finished = subprocess.run(command, capture_output=True, text=True, check=True)
-    found = re.search(r"Collected : ([\d,]+)", finished.stderr)
-    assert found is not None, f"no callgrind totals in: {finished.stderr[-500:]}"
-    return int(found.group(1).replace(",", ""))
+    return counted_instructions("bench.placement_callgrind", "--run", str(path), "--part", part)
 
 
 def main() -> None:
@@ -111,7 +104,7 @@ def main() -> None:
         if not state.exists():
             prepare(state, args.warm_up, args.jobs, args.seed)
         for part in parts:
-            print(f"{part}: {measure(state, part, args.jobs) / args.jobs / 1e3:,.1f}k instructions per job "
+            print(f"{part}: {measure(state, part) / args.jobs / 1e3:,.1f}k instructions per job "
                   f"({args.jobs} jobs after {args.warm_up} committed)", flush=True)
 
 

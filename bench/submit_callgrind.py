@@ -17,58 +17,28 @@ from __future__ import annotations
 
 import argparse
 import operator
-import re
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-from bench.submit_scale import MODEL, _register
-from coordinator.api_keys import KeyLimits
-from coordinator.clock import SystemClock
-from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
-from coordinator.service import CoordinatorService
+from bench.callgrind import counted_instructions
+from bench.submit_scale import keyed_service
 from coordinator.records import JobStatus
-from coordinator.submission import Submission
-from mlxnet import keys_cli
 
 UNCOUNTED_SUBMITS = 20
 
 
 def run(submits: int) -> None:
     """Runs under callgrind: the counted submits go through operator.call."""
-    with tempfile.TemporaryDirectory(prefix="mlxnet-bench-submit-") as tmp:
-        url = f"sqlite:///{tmp}/coordinator.db"
-        upgrade_schema(url)
-        db = Database(url)
-        # Under callgrind the run outlasts a node's heartbeat window; it must stay online.
-        config = CoordinatorConfig(database_url=url, node_offline_after_ms=24 * 3600 * 1000)
-        service = CoordinatorService(db, SystemClock(), config)
-        _register(service, Path(tmp) / "mac0.pem")
-        _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**15)
-        caller = service.authenticate_consumer(key, to_submit=True)
-        assert caller.key is not None
-        sub = Submission(consumer_id="bench", model_id=MODEL.model_id, prompt="Hello", max_tokens=8,
-                         temperature=0.0, top_p=0.0, seed=0, request_id="", min_decode_tokens_per_s=0.0,
-                         api_key_id=caller.key.key_id)
+    with keyed_service(1) as (service, caller, sub):
         uncounted = lambda function, *args, **kwargs: function(*args, **kwargs)  # noqa: E731
         for number in range(UNCOUNTED_SUBMITS + submits):
             call = operator.call if number >= UNCOUNTED_SUBMITS else uncounted
             view = call(service.submit_job, sub, caller, durable=False)
             assert view.job.status is JobStatus.ASSIGNED, "every submit must be placed at once"
             service.cancel_job(view.job.job_id, caller)
-        db.dispose()
 
 
 def measure(submits: int) -> int:
     """Instructions counted over all the counted submits."""
-    command = ["valgrind", "--tool=callgrind", "--toggle-collect=_operator_call", "--callgrind-out-file=/dev/null",
-               sys.executable, "-m", "bench.submit_callgrind", "--run", "--submits", str(submits)]
-    finished = subprocess.run(command, capture_output=True, text=True, check=True)
-    found = re.search(r"Collected : ([\d,]+)", finished.stderr)
-    assert found is not None, f"no callgrind totals in: {finished.stderr[-500:]}"
-    return int(found.group(1).replace(",", ""))
+    return counted_instructions("bench.submit_callgrind", "--run", "--submits", str(submits))
 
 
 def main() -> None:

@@ -12,15 +12,17 @@ again. Prints the median wall-clock and this thread's CPU time per submit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.models import ModelSpec
 from contracts.signing import register_challenge
-from coordinator.api_keys import KeyLimits
+from coordinator.api_keys import Caller, KeyLimits
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.database import Database, upgrade_schema
@@ -47,13 +49,15 @@ def _register(service: CoordinatorService, key_path: Path) -> None:
         display_name=key_path.stem, max_concurrent_jobs=1))
 
 
-def measure(macs: int, submits: int) -> tuple[float, float]:
-    """Median (wall ms, CPU ms) of a keyed submit with `macs` Macs registered."""
+@contextlib.contextmanager
+def keyed_service(macs: int) -> Iterator[tuple[CoordinatorService, Caller, Submission]]:
+    """A service over a fresh SQLite file with `macs` Macs, a funded key's caller and a submission."""
     with tempfile.TemporaryDirectory(prefix="mlxnet-bench-submit-") as tmp:
         url = f"sqlite:///{tmp}/coordinator.db"
         upgrade_schema(url)
         db = Database(url)
-        # Registering thousands takes longer than a node stays online without heartbeats.
+        # Registering thousands (or running under callgrind) takes longer than a node stays
+        # online without heartbeats.
         config = CoordinatorConfig(database_url=url, node_offline_after_ms=24 * 3600 * 1000)
         service = CoordinatorService(db, SystemClock(), config)
         for number in range(macs):
@@ -63,6 +67,15 @@ def measure(macs: int, submits: int) -> tuple[float, float]:
         sub = Submission(consumer_id="bench", model_id=MODEL.model_id, prompt="Hello", max_tokens=8,
                          temperature=0.0, top_p=0.0, seed=0, request_id="", min_decode_tokens_per_s=0.0,
                          api_key_id=caller.key.key_id if caller.key else None)
+        try:
+            yield service, caller, sub
+        finally:
+            db.dispose()
+
+
+def measure(macs: int, submits: int) -> tuple[float, float]:
+    """Median (wall ms, CPU ms) of a keyed submit with `macs` Macs registered."""
+    with keyed_service(macs) as (service, caller, sub):
         walls, cpus = [], []
         for _ in range(submits):
             wall, cpu = time.perf_counter(), time.thread_time()
@@ -70,7 +83,6 @@ def measure(macs: int, submits: int) -> tuple[float, float]:
             walls.append((time.perf_counter() - wall) * 1e3)
             cpus.append((time.thread_time() - cpu) * 1e3)
             service.cancel_job(view.job.job_id, caller)
-        db.dispose()
     skip = min(10, submits // 2)  # the first builds the index
     return statistics.median(walls[skip:]), statistics.median(cpus[skip:])
 
