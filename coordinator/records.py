@@ -315,6 +315,7 @@ _QUEUED_AHEAD = select(func.count()).select_from(jobs).where(
     jobs.c.status == JobStatus.QUEUED.value,
     (jobs.c.created_at_ms < bindparam("created_at_ms"))
     | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id"))))
+_ANY_QUEUED = select(jobs.c.job_id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
 _INSERT_ASSIGNMENT = insert(job_assignments)
 _ALL_NODES = select(nodes).order_by(nodes.c.node_id)
 _NODE_BY_ID = select(nodes).where(nodes.c.node_id == bindparam("node_id"))
@@ -384,6 +385,11 @@ def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRec
     the ledger does first: job row, then the ledger's write lock, never the other order."""
     row = session.execute(_JOB_BY_ID_FOR_UPDATE if for_update else _JOB_BY_ID, {"job_id": job_id}).first()
     return None if row is None else _job_from_row(session, row)
+
+
+def any_queued(session: Session) -> bool:
+    """Whether some job waits for a Mac: one step down the status index."""
+    return session.execute(_ANY_QUEUED).first() is not None
 
 
 def queued_jobs(session: Session, limit: int) -> list[JobRecord]:

@@ -487,6 +487,15 @@ class CoordinatorService:
     # --- housekeeping ------------------------------------------------------
 
     def run_scheduler(self) -> scheduler.SchedulingPass:
+        """Place the queued jobs that fit now. Every receipt and heartbeat asks; most find no
+        job waiting, and then only bring the index up to date (off the next submit's path)."""
+        now = self.clock.now_ms()
+        # A read transaction first: on SQLite the pass's BEGIN takes the write lock, which
+        # each node's heartbeat would otherwise hold for a pass over an empty queue.
+        with self.db.read_transaction() as session:
+            if not records.any_queued(session):
+                with self.fleet.current(session, now):
+                    return scheduler.SchedulingPass((), ())
         with self.db.transaction() as session:
             result = scheduler.schedule_queued(session, self.clock.now_ms(), self.config, self.fleet)
         for job_id, node_ids in result.placed:
