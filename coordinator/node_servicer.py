@@ -7,6 +7,7 @@ import time
 
 import grpc
 
+from contracts import hop_trace
 from coordinator import convert
 from coordinator.errors import InvalidRequest
 from coordinator.grpc_errors import translate_errors, translate_stream_errors
@@ -59,6 +60,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         accepted = 0
         for request in request_iterator:
             if request.first_index == 0:
+                hop_trace.job_hop(request.job_id, "first chunk read")
                 log.debug("job %s token stream opened at %d, first chunk read at %d",
                           request.job_id, opened_ms, time.time_ns() // 1_000_000)
             if self._service.accept_tokens(node, request.job_id, convert.token_chunk_from_pb(request),

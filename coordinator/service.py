@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from contracts import hop_trace
 from contracts.ids import JobId, NodeId
 from coordinator import handback, job_results, node_registry, records, scheduler, submission
 from coordinator import node_records, node_reports
@@ -149,15 +150,18 @@ class CoordinatorService:
             if key is not None:
                 billing.lock_before_key(session)
                 api_keys.admit(session, key, now)
+                hop_trace.hop("key admitted")
             with self.fleet.current(session, now):
                 job, created = self._submit_to_queue(session, sub, now)
                 if created:
                     request = scheduler.job_request(job, self.fleet.catalog())
                     assert request is not None, "submit checked the model is served"
                     decision = self._refuse_unrunnable(session, request, place_now, now)
+                    hop_trace.hop("placed")
                     if key is not None:
                         job = dataclasses.replace(job, reserved_base_units=billing.reserve(
                             session, job, request.model, key))
+                        hop_trace.hop("balance reserved")
                     assigned = None if decision is None else scheduler.place_submitted(
                         session, job, decision, self.fleet, now, self.config)
                     if assigned:
@@ -165,7 +169,9 @@ class CoordinatorService:
                         chips = self.fleet.chips(job.node_ids)
                         if on_placed is not None:
                             on_placed(job.job_id)
+        hop_trace.bind(job.job_id)
         if placed:
+            hop_trace.job_hop(job.job_id, "committed")
             # The node hears first, with no database read on its way: the consumer waits for it.
             self.live_assignments.publish(job)
             self.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in job.node_ids))
@@ -405,6 +411,7 @@ class CoordinatorService:
             if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
                 sent.add(job.job_id)
                 log.debug("job %s sent to its node at %d", job.job_id, time.time_ns() // 10**6)
+                hop_trace.job_hop(job.job_id, "sent to its node")
                 yield job
 
     def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
@@ -416,6 +423,7 @@ class CoordinatorService:
                                                prompt_tokens)
         if stored:  # committed: the job's live readers may have it now
             if chunk.first_index == 0:
+                hop_trace.job_hop(job_id, "first chunk stored")
                 log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
             self.live_chunks.publish(job_id, [chunk])
         self.notifier.notify(job_topic(job_id))

@@ -58,10 +58,12 @@ def _verifier_replayer(models: list[str]):  # type: ignore[no-untyped-def]
 
 
 def _coordinator(args: argparse.Namespace) -> int:
+    from contracts import hop_trace
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
     from mlxnet.heap import freeze_start_up_heap
 
+    hop_trace.open_from_environment()
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+from contracts import hop_trace
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("node %s starting: %s, %d GiB, %s lending, serving %s", identity.node_id,
              hardware.chip, hardware.memory_bytes >> 30, hooks.monitor.state.mode.value,
              ", ".join(spec.model_id for spec, _ in models))
+    hop_trace.open_from_environment()
     freeze_start_up_heap()
     try:
         agent.run()

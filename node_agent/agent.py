@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from contracts import hop_trace
 from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
 from contracts.ids import JobId
@@ -149,6 +150,7 @@ class NodeAgent:
                 log.debug("heartbeat failed: %s", error)
 
     def _accept(self, assignment: Assignment) -> None:
+        hop_trace.job_hop(assignment.job_id, "node received")
         if not self._active.admit(assignment.job_id):
             return
         self._jobs.put((assignment, JobTimeline(assignment.job_id)))
@@ -205,6 +207,7 @@ class NodeAgent:
                              threads=self._sender_threads)
         keep_going = self._hooks.keep_going
         timeline.mark("generating")
+        hop_trace.job_hop(assignment.job_id, "node started")
 
         def on_token(index: int, token_id: int, text: str) -> bool:
             if index == 0:

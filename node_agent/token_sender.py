@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from contracts import hop_trace
 from contracts.logprobs import TokenLogprob
 from node_agent.coordinator_client import (
     CallRejected, Chunk, CoordinatorCallError, CoordinatorClient,
@@ -75,6 +76,8 @@ class TokenSender:
                 self._ended.wait(self._flush_interval_s)
             chunk, done = self._merge_queued(chunk)
             self.sent.append(chunk)
+            if len(self.sent) == 1:
+                hop_trace.job_hop(self._job_id, "first chunk sent")
             if self._timeline is not None and len(self.sent) == 1:
                 self._timeline.mark("first_chunk_to_grpc")
             yield chunk

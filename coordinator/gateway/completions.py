@@ -19,6 +19,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from contracts import hop_trace
 from coordinator.api_keys import Caller
 from coordinator.errors import JobFailed, NoCapacityNow, PromptTooLong
 from coordinator.gateway.bridge import Bridge, JobEvents
@@ -129,6 +130,7 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
 
     The submit does not wait for the disk: run_completion makes it durable while the
     node starts, before the client hears of the job."""
+    hop_trace.hop("submit")
     caller = service.authenticate_consumer(api_key, to_submit=True)
     submission, plan = submission_for(caller)
     return caller, plan, *service.submit_watched(submission, caller, durable=False)
@@ -136,6 +138,7 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
                          submission_for: SubmissionFor) -> Response:
+    hop_trace.begin_request()
     release_slot: Callable[[], None] | None = bridge.take_stream_slot()
     try:
         caller, plan, view, watch = await bridge.call(_authenticate_and_submit, bridge.service,
@@ -153,6 +156,7 @@ async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
         events = bridge.open_events(job_id, caller, release_slot, watch)
         watch = release_slot = None  # the events own them now
         first = await _until_disconnect(request, events.next())
+        hop_trace.job_hop(job_id, "first event on the event loop")
         if isinstance(first, JobView) and not ended_well(first.job):
             raise await _failed(bridge, first.job)
         if plan.stream:
@@ -198,6 +202,8 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
                 text = scanner.feed(item.text)
                 logprobs = item.logprobs if plan.logprobs else ()
                 if text or logprobs:
+                    if not offset:
+                        hop_trace.job_hop(events.job_id, "first text to the client")
                     yield renderer.content_chunk(text, logprobs, offset)
                 if scanner.stopped:  # the node need not generate further
                     bridge.cancel_soon(events.job_id, caller, ERROR_STOP_SEQUENCE)

@@ -19,6 +19,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm import load
 
+from contracts import hop_trace
 from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk, encode_commitment
 from contracts.receipts import FinishReason
 from contracts.logprobs import TokenLogprob
@@ -140,7 +141,9 @@ class Engine:
 
         def on_step(step: DecodeStep) -> bool:
             nonlocal first_token_at_ms
-            first_token_at_ms = first_token_at_ms or _now_ms()
+            if not first_token_at_ms:
+                hop_trace.job_hop(request.job_id, "first token")
+                first_token_at_ms = _now_ms()
             if on_logprob is not None and request.top_logprobs >= 0 and step.logits is not None:
                 on_logprob(step.index, prompts.token_logprob(tokenizer, step.logits, step.token_id,
                                                              request.top_logprobs))
@@ -165,6 +168,7 @@ class Engine:
                 on_end()
 
         started = _now_ms()
+        hop_trace.job_hop(request.job_id, "prefill started")
         decoded = activations.decode(model, prompt_ids, request.max_tokens, request.temperature,
                                      request.top_p, request.seed,
                                      self.end_token_ids(request.model_path), on_step, on_last)
