@@ -375,8 +375,13 @@ def transfer_writer(session: Session) -> Iterator[Callable[[Sequence[Transfer]],
         return
     gathered: list[Transfer] = []
     yield gathered.extend
-    if gathered:
-        session.execute(_INSERT_TRANSFERS, [_transfer_to_row(transfer) for transfer in gathered])
+    if not gathered:
+        return
+    if _sqlite(session):  # straight to the driver, as the snapshot's reads (lock_and_load_snapshot)
+        session.connection().connection.driver_connection.executemany(
+            _SQLITE_INSERT_TRANSFERS, [_transfer_to_values(transfer) for transfer in gathered])
+        return
+    session.execute(_INSERT_TRANSFERS, [_transfer_to_row(transfer) for transfer in gathered])
 
 
 def write(session: Session, evaluation: Evaluation) -> None:
@@ -391,10 +396,18 @@ def write(session: Session, evaluation: Evaluation) -> None:
         for account_id, change in sorted(evaluation.balance_changes.items())
     ]
     last = evaluation.new_transfers[-1]
+    head = {"new_sequence": last.sequence, "new_transfer_id": last.id, "new_hash": last.hash}
+    if _sqlite(session):  # straight to the driver, as the snapshot's reads (lock_and_load_snapshot)
+        connection = session.connection().connection.driver_connection
+        if changes:
+            updated = connection.executemany(_SQLITE_MOVE_BALANCES, changes)
+            assert updated.rowcount == len(changes), "an account vanished while locked"
+        connection.execute(_SQLITE_ADVANCE_HEAD, head)
+        return
     if changes:
         updated = session.execute(_MOVE_BALANCES, changes)
         assert updated.rowcount in (len(changes), -1), "an account vanished while locked"
-    session.execute(_ADVANCE_HEAD, {"new_sequence": last.sequence, "new_transfer_id": last.id, "new_hash": last.hash})
+    session.execute(_ADVANCE_HEAD, head)
 
 
 _MOVE_BALANCES = (
@@ -407,6 +420,16 @@ _MOVE_BALANCES = (
         credits_posted=_ACCOUNTS.c.credits_posted + bindparam("credits_posted"),
     )
 )
+
+
+_SQLITE_INSERT_TRANSFERS = (f"INSERT INTO {_TRANSFERS.name} ({', '.join(_TRANSFER_COLUMNS)})"
+                            f" VALUES ({', '.join('?' * len(_TRANSFER_COLUMNS))})")
+_SQLITE_MOVE_BALANCES = (f"UPDATE {_ACCOUNTS.name} SET debits_pending = debits_pending + :debits_pending,"
+                         " debits_posted = debits_posted + :debits_posted,"
+                         " credits_pending = credits_pending + :credits_pending,"
+                         " credits_posted = credits_posted + :credits_posted WHERE id = :account_id")
+_SQLITE_ADVANCE_HEAD = (f"UPDATE {_HEAD.name} SET last_sequence = :new_sequence, last_transfer_id = :new_transfer_id,"
+                        f" last_hash = :new_hash WHERE id = {tables.CHAIN_HEAD_ROW_ID}")
 
 
 # COPY: the fastest way into PostgreSQL (about three times executemany's rows per second).

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule, run_state_machine_as_test
-from sqlalchemy import Engine, event, select
+from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
 from ledger import book, epochs, rules, tables
@@ -155,25 +155,30 @@ class InjectedFault(Exception):
     """Stands for the process dying, or the connection dropping, in the middle of a write."""
 
 
+# In the database itself, so the fault comes whichever way the write reaches it (SQLAlchemy, or the driver).
+_FAULT_TRIGGERS = {
+    "sqlite": ["CREATE TRIGGER fail_on_balances BEFORE UPDATE ON ledger_accounts"
+               " BEGIN SELECT RAISE(ABORT, 'injected fault'); END"],
+    "postgresql": ["CREATE FUNCTION fail_on_balances() RETURNS trigger LANGUAGE plpgsql"
+                   " AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$",
+                   "CREATE TRIGGER fail_on_balances BEFORE UPDATE ON ledger_accounts"
+                   " FOR EACH ROW EXECUTE FUNCTION fail_on_balances()"],
+}
+
+
 def test_a_fault_in_the_middle_of_the_write_leaves_nothing(engine: Engine) -> None:
     with Session(engine) as session:
         open_accounts(session)
         fund(session, ALICE, 100)
         session.commit()
         before = journal(session)
-
-    def fail_on_balances(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        # By the time balances move, the transfers are already inserted.
-        if statement.startswith("UPDATE ledger_accounts"):
-            raise InjectedFault
-
-    event.listen(engine, "before_cursor_execute", fail_on_balances)
-    try:
-        with Session(engine) as session, pytest.raises(InjectedFault):
-            book.create_transfer_chains(session, [[request("a", ALICE, BOB, 10)], [request("b", SOURCE, BOB, 5)]],
-                                        now_us=NOW_US)
-    finally:
-        event.remove(engine, "before_cursor_execute", fail_on_balances)
+        # From now on balances cannot move; by the time they would, the transfers are already inserted.
+        for statement in _FAULT_TRIGGERS[engine.dialect.name]:
+            session.execute(text(statement))
+        session.commit()
+    with Session(engine) as session, pytest.raises(Exception, match="injected fault"):
+        book.create_transfer_chains(session, [[request("a", ALICE, BOB, 10)], [request("b", SOURCE, BOB, 5)]],
+                                    now_us=NOW_US)
     with Session(engine) as session:
         assert journal(session) == before
         assert book.verify_chain(session).ok and book.verify_balances(session).ok
