@@ -21,6 +21,7 @@ from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
 from contracts.logprobs import TokenLogprob, logprobs_from_json, logprobs_to_json
 from contracts.models import ModelSpec
+from coordinator.driver_sql import DriverStatement
 from coordinator.tables import job_assignments, job_tokens, jobs, node_heartbeats, nodes
 
 
@@ -365,19 +366,21 @@ class StreamingJob:
 
 # Built once: the token path runs these for every chunk, and a reused statement
 # skips SQLAlchemy's per-call construction and cache-key work.
-_STREAMING_JOB = select(
+_STREAMING_JOB = DriverStatement(select(
     jobs.c.status, jobs.c.max_tokens,
     select(job_assignments.c.node_id).where(
         job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
         job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
-).where(jobs.c.job_id == bindparam("job_id")).with_for_update(of=jobs)
+).where(jobs.c.job_id == bindparam("job_id")).with_for_update(of=jobs))
 
 
 def lock_streaming_job(session: Session, job_id: str, node_id: str) -> StreamingJob | None:
     """Row-lock a job (PostgreSQL) and read what accepting its tokens checks; None if unknown."""
-    row = session.execute(_STREAMING_JOB, {"job_id": job_id, "node_id": node_id}).first()
-    return None if row is None else StreamingJob(JobStatus(row.status), row.max_tokens,
-                                                 bool(row.assigned))
+    rows = _STREAMING_JOB.rows(session, {"job_id": job_id, "node_id": node_id})
+    if not rows:
+        return None
+    status, max_tokens, assigned = rows[0]
+    return StreamingJob(JobStatus(status), max_tokens, bool(assigned))
 
 
 def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRecord | None:
@@ -495,12 +498,12 @@ def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
 
 _CHUNK_AT = select(job_tokens.c.first_index).where(
     job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index == bindparam("first_index"))
-_INSERT_CHUNK = insert(job_tokens)
+_INSERT_CHUNK = DriverStatement(insert(job_tokens))
 _CHUNKS_FROM = select(job_tokens).where(
     job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index >= bindparam("from_index")
 ).order_by(job_tokens.c.first_index)
-_LAST_CHUNK = select(job_tokens.c.first_index, job_tokens.c.token_ids_json).where(
-    job_tokens.c.job_id == bindparam("job_id")).order_by(job_tokens.c.first_index.desc()).limit(1)
+_LAST_CHUNK = DriverStatement(select(job_tokens.c.first_index, job_tokens.c.token_ids_json).where(
+    job_tokens.c.job_id == bindparam("job_id")).order_by(job_tokens.c.first_index.desc()).limit(1))
 
 
 def has_chunk_at(session: Session, job_id: str, first_index: int) -> bool:
@@ -519,7 +522,7 @@ def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
 def insert_chunk(session: Session, job_id: str, chunk: TokenChunk) -> None:
     """Store a chunk known to be new: it starts where the stored tokens end."""
     logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
-    session.execute(_INSERT_CHUNK, {
+    _INSERT_CHUNK.execute(session, {
         "job_id": job_id, "first_index": chunk.first_index,
         "token_ids_json": json.dumps(list(chunk.token_ids)), "text": chunk.text,
         "logprobs_json": logprobs})
@@ -534,5 +537,8 @@ def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[Tok
 
 def token_count(session: Session, job_id: str) -> int:
     """Tokens stored so far: the end of the last chunk (chunks are contiguous from 0)."""
-    last = session.execute(_LAST_CHUNK, {"job_id": job_id}).first()
-    return 0 if last is None else last.first_index + len(json.loads(last.token_ids_json))
+    rows = _LAST_CHUNK.rows(session, {"job_id": job_id})
+    if not rows:
+        return 0
+    first_index, token_ids_json = rows[0]
+    return first_index + len(json.loads(token_ids_json))
