@@ -18,40 +18,51 @@ from sqlalchemy.orm import Session
 
 
 class DriverStatement:
-    """A Core statement whose binds need no conversion (text and integers), for the hot path."""
+    """A Core statement for the hot path. Its binds must need no conversion (text, integers):
+    one that would (a Boolean, say) always goes through the session instead."""
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
         self._sqlite: tuple[str, tuple[str, ...], dict[str, Any]] | None = None
+        self._sqlite_checked = False
 
     def rows(self, session: Session, parameters: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
         """Every row, positional in the statement's column order."""
-        dialect = session.get_bind().dialect
-        if dialect.driver != "pysqlite":
+        compiled = self._for_sqlite(session)
+        if compiled is None:
             return session.execute(self.statement, parameters).all()
-        return self._run_on_sqlite(session, dialect, parameters).fetchall()
+        return _run(session, compiled, parameters).fetchall()
 
-    def execute(self, session: Session, parameters: Mapping[str, Any]) -> None:
+    def execute(self, session: Session, parameters: Mapping[str, Any]) -> int:
+        """Run a write; the number of rows it matched."""
+        compiled = self._for_sqlite(session)
+        if compiled is None:
+            return session.execute(self.statement, parameters).rowcount  # type: ignore[attr-defined]
+        return _run(session, compiled, parameters).rowcount
+
+    def _for_sqlite(self, session: Session) -> tuple[str, tuple[str, ...], dict[str, Any]] | None:
         dialect = session.get_bind().dialect
         if dialect.driver != "pysqlite":
-            session.execute(self.statement, parameters)
-        else:
-            self._run_on_sqlite(session, dialect, parameters)
-
-    def _run_on_sqlite(self, session: Session, dialect: Dialect, parameters: Mapping[str, Any]) -> Any:
-        if self._sqlite is None:
+            return None
+        if not self._sqlite_checked:
             self._sqlite = _compile_for_sqlite(self.statement, dialect)
-        sql, names, defaults = self._sqlite
-        values = [parameters[name] if name in parameters else defaults[name] for name in names]
-        return session.connection().connection.driver_connection.execute(sql, values)
+            self._sqlite_checked = True
+        return self._sqlite
 
 
-def _compile_for_sqlite(statement: Executable, dialect: Dialect) -> tuple[str, tuple[str, ...], dict[str, Any]]:
-    """The SQL text, its parameters' names in order, and the values bound in the statement (a LIMIT's)."""
+def _run(session: Session, compiled: tuple[str, tuple[str, ...], dict[str, Any]],
+         parameters: Mapping[str, Any]) -> Any:
+    sql, names, defaults = compiled
+    values = [parameters[name] if name in parameters else defaults[name] for name in names]
+    return session.connection().connection.driver_connection.execute(sql, values)
+
+
+def _compile_for_sqlite(statement: Executable,
+                        dialect: Dialect) -> tuple[str, tuple[str, ...], dict[str, Any]] | None:
+    """The SQL text, its parameters' names in order, and the values bound in the statement (a LIMIT's);
+    None when a bind's type converts values, which the driver would skip."""
     compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
     names = tuple(compiled.positiontup)
-    for name in names:
-        bind_type = compiled.binds[name].type
-        # The driver gets each value as given: a type that converts values would be skipped.
-        assert bind_type.bind_processor(dialect) is None, f"{name} ({bind_type}) needs conversion"
+    if any(compiled.binds[name].type.bind_processor(dialect) is not None for name in names):
+        return None
     return str(compiled), names, dict(compiled.params)

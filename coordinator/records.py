@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import Update, bindparam, func, insert, or_, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -418,21 +418,20 @@ def transition_job(session: Session, job_id: str, from_statuses: frozenset[JobSt
     if "layer_split" in values:
         values["layer_split_json"] = json.dumps(list(values.pop("layer_split")))  # type: ignore[call-overload]
     statement = _transition_statement(from_statuses, tuple(values))
-    result = session.execute(statement, {"job_id_": job_id, **{f"{k}_": v for k, v in values.items()}})
-    return result.rowcount == 1
+    return statement.execute(session, {"job_id_": job_id, **{f"{k}_": v for k, v in values.items()}}) == 1
 
 
 @functools.lru_cache(maxsize=256)
-def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[str, ...]) -> Update:
+def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[str, ...]) -> DriverStatement:
     """One built statement per (from statuses, columns set): the callers use a handful.
 
     Parameters end in "_": SQLAlchemy reserves a column's own name in an UPDATE's SET."""
     # Equalities, not status IN (...): a literal IN list is an expanding parameter, rendered
     # anew on every execution, and every job's every step runs one of these.
     statuses = [jobs.c.status == status.value for status in sorted(from_statuses, key=lambda s: s.value)]
-    return update(jobs).where(
+    return DriverStatement(update(jobs).where(
         jobs.c.job_id == bindparam("job_id_"), or_(*statuses),
-    ).values({column: bindparam(f"{column}_") for column in columns})
+    ).values({column: bindparam(f"{column}_") for column in columns}))
 
 
 # --- assignments ---------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Boolean, bindparam, event, insert, select
+from sqlalchemy import Boolean, bindparam, event, insert, select, update
 
 from coordinator.database import Database
 from coordinator.driver_sql import DriverStatement
@@ -47,9 +47,20 @@ def test_rows_and_writes_match_the_sessions_and_skip_its_work_on_sqlite(database
         assert via_driver == 5  # elsewhere every statement goes through the session
 
 
-def test_a_bind_that_needs_converting_is_refused_on_sqlite(database: Database) -> None:
-    if database.engine.dialect.name != "sqlite":
-        pytest.skip("the driver path is SQLite's")
-    converting = DriverStatement(select(jobs.c.job_id).where(bindparam("flag", type_=Boolean)))
-    with database.transaction() as session, pytest.raises(AssertionError, match="needs conversion"):
-        converting.rows(session, {"flag": True})
+def test_a_statement_whose_binds_convert_values_goes_through_the_session(database: Database) -> None:
+    """The driver would skip a type's conversion (a Boolean's, say): such a statement keeps SQLAlchemy's path."""
+    statements: list[str] = []
+    converting = DriverStatement(update(jobs).where(jobs.c.job_id == bindparam("which")).values(
+        receipt_verified=bindparam("verified", type_=Boolean)))
+    with database.transaction() as session:
+        session.execute(insert(jobs).values(
+            job_id="j2", consumer_id="c", model_id="m", prompt="p", max_tokens=4, temperature=0.0, top_p=0.0,
+            seed=0, min_decode_tokens_per_s=0.0, context_tokens=8, status="queued", created_at_ms=1,
+            request_id=""))
+    event.listen(database.engine, "before_cursor_execute",
+                 lambda _c, _k, statement, *_: statements.append(statement))
+    with database.transaction() as session:
+        assert converting.execute(session, {"which": "j2", "verified": True}) == 1
+        assert converting.execute(session, {"which": "nobody", "verified": True}) == 0
+        assert session.execute(select(jobs.c.receipt_verified).where(jobs.c.job_id == "j2")).scalar_one() is True
+    assert sum(statement.startswith("UPDATE jobs") for statement in statements) == 2
