@@ -184,7 +184,7 @@ def _psycopg_snapshot_rows(session: Session, wanted_ids: set[str], pending_ids: 
 
 def _sqlite_snapshot_rows(session: Session, wanted_ids: set[str], pending_ids: set[str],
                           named_account_ids: set[str | None]) -> _SnapshotRows:
-    """The same on SQLite, where the transaction's BEGIN IMMEDIATE already holds the write lock."""
+    """The same on SQLite, whose write lock the head's UPDATE takes (or BEGIN IMMEDIATE already took)."""
     cursor = session.connection().connection.driver_connection.cursor()
     try:
         head = cursor.execute(_LOCK_HEAD).fetchone()
