@@ -17,8 +17,6 @@ when bench/gateway.py's end-to-end figures cannot see it.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import statistics
 import sys
@@ -28,14 +26,9 @@ from pathlib import Path
 
 import openai
 
+from bench.gateway import MODEL_ID, bare_completion_stream, loopback_gateway, sse_events
 from contracts import hop_trace
-from coordinator.api_keys import KeyLimits
-from coordinator.database import Database
-from mlxnet import keys_cli
-from mlxnet.processes import spawn_node, start_coordinator, wait_until_registered
-from node_agent.inference.tiny_model import build_tiny_model
 
-MODEL_ID = "bench/model"
 PROMPT = "In the beginning"
 MAX_TOKENS = 16
 PAUSE_S = 0.05
@@ -46,26 +39,13 @@ PREFILL_STARTED, FIRST_TOKEN = "prefill started", "first token"
 
 def _bare_request(address: str, key: str) -> tuple[str, int, int]:
     """(job id, ns when sent, ns when its first text arrived), with http.client."""
-    host, port = address.rsplit(":", 1)
-    body = json.dumps({"model": MODEL_ID, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0,
-                       "stream": True})
-    connection = http.client.HTTPConnection(host, int(port), timeout=600)
-    try:
-        sent = time.monotonic_ns()
-        connection.request("POST", "/v1/completions", body, {"Authorization": f"Bearer {key}",
-                                                               "Content-Type": "application/json"})
-        response = connection.getresponse()
-        if response.status != 200:
-            raise RuntimeError(f"gateway answered {response.status}: {response.read()[:300]!r}")
+    body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
+    with bare_completion_stream(address, key, body) as (sent, response):
         first = 0
-        for line in response:
-            if not first and line.startswith(b"data: {"):
-                event = json.loads(line[6:])
-                if event["choices"] and event["choices"][0]["text"]:
-                    first = time.monotonic_ns()
+        for event in sse_events(response):
+            if not first and event["choices"] and event["choices"][0]["text"]:
+                first = time.monotonic_ns()
         return response.headers["x-mlxnet-job-id"], sent, first
-    finally:
-        connection.close()
 
 
 def _openai_request(client: openai.OpenAI) -> tuple[str, int, int]:
@@ -114,35 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, help="an MLX model directory (default: the project's tiny model)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mlxnet-bench-hops-") as tmp:
-        work_dir = Path(tmp)
-        trace_path = work_dir / "hops.trace"
-        os.environ[hop_trace.ENVIRONMENT_VARIABLE] = str(trace_path)  # the children inherit it
-        model_dir = args.model_dir or build_tiny_model(work_dir / "tiny")
-        database_url = f"sqlite:///{work_dir / 'coordinator.db'}"
-        coordinator = start_coordinator(work_dir, database_url=database_url)
-        node = None
-        try:
-            node = wait_until_registered(spawn_node(
-                work_dir, "bench-node", coordinator.extra["address"], [f"{MODEL_ID}={model_dir}"],
-                profile="m3-ultra-512", operator="bench"))
-            db = Database(database_url)
-            _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**6 * 10**9)
-            db.dispose()
-            address = coordinator.extra["http_address"]
-            with openai.OpenAI(base_url=f"http://{address}/v1", api_key=key, max_retries=0,
-                               timeout=600) as client:
-                request = (lambda: _openai_request(client)) if args.client == "openai" else \
-                    (lambda: _bare_request(address, key))
-                for _ in range(WARM_UP_REQUESTS):
-                    request()
-                measured = []
-                for _ in range(args.requests):
-                    time.sleep(PAUSE_S)
-                    measured.append(request())
-        finally:
-            for child in (node, coordinator):
-                if child is not None:
-                    child.stop()
+        trace_path = Path(tmp) / "hops.trace"
+        os.environ[hop_trace.ENVIRONMENT_VARIABLE] = str(trace_path)  # the processes started below inherit it
+        with loopback_gateway(Path(tmp), args.model_dir) as (address, key, _), \
+                openai.OpenAI(base_url=f"http://{address}/v1", api_key=key, max_retries=0, timeout=600) as client:
+            request = (lambda: _openai_request(client)) if args.client == "openai" else \
+                (lambda: _bare_request(address, key))
+            for _ in range(WARM_UP_REQUESTS):
+                request()
+            measured = []
+            for _ in range(args.requests):
+                time.sleep(PAUSE_S)
+                measured.append(request())
         wanted = {job_id for job_id, _, _ in measured}
         jobs = {job_id: hops for job_id, hops in hop_trace.read(str(trace_path)).items() if job_id in wanted}
     for job_id, sent, first in measured:

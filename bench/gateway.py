@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -37,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,31 +106,67 @@ def _through_gateway(client: openai.OpenAI, prompt: str, max_tokens: int) -> Run
 
 def _through_bare_http(address: str, key: str, prompt: str, max_tokens: int) -> Run:
     """The same request with http.client: what a minimal client waits for its first text."""
+    body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with bare_completion_stream(address, key, body) as (sent_ns, response):
+        first = last = tokens = 0
+        for event in sse_events(response):
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+            elif event["choices"] and event["choices"][0]["text"]:
+                last = time.monotonic_ns()
+                first = first or last
+    return Run(tokens, (first - sent_ns) / 1e9, (last - first) / 1e9)
+
+
+@contextlib.contextmanager
+def bare_completion_stream(address: str, key: str,
+                           body: dict[str, object]) -> Iterator[tuple[int, http.client.HTTPResponse]]:
+    """POST a streaming completion with http.client: (monotonic ns when it went out, the answer, a 200)."""
     host, port = address.rsplit(":", 1)
-    body = json.dumps({"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}})
+    text = json.dumps(body)
     connection = http.client.HTTPConnection(host, int(port), timeout=600)
     try:
-        started = time.perf_counter()
-        connection.request("POST", "/v1/completions", body, {"Authorization": f"Bearer {key}",
+        sent_ns = time.monotonic_ns()
+        connection.request("POST", "/v1/completions", text, {"Authorization": f"Bearer {key}",
                                                                "Content-Type": "application/json"})
         response = connection.getresponse()
         if response.status != 200:
             raise RuntimeError(f"gateway answered {response.status}: {response.read()[:300]!r}")
-        first = last = 0.0
-        tokens = 0
-        for line in response:
-            if not line.startswith(b"data: {"):
-                continue
-            event = json.loads(line[6:])
-            if event.get("usage"):
-                tokens = event["usage"]["completion_tokens"]
-            elif event["choices"] and event["choices"][0]["text"]:
-                last = time.perf_counter()
-                first = first or last
-        return Run(tokens, first - started, last - first)
+        yield sent_ns, response
     finally:
         connection.close()
+
+
+def sse_events(response: http.client.HTTPResponse) -> Iterator[dict]:
+    """The stream's JSON events, line by line as they arrive ([DONE] left out)."""
+    for line in response:
+        if line.startswith(b"data: {"):
+            yield json.loads(line[6:])
+
+
+@contextlib.contextmanager
+def loopback_gateway(work_dir: Path, model_dir: Path | None, max_concurrent_jobs: int = 1,
+                     coordinator_nice: int = 0) -> Iterator[tuple[str, str, Path]]:
+    """A coordinator (SQLite) and one node agent as processes on loopback, and a funded key:
+    (the gateway's address, the key, the model's directory: the project's tiny model unless given)."""
+    model_dir = model_dir or build_tiny_model(work_dir / "tiny")
+    database_url = f"sqlite:///{work_dir / 'coordinator.db'}"
+    coordinator = start_coordinator(work_dir, database_url=database_url)
+    _renice(coordinator.process.pid, coordinator_nice)
+    node = None
+    try:
+        node = wait_until_registered(spawn_node(
+            work_dir, "bench-node", coordinator.extra["address"], [f"{MODEL_ID}={model_dir}"],
+            profile="m3-ultra-512", operator="bench", max_concurrent_jobs=max_concurrent_jobs))
+        db = Database(database_url)
+        _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**6 * 10**9)
+        db.dispose()
+        yield coordinator.extra["http_address"], key, model_dir
+    finally:
+        for child in (node, coordinator):
+            if child is not None:
+                child.stop()
 
 
 def _renice(pid: int, niceness: int) -> None:
@@ -226,30 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, help="an MLX model directory (default: the "
                         "project's tiny model, built here)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="mlxnet-bench-gateway-") as tmp:
-        work_dir = Path(tmp)
-        model_dir = args.model_dir or build_tiny_model(work_dir / "tiny")
-        database_url = f"sqlite:///{work_dir / 'coordinator.db'}"
-        coordinator = start_coordinator(work_dir, database_url=database_url)
-        _renice(coordinator.process.pid, args.coordinator_nice)
-        node = None
-        try:
-            node = wait_until_registered(spawn_node(
-                work_dir, "bench-node", coordinator.extra["address"], [f"{MODEL_ID}={model_dir}"],
-                profile="m3-ultra-512", operator="bench", max_concurrent_jobs=args.concurrency))
-            db = Database(database_url)
-            _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**6 * 10**9)
-            db.dispose()
-            with openai.OpenAI(base_url=f"http://{coordinator.extra['http_address']}/v1",
-                               api_key=key, max_retries=0, timeout=600) as client:
-                direct, gateway, bare = _alternating(model_dir, client, coordinator.extra["http_address"],
-                                                     key, args.runs, args.max_tokens)
-                phases = _phases(client, gateway)
-                loaded, wall_s = _concurrent(client, args.concurrency, args.max_tokens)
-        finally:
-            for child in (node, coordinator):
-                if child is not None:
-                    child.stop()
+    with tempfile.TemporaryDirectory(prefix="mlxnet-bench-gateway-") as tmp, \
+            loopback_gateway(Path(tmp), args.model_dir, args.concurrency, args.coordinator_nice) as (
+                address, key, model_dir), \
+            openai.OpenAI(base_url=f"http://{address}/v1", api_key=key, max_retries=0, timeout=600) as client:
+        direct, gateway, bare = _alternating(model_dir, client, address, key, args.runs, args.max_tokens)
+        phases = _phases(client, gateway)
+        loaded, wall_s = _concurrent(client, args.concurrency, args.max_tokens)
     _report(direct, gateway, bare, loaded, wall_s, args.concurrency, phases, sys.stdout)
     if args.coordinator_nice:
         sys.stdout.write(f"(the coordinator ran at niceness {args.coordinator_nice})\n")

@@ -505,7 +505,7 @@ class CoordinatorService:
                 with self.fleet.current(session, now):
                     return scheduler.SchedulingPass((), ())
         with self.db.transaction() as session:
-            result = scheduler.schedule_queued(session, self.clock.now_ms(), self.config, self.fleet)
+            result = scheduler.schedule_queued(session, now, self.config, self.fleet)
         for job_id, node_ids in result.placed:
             log.info("job %s assigned to %s", job_id, ", ".join(node_ids))
             self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in node_ids))
