@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test protos lint-protos browser clean
+.PHONY: demo test protos lint-protos browser clean compile
 
-$(VENV)/.installed: pyproject.toml
+# Installing compiles the placement planner with mypyc (setup.py), so a change to its source installs again.
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard coordinator/placement/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
+
+compile: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/mlxnet demo

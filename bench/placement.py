@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import pickle
 import statistics
 import time
 from collections import Counter, deque
@@ -29,6 +28,7 @@ from bench.fleet_sim import generate_jobs, simulate_fleet, simulate_jobs
 from coordinator.placement import (
     FleetIndex, JobRequest, Placement, PlacementConfig, SpeedConfig, Unplaceable, place,
 )
+from coordinator.placement.compiled import build_status
 from coordinator.placement.exhaustive import ExhaustiveView
 from coordinator.placement.planner import decide
 
@@ -107,8 +107,9 @@ def _place_and_commit_all(index: FleetIndex, jobs: list[JobRequest], running_max
 
 def with_commits(index: FleetIndex, jobs: list[JobRequest], running_max: int) -> None:
     """Commit every placement; once running_max jobs run, release the oldest for each new one."""
-    # The same jobs from the same state: the throughput pass runs on a copy of the index.
-    copy = pickle.loads(pickle.dumps(index, protocol=pickle.HIGHEST_PROTOCOL))
+    # The same jobs from the same state: the throughput pass runs on a copy of the index, built from
+    # its snapshot (a compiled index does not pickle).
+    copy = FleetIndex.build(index.snapshot(), index.config)
     gc.collect()
     gc.freeze()  # the copy lives for the pass, as the index does for the run
     throughput = _place_and_commit_all(copy, jobs, running_max)
@@ -182,6 +183,7 @@ def main() -> None:
     t1 = time.perf_counter()
     index = FleetIndex.build(snapshot, config)
     t2 = time.perf_counter()
+    print(f"placement planner: {build_status().describe()}")
     print(f"fleet: {len(snapshot.macs)} Macs, {len(snapshot.pods)} pods (simulated in {t1 - t0:.1f} s); "
           f"index built in {t2 - t1:.2f} s: {index.stats()}")
     gc.collect()

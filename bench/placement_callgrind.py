@@ -4,12 +4,14 @@
 
 Builds the benchmark's fleet (100,000 Macs, 5,000 pods, seed 1), commits `--warm-up` jobs
 (releasing the oldest past 15,000 running, as bench/placement.py does) so the fleet is loaded,
-and saves that state. Then, for each part, it runs the next `--jobs` jobs committing each
-placement under `valgrind --tool=callgrind --toggle-collect=_operator_call`: only what runs
+and saves that state (the fleet's snapshot: a compiled index does not pickle, so the measured
+child indexes it again before it counts). Then, for each part, it runs the next `--jobs` jobs
+committing each placement under `valgrind --tool=callgrind --toggle-collect=_operator_call`: only what runs
 inside operator.call is counted, and the part measured is the one called through it.
 Parts: decide (place), commit (try_commit and release), job (both), macs, pods and explain
-(the decision's stages). It prints instructions (Ir) per job for each part. With the default
-counts no more than 14,000 jobs are ever running, so nothing is released: commit is try_commit alone.
+(the decision's stages; these three need the planner as plain Python, MLXNET_PURE_PYTHON=1 at
+install, since a compiled one calls its stages directly). It prints instructions (Ir) per job for
+each part. With the default counts no more than 14,000 jobs are ever running, so nothing is released: commit is try_commit alone.
 
 Wall-clock figures on the shared machine swing with the load; these counts do not. They
 do not see what cache misses cost, which a loaded, changing fleet may pay more of.
@@ -30,8 +32,10 @@ from bench.callgrind import counted_instructions
 from bench.fleet_sim import generate_jobs, simulate_fleet
 from bench.placement import commit_and_release
 from coordinator.placement import FleetIndex, Placement, PlacementConfig, place, planner
+from coordinator.placement.compiled import build_status
 
-PARTS = ("decide", "commit", "job", "macs", "pods", "explain")
+STAGES = ("macs", "pods", "explain")  # measured by patching the planner, which a compiled one does not allow
+PARTS = ("decide", "commit", "job", *STAGES)
 RUNNING_MAX = 15_000
 
 
@@ -49,13 +53,17 @@ def prepare(path: Path, warm_up: int, jobs: int, seed: int, macs: int = 100_000,
         if isinstance(decision, Placement):
             _commit(index, running, decision)
     with path.open("wb") as file:
-        pickle.dump((index, running, all_jobs[warm_up:]), file, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((index.snapshot(), running, all_jobs[warm_up:]), file, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def run(path: Path, part: str) -> None:
     """Runs under callgrind: the part goes through operator.call, everything else around it."""
+    if part in STAGES and build_status().compiled:
+        raise SystemExit(f"the {part} part needs the placement planner as plain Python: it is "
+                         f"{build_status().describe()}; install with MLXNET_PURE_PYTHON=1 to measure it")
     with path.open("rb") as file:
-        index, running, jobs = pickle.load(file)
+        snapshot, running, jobs = pickle.load(file)
+    index = FleetIndex.build(snapshot, PlacementConfig())
     gc.collect()
     gc.freeze()  # the loaded fleet lives for the whole run: no collection of it inside a measured part
     measured, direct = operator.call, (lambda function, *args: function(*args))

@@ -23,6 +23,7 @@ from collections import deque
 
 from bench.fleet_sim import generate_jobs, simulate_fleet
 from coordinator.placement import FleetIndex, Placement, PlacementConfig, Unplaceable, place
+from coordinator.placement.compiled import build_status
 
 
 def decision_record(decision: Placement | Unplaceable) -> str:
@@ -63,6 +64,7 @@ def main() -> None:
                 running.append((decision.node_ids, decision.reserved_memory_bytes))
             if len(running) > args.running:
                 index.release_shares(*running.popleft())
+    print(f"placement planner: {build_status().describe()}")
     print(f"{2 * args.jobs} decisions: decision digest {decisions.hexdigest()[:16]}, "
           f"explanation digest {explanations.hexdigest()[:16]}, "
           f"explanation digest without the Macs' scored count {unscored.hexdigest()[:16]}")

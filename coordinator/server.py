@@ -19,6 +19,7 @@ from coordinator.epochs import EpochSettings, close_epochs_forever
 from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.job_servicer import JobServicer
 from coordinator.node_servicer import NodeServicer
+from coordinator.placement.compiled import build_status
 from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
 from coordinator.verification.replay_check import Replayer
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
@@ -104,6 +105,11 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
                      daemon=True, name="epochs").start()
     service.run_scheduler()  # jobs queued before a restart are placed again
     log.info("coordinator listening on %s:%d", host, bound)
+    planner = build_status()  # compiled (setup.py) or plain Python: the same decisions, not the same cost
+    if planner.stale:
+        log.warning("placement planner: %s", planner.describe())
+    else:
+        log.info("placement planner: %s", planner.describe())
     gateway = start_gateway(service, host, http_port) if http_port is not None else None
     return RunningCoordinator(server, service, bound, stopping, gateway)
 

@@ -13,6 +13,16 @@ import pytest
 POSTGRES_URL_ENV = "MLXNET_TEST_POSTGRES_URL"
 REQUIRE_POSTGRES_ENV = "MLXNET_REQUIRE_POSTGRES"
 POSTGRES_URL_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+REQUIRE_COMPILED_ENV = "MLXNET_REQUIRE_COMPILED"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The suite tests the placement planner users run: compiled (setup.py) from the source as it is now."""
+    from coordinator.placement.compiled import build_status
+
+    status = build_status()
+    if status.stale or (os.environ.get(REQUIRE_COMPILED_ENV) and not status.fully_compiled):
+        pytest.exit(f"the placement planner is {status.describe()}", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def postgres_admin_url() -> str | None:

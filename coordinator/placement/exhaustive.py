@@ -7,6 +7,8 @@ order, same scores computed by the same expressions, same tie-break.
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement, Unplaceable
@@ -141,7 +143,7 @@ class ExhaustiveView:
 def _tie(best: Best, seed: int) -> tuple | None:
     if not best.ties:
         return None
-    tied = sorted(best.ties, key=lambda tie: tie[0])
+    tied = sorted(best.ties, key=itemgetter(0))
     return tied[seed % len(tied)][1]
 
 

@@ -192,6 +192,17 @@ class Membership(NamedTuple):
 class MacSlot:
     __slots__ = ("position", "candidate", "ceiling", "committed", "running", "reason", "step",
                  "static_cold", "static_warm", "pods", "memberships")
+    position: int
+    candidate: MacCandidate
+    ceiling: int
+    committed: int
+    running: int
+    reason: FilterReason | None
+    step: int
+    static_cold: int
+    static_warm: int
+    pods: list[PodSlot]  # the pods it is a member of
+    memberships: list[Membership]
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.candidate.warm_models else self.static_cold
@@ -205,6 +216,20 @@ class PodSlot:
     __slots__ = ("position", "candidate", "members", "topology", "slowest_step", "static_cold",
                  "static_warm", "served", "warm", "ceiling_sum", "reason", "smallest_free", "memberships",
                  "filed_free")
+    position: int
+    candidate: PodCandidate
+    members: tuple[MacSlot, ...]
+    topology: PodTopology
+    slowest_step: int
+    static_cold: int
+    static_warm: int
+    served: frozenset[str]
+    warm: frozenset[str]
+    ceiling_sum: int
+    reason: FilterReason | None
+    smallest_free: int
+    memberships: list[Membership]
+    filed_free: int
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.warm else self.static_cold
@@ -253,8 +278,7 @@ class FleetIndex:
 
     def pod_ids_of(self, node_id: NodeId) -> tuple[str, ...]:
         """The pods this Mac is a member of."""
-        pods = [self.pod_slots[p] for p in self._mac_by_node[node_id].pods]
-        return tuple(pod.candidate.pod_id for pod in pods if pod is not None)
+        return tuple(pod.candidate.pod_id for pod in self._mac_by_node[node_id].pods)
 
     def pods(self) -> dict[str, PodCandidate]:
         return {pod_id: slot.candidate for pod_id, slot in self._pod_by_id.items()}
@@ -307,7 +331,7 @@ class FleetIndex:
             slot.candidate = mac
             self._set_loads([(slot, mac.committed_memory_bytes, mac.running_jobs)])
             return
-        pods = [self.pod_slots[p] for p in slot.pods]
+        pods = list(slot.pods)
         for pod in pods:
             self._unregister_pod(pod)
         self._unregister_mac(slot)
@@ -333,12 +357,13 @@ class FleetIndex:
                 return False
             self._set_load(slot, slot.committed + share, slot.running + 1)
             return True
-        slots = [self._mac_by_node.get(node_id) for node_id in placement.node_ids]
-        for slot, share in zip(slots, placement.reserved_memory_bytes):
-            if slot is None or slot.reason is not None or slot.free < share:
+        loads: list[tuple[MacSlot, int, int]] = []
+        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
+            member = self._mac_by_node.get(node_id)
+            if member is None or member.reason is not None or member.free < share:
                 return False
-        self._set_loads([(slot, slot.committed + share, slot.running + 1)
-                         for slot, share in zip(slots, placement.reserved_memory_bytes)])
+            loads.append((member, member.committed + share, member.running + 1))
+        self._set_loads(loads)
         return True
 
     def release(self, placement: Placement) -> None:
@@ -360,7 +385,7 @@ class FleetIndex:
 
     def _set_loads(self, loads: list[tuple[MacSlot, int, int]]) -> None:
         """New commitments for some Macs; a pod they share is re-filed once, not once per member."""
-        pods = list({p: self.pod_slots[p] for slot, _, _ in loads for p in slot.pods}.values())
+        pods = list(dict.fromkeys([pod for slot, _, _ in loads for pod in slot.pods]))
         for slot, committed, running in loads:
             self._refile_mac(slot, committed, running)
         for pod in pods:
@@ -512,14 +537,14 @@ class FleetIndex:
         self._pod_by_id[pod.pod_id] = slot
         self.pod_count += 1
         for member in slot.members:
-            member.pods.append(slot.position)
+            member.pods.append(slot)
         self._register_pod(slot)
 
     def remove_pod(self, pod_id: str) -> None:
         slot = self._pod_by_id.pop(pod_id)
         self._unregister_pod(slot)
         for member in slot.members:
-            member.pods.remove(slot.position)
+            member.pods.remove(slot)
         self.pod_slots[slot.position] = None
         self.pod_count -= 1
 

@@ -33,7 +33,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    pending = []
+    pending: list[tuple] = []
     feasible = 0
     fast_enough, unsplittable, too_slow = _classes_fast_enough(_shape_plans(entry, terms, config), terms)
     # The model cannot be split over the first's members, and the second's are too slow: counted in C.
@@ -51,7 +51,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     filtered[DOES_NOT_FIT] = does_not_fit + split_failures
     chosen = None
     if best.ties:
-        tied = sorted(best.ties, key=lambda tie: tie[0])
+        tied = sorted(best.ties, key=itemgetter(0))
         chosen = tied[terms.seed % len(tied)][1] if len(tied) > 1 else tied[0][1]
     return best.result(filtered, feasible - split_failures, scored, chosen)
 
@@ -82,7 +82,7 @@ def _shape_plans(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) ->
         if len(entry.topology_plans) >= TOPOLOGY_PLANS_PER_MODEL_MAX:
             entry.topology_plans.clear()
         by_topology = [_plan_with_decodes(topology, classes, terms, config) for topology, classes in entry.by_topology]
-        rows = []
+        rows: list[tuple[list[int], int | None, TopologyPlan | None, float, PodClass]] = []
         for (_, classes), (plan, decodes) in zip(entry.by_topology, by_topology):
             if plan is None:
                 rows += [(pod_class.group.keys, None, None, 0.0, pod_class) for pod_class in classes]
@@ -213,6 +213,7 @@ def _largest_could_take(index: FleetIndex, pod_class: PodClass, plan: TopologyPl
         if checked == limit:
             return True
         slot = index.pod_slots[position]
+        assert slot is not None, "index out of step with its slots"
         ceilings = tuple(member.ceiling for member in slot.members)
         if fit_pod(terms.memory, plan.strategy, terms.job.model.num_layers, ceilings) is not None:
             return True

@@ -23,7 +23,7 @@ import math
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 from math import log2
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
@@ -73,7 +73,7 @@ class Best:
 
     def __init__(self, top_max: int) -> None:
         self.score = -1.0
-        self.ties: list[tuple[object, tuple]] = []  # (where to find the tie, what was scored)
+        self.ties: list[tuple[Any, tuple]] = []  # (where to find the tie, what was scored)
         self.top: list[tuple] = []
         self.top_max = top_max
         self.floor = -1.0
@@ -330,7 +330,7 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobT
     # position, so they are in position order: sorting their positions together merges sorted runs.
     # A Mac is in one run at most; then find its run.
     runs = [(group.keys, start, end, scored) for (group, start, end), scored in ties]
-    positions = []
+    positions: list[int] = []
     for keys, start, end, _ in runs:
         positions += map(POSITION_MASK.__and__, keys[start:end])
     positions.sort()

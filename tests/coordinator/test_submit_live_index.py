@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from coordinator import database as database_module
-from coordinator import records, scheduler
+from coordinator import live_fleet, records, scheduler
 from coordinator.database import Database, upgrade_schema
 from coordinator.errors import InvalidRequest, UnknownModel
-from coordinator.placement import index as placement_index
+from coordinator.placement import FleetIndex, FleetSnapshot, PlacementConfig
 from coordinator.records import JobStatus
 from node_agent.identity import load_or_create_identity
 from tests.coordinator.test_live_fleet import _service  # no periodic rebuild: only the submit's
@@ -24,13 +24,14 @@ from tests.coordinator.test_service import HUGE, SMALL, _register, _submission
 def rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts whole-fleet index builds."""
     built: list[int] = []
-    original = placement_index.FleetIndex.build.__func__  # type: ignore[attr-defined]
 
-    def counting(cls, snapshot, config=placement_index.PlacementConfig()):  # type: ignore[no-untyped-def]
-        built.append(len(snapshot.macs))
-        return original(cls, snapshot, config)
+    class CountingBuilds:  # FleetIndex as live_fleet uses it; a compiled class cannot be patched itself
+        @staticmethod
+        def build(snapshot: FleetSnapshot, config: PlacementConfig) -> FleetIndex:
+            built.append(len(snapshot.macs))
+            return FleetIndex.build(snapshot, config)
 
-    monkeypatch.setattr(placement_index.FleetIndex, "build", classmethod(counting))
+    monkeypatch.setattr(live_fleet, "FleetIndex", CountingBuilds)
     return built
 
 
