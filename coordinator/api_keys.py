@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from coordinator.driver_sql import DriverStatement
 from coordinator.errors import InsufficientBalance, InvalidRequest, NotFound, RateLimited, Unauthenticated
 from coordinator.records import TERMINAL_STATUSES
 from coordinator.tables import api_keys, jobs
@@ -132,13 +133,15 @@ def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
     return [_key_from_row(row) for row in session.execute(query)]
 
 
-# Built once: every consumer request runs these (see coordinator.records on why).
+# Built once: every consumer request runs these (see coordinator.records on why). The last
+# three are on every keyed submit's way to its first token: straight to the driver on SQLite.
 _KEY_BY_SECRET = select(api_keys).where(api_keys.c.secret_sha256 == bindparam("secret"))
-_LOCK_KEY = select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
-_KEY_SPEND = select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
-    api_keys.c.key_id == bindparam("key_id"))
-_ADD_SPEND = update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
-    spent_base_units=api_keys.c.spent_base_units + bindparam("amount"))
+_LOCK_KEY = DriverStatement(
+    select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update())
+_KEY_SPEND = DriverStatement(select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
+    api_keys.c.key_id == bindparam("key_id")))
+_ADD_SPEND = DriverStatement(update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
+    spent_base_units=api_keys.c.spent_base_units + bindparam("amount")))
 
 
 def authenticate(session: Session, key: str | None) -> ApiKey:
@@ -208,8 +211,8 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
     """Lock the key's row and refuse one more job from a revoked key, or over its rate or
     concurrency limit. Revocation is read here, under the lock: the caller's key may come
     from KnownKeys."""
-    locked = session.execute(_LOCK_KEY, {"key_id": key.key_id}).first()
-    if locked is None or locked.revoked_at_ms is not None:
+    locked = _LOCK_KEY.rows(session, {"key_id": key.key_id})  # (revoked_at_ms,) or nothing
+    if not locked or locked[0][0] is not None:
         raise Unauthenticated(f"the API key {key.key_id} was revoked; create a new one")
     limits = key.limits
     recent: list[int] = []
@@ -231,14 +234,13 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
 
 def add_spend(session: Session, key_id: str, amount: int) -> None:
     """Count a reservation against the key's spend limit (call after admit: the row is locked)."""
-    row = session.execute(_KEY_SPEND, {"key_id": key_id}).one()
-    limit = row.spend_limit_base_units
-    if limit is not None and row.spent_base_units + amount > limit:
+    [(spent, limit)] = _KEY_SPEND.rows(session, {"key_id": key_id})  # admit locked the one row
+    if limit is not None and spent + amount > limit:
         raise InsufficientBalance(
             f"this job could cost up to {amount} base units and the API key has "
-            f"{max(0, limit - row.spent_base_units)} of its {limit} spend limit left; "
+            f"{max(0, limit - spent)} of its {limit} spend limit left; "
             "lower max_tokens or raise the key's limit")
-    session.execute(_ADD_SPEND, {"key": key_id, "amount": amount})
+    _ADD_SPEND.execute(session, {"key": key_id, "amount": amount})
 
 
 def refund_spend(session: Session, key_id: str, amount: int) -> None:
