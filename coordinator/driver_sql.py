@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 
 class DriverStatement:
-    """A Core statement for the hot path. Its binds must need no conversion (text, integers):
-    one that would (a Boolean, say) always goes through the session instead."""
+    """A Core statement for the hot path. Its binds and result columns must need no conversion
+    (text, integers): one that would (a Boolean, say) always goes through the session instead."""
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
@@ -60,9 +60,12 @@ def _run(session: Session, compiled: tuple[str, tuple[str, ...], dict[str, Any]]
 def _compile_for_sqlite(statement: Executable,
                         dialect: Dialect) -> tuple[str, tuple[str, ...], dict[str, Any]] | None:
     """The SQL text, its parameters' names in order, and the values bound in the statement (a LIMIT's);
-    None when a bind's type converts values, which the driver would skip."""
+    None when a bind's or a result column's type converts values, which the driver would skip."""
     compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
     names = tuple(compiled.positiontup)
     if any(compiled.binds[name].type.bind_processor(dialect) is not None for name in names):
+        return None
+    results = getattr(statement, "selected_columns", ())  # a SELECT's columns; none for a write
+    if any(column.type.result_processor(dialect, None) is not None for column in results):
         return None
     return str(compiled), names, dict(compiled.params)

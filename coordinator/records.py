@@ -305,30 +305,30 @@ _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "ma
 
 
 # Statements on the submit and token paths are built once: a reused statement skips
-# SQLAlchemy's per-call construction and cache-key work (about 0.1 ms a statement).
-_JOB_NODE_IDS = select(job_assignments.c.node_id).where(
+# SQLAlchemy's per-call construction and cache-key work (about 0.1 ms a statement). Those
+# that are DriverStatements skip the rest of its work too on SQLite (coordinator.driver_sql).
+_JOB_NODE_IDS = DriverStatement(select(job_assignments.c.node_id).where(
     job_assignments.c.job_id == bindparam("job_id"), job_assignments.c.attempt == bindparam("attempt")
-).order_by(job_assignments.c.node_id)
+).order_by(job_assignments.c.node_id))
 _JOB_BY_ID = select(jobs).where(jobs.c.job_id == bindparam("job_id"))
 _JOB_BY_ID_FOR_UPDATE = _JOB_BY_ID.with_for_update(of=jobs)
 _INSERT_JOB = insert(jobs)
-_QUEUED_AHEAD = select(func.count()).select_from(jobs).where(
+_QUEUED_AHEAD = DriverStatement(select(func.count()).select_from(jobs).where(
     jobs.c.status == JobStatus.QUEUED.value,
     (jobs.c.created_at_ms < bindparam("created_at_ms"))
-    | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id"))))
+    | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id")))))
 _ANY_QUEUED = select(jobs.c.job_id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
 _INSERT_ASSIGNMENT = insert(job_assignments)
 _ALL_NODES = select(nodes).order_by(nodes.c.node_id)
 _NODE_BY_ID = select(nodes).where(nodes.c.node_id == bindparam("node_id"))
 _NODE_BY_SESSION = select(nodes).where(nodes.c.session_token_sha256 == bindparam("token"))
-_COMMITTED_BY_NODE = select(
+_COMMITTED_BY_NODE = DriverStatement(select(
     job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
-).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id)
+).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id))
 
 
 def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untyped-def]
-    node_ids = session.execute(_JOB_NODE_IDS, {"job_id": row.job_id, "attempt": row.attempt}
-                               ).scalars().all()
+    node_ids = [found[0] for found in _JOB_NODE_IDS.rows(session, {"job_id": row.job_id, "attempt": row.attempt})]
     values = {name: getattr(row, name) for name in _JOB_SCALARS}
     values["layer_split"] = tuple(json.loads(row.layer_split_json or "[]"))
     values["stop"] = tuple(json.loads(row.stop_json))
@@ -405,8 +405,7 @@ def queue_position(session: Session, job: JobRecord) -> int:
     """1 for the oldest queued job; 0 when the job is not queued."""
     if job.status is not JobStatus.QUEUED:
         return 0
-    ahead = session.execute(_QUEUED_AHEAD, {"created_at_ms": job.created_at_ms,
-                                            "job_id": job.job_id}).scalar_one()
+    [(ahead,)] = _QUEUED_AHEAD.rows(session, {"created_at_ms": job.created_at_ms, "job_id": job.job_id})
     return ahead + 1
 
 
@@ -457,7 +456,7 @@ def release_assignments(session: Session, job_id: str) -> list[str]:
 
 def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
     """node_id -> (reserved memory bytes, active job count) over active assignments."""
-    rows = session.execute(_COMMITTED_BY_NODE)
+    rows = _COMMITTED_BY_NODE.rows(session, {})
     return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
 
 
@@ -467,17 +466,17 @@ _COMMITTED_FOR_NODES = select(
         job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))).group_by(job_assignments.c.node_id)
 
 
-_COMMITTED_FOR_NODE = select(
+_COMMITTED_FOR_NODE = DriverStatement(select(
     job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
 ).where(job_assignments.c.active.is_(True),
-        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id)
+        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id))
 
 
 def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
     """committed_by_node for just these nodes."""
     committed: dict[str, tuple[int, int]] = {}
     if len(node_ids) == 1:  # as nodes_by_ids: no expanding list for one id
-        rows = session.execute(_COMMITTED_FOR_NODE, {"node_id": node_ids[0]})
+        rows = _COMMITTED_FOR_NODE.rows(session, {"node_id": node_ids[0]})
         return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
     for start in range(0, len(node_ids), 500):
         rows = session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})

@@ -64,3 +64,15 @@ def test_a_statement_whose_binds_convert_values_goes_through_the_session(databas
         assert converting.execute(session, {"which": "nobody", "verified": True}) == 0
         assert session.execute(select(jobs.c.receipt_verified).where(jobs.c.job_id == "j2")).scalar_one() is True
     assert sum(statement.startswith("UPDATE jobs") for statement in statements) == 2
+
+
+def test_a_select_whose_columns_convert_values_goes_through_the_session(database: Database) -> None:
+    """SQLite stores a Boolean as 0 or 1; read through the driver it would come back as an int."""
+    flag = DriverStatement(select(jobs.c.receipt_verified).where(jobs.c.job_id == bindparam("which")))
+    with database.transaction() as session:
+        session.execute(insert(jobs).values(
+            job_id="j3", consumer_id="c", model_id="m", prompt="p", max_tokens=4, temperature=0.0, top_p=0.0,
+            seed=0, min_decode_tokens_per_s=0.0, context_tokens=8, status="queued", created_at_ms=1,
+            request_id="", receipt_verified=True))
+        [(verified,)] = flag.rows(session, {"which": "j3"})
+    assert verified is True
