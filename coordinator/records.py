@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import bindparam, func, insert, or_, select, update
+from sqlalchemy import bindparam, func, insert, or_, select, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -318,7 +318,11 @@ _QUEUED_AHEAD = DriverStatement(select(func.count()).select_from(jobs).where(
     (jobs.c.created_at_ms < bindparam("created_at_ms"))
     | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id")))))
 _ANY_QUEUED = select(jobs.c.job_id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
-_INSERT_ASSIGNMENT = insert(job_assignments)
+# true(): SQL's own literal, not a Boolean bind, which would need SQLAlchemy's conversion.
+# Parameters end in "_": SQLAlchemy reserves a column's own name in an INSERT's VALUES.
+_INSERT_ASSIGNMENT = DriverStatement(insert(job_assignments).values(
+    {**{name: bindparam(f"{name}_") for name in ("job_id", "node_id", "attempt", "reserved_memory_bytes", "layers")},
+     "active": true()}))
 _ALL_NODES = select(nodes).order_by(nodes.c.node_id)
 _NODE_BY_ID = select(nodes).where(nodes.c.node_id == bindparam("node_id"))
 _NODE_BY_SESSION = select(nodes).where(nodes.c.session_token_sha256 == bindparam("token"))
@@ -438,11 +442,9 @@ def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[st
 def add_assignments(session: Session, job_id: str, attempt: int,
                     shares: tuple[tuple[str, int, int], ...]) -> None:
     """shares: (node_id, reserved_memory_bytes, layers) for each node of the placement."""
-    session.execute(_INSERT_ASSIGNMENT, [
-        dict(job_id=job_id, node_id=node_id, attempt=attempt, reserved_memory_bytes=memory,
-             layers=layers, active=True)
-        for node_id, memory, layers in shares
-    ])
+    for node_id, memory, layers in shares:  # one Mac's, mostly
+        _INSERT_ASSIGNMENT.execute(session, dict(job_id_=job_id, node_id_=node_id, attempt_=attempt,
+                                                 reserved_memory_bytes_=memory, layers_=layers))
 
 
 def release_assignments(session: Session, job_id: str) -> list[str]:
