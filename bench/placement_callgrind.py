@@ -11,7 +11,8 @@ inside operator.call is counted, and the part measured is the one called through
 Parts: decide (place), commit (try_commit and release), job (both), macs, pods and explain
 (the decision's stages; these three need the planner as plain Python, MLXNET_PURE_PYTHON=1 at
 install, since a compiled one calls its stages directly). It prints instructions (Ir) per job for
-each part. With the default counts no more than 14,000 jobs are ever running, so nothing is released: commit is try_commit alone.
+each part. With the default counts no more than 14,000 jobs are ever running, so nothing is
+released: commit is try_commit alone.
 
 Wall-clock figures on the shared machine swing with the load; these counts do not. They
 do not see what cache misses cost, which a loaded, changing fleet may pay more of.

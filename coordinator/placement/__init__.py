@@ -15,6 +15,10 @@ split), speed (bandwidth model), pods (strategy, shares), filters, scoring, inde
 fleet sorted for fast search), search / pod_search (the index's search), exhaustive
 (the reference that scores everyone), planner (the decision), assemble and explain
 (the Placement and its Explanation).
+
+The decision's and the commit's modules are compiled with mypyc when the project is
+installed (setup.py; the list is in compiled.py). Compiled, their type annotations are
+checked as they run, so keep them true; `mypy coordinator/placement` must pass to build.
 """
 
 from coordinator.placement.candidates import (
