@@ -1,7 +1,7 @@
 """Build: the placement planner's hot modules are compiled with mypyc.
 
 mypyc compiles the annotated Python source as it stands, so compiled or not the modules run
-the same code; compiled, a decision and its commit cost much less (bench.placement prints which
+the same code; compiled, a decision and its commit cost less (bench.placement prints which
 ran). Installing needs a C compiler (Xcode's command-line tools on a Mac, gcc on Linux); with
 MLXNET_PURE_PYTHON=1 set at install time nothing is compiled and the modules run as plain Python.
 Everything else is in pyproject.toml.
