@@ -59,9 +59,10 @@ def prepare(path: Path, warm_up: int, jobs: int, seed: int, macs: int = 100_000,
 
 def run(path: Path, part: str) -> None:
     """Runs under callgrind: the part goes through operator.call, everything else around it."""
-    if part in STAGES and build_status().compiled:
+    planner_build = build_status()
+    if part in STAGES and planner_build.compiled:
         raise SystemExit(f"the {part} part needs the placement planner as plain Python: it is "
-                         f"{build_status().describe()}; install with MLXNET_PURE_PYTHON=1 to measure it")
+                         f"{planner_build.describe()}; install with MLXNET_PURE_PYTHON=1 to measure it")
     with path.open("rb") as file:
         snapshot, running, jobs = pickle.load(file)
     index = FleetIndex.build(snapshot, PlacementConfig())
