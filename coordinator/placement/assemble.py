@@ -7,6 +7,7 @@ from coordinator.placement.candidates import MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement
 from coordinator.placement.explain import Explanation, RankedCandidate
+from coordinator.placement.natives import new_tuple
 from coordinator.placement.pods import fit_pod
 from coordinator.placement.search import Scored
 from coordinator.placement.speed import prefill_tokens_per_s, tensor_speedup, time_to_first_token_s
@@ -14,19 +15,16 @@ from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import MAC, POD, SINGLE, TENSOR
 
 
-_new_tuple = tuple.__new__
-
-
 def ranked_mac(mac: MacCandidate, scored: Scored) -> RankedCandidate:
     # tuple.__new__ runs in C; a named tuple's own __new__ is a Python function (a few run per decision).
-    return _new_tuple(RankedCandidate, (mac.node_id, MAC, mac.reputation, mac.price_per_million_tokens, scored))
+    return new_tuple(RankedCandidate, (mac.node_id, MAC, mac.reputation, mac.price_per_million_tokens, scored))
 
 
 def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored) -> RankedCandidate:
     # A pod is as trustworthy as its least reputable member and costs all its members' time.
     reputation = min(mac.reputation for mac in members)
     price = sum(mac.price_per_million_tokens for mac in members)
-    return _new_tuple(RankedCandidate, (pod.pod_id, POD, reputation, price, scored))
+    return new_tuple(RankedCandidate, (pod.pod_id, POD, reputation, price, scored))
 
 
 def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,

@@ -17,6 +17,7 @@ COMPILED_MODULES = (
     "coordinator.placement.filters",
     "coordinator.placement.index",
     "coordinator.placement.memory",
+    "coordinator.placement.natives",
     "coordinator.placement.planner",
     "coordinator.placement.pod_search",
     "coordinator.placement.pods",
@@ -24,6 +25,7 @@ COMPILED_MODULES = (
     "coordinator.placement.search",
     "coordinator.placement.speed",
     "coordinator.placement.terms",
+    "coordinator.placement.vocabulary",
 )
 
 

@@ -8,6 +8,7 @@ busy) come before the job's own reasons because they pass with time.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
 from coordinator.placement.candidates import MacCandidate
 
@@ -21,12 +22,15 @@ class FilterReason(StrEnum):
     DOES_NOT_FIT = "does_not_fit"
 
 
-FILTER_ORDER = tuple(FilterReason)
+FILTER_ORDER: Final = tuple(FilterReason)
 # As module constants for the hot paths (see vocabulary.py for why).
-MODEL_NOT_SERVED, OFFLINE, OWNER_ACTIVE, BUSY = (
-    FilterReason.MODEL_NOT_SERVED, FilterReason.OFFLINE, FilterReason.OWNER_ACTIVE, FilterReason.BUSY)
-BELOW_MIN_SPEED, DOES_NOT_FIT = FilterReason.BELOW_MIN_SPEED, FilterReason.DOES_NOT_FIT
-STATE_REASONS = (FilterReason.OFFLINE, FilterReason.OWNER_ACTIVE, FilterReason.BUSY)
+MODEL_NOT_SERVED: Final = FilterReason.MODEL_NOT_SERVED
+OFFLINE: Final = FilterReason.OFFLINE
+OWNER_ACTIVE: Final = FilterReason.OWNER_ACTIVE
+BUSY: Final = FilterReason.BUSY
+BELOW_MIN_SPEED: Final = FilterReason.BELOW_MIN_SPEED
+DOES_NOT_FIT: Final = FilterReason.DOES_NOT_FIT
+STATE_REASONS: Final = (FilterReason.OFFLINE, FilterReason.OWNER_ACTIVE, FilterReason.BUSY)
 
 
 def mac_state_reason(mac: MacCandidate) -> FilterReason | None:

@@ -17,9 +17,8 @@ Decisions never change it: commit and release do, and they re-check capacity fir
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from contracts.ids import NodeId
 from coordinator.placement.candidates import FleetSnapshot, MacCandidate, PodCandidate
@@ -27,6 +26,7 @@ from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement
 from coordinator.placement.filters import FILTER_ORDER, FilterReason, state_reason
 from coordinator.placement.memory import mac_ceiling_bytes
+from coordinator.placement.natives import bisect_left, bisect_right, insort
 from coordinator.placement.pods import PodTopology, pod_topology
 from coordinator.placement.scoring import STATIC_SCORE_BITS, STATIC_SCORE_SCALE, static_score_quantum
 from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, step_bandwidth_bytes_per_s
@@ -34,14 +34,14 @@ from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, 
 if TYPE_CHECKING:
     from coordinator.placement.planner import IndexView
 
-POSITION_BITS = 20
-POSITION_MASK = (1 << POSITION_BITS) - 1
-STATIC_SHIFT = POSITION_BITS
-STATIC_MASK = (1 << STATIC_SCORE_BITS) - 1
-FREE_SHIFT = POSITION_BITS + STATIC_SCORE_BITS
-MAX_POSITIONS = 1 << POSITION_BITS
+POSITION_BITS: Final = 20
+POSITION_MASK: Final = (1 << POSITION_BITS) - 1
+STATIC_SHIFT: Final = POSITION_BITS
+STATIC_MASK: Final = (1 << STATIC_SCORE_BITS) - 1
+FREE_SHIFT: Final = POSITION_BITS + STATIC_SCORE_BITS
+MAX_POSITIONS: Final = 1 << POSITION_BITS
 # Job sizes per model whose fit starts are kept current; each costs a comparison per index change.
-FIT_STARTS_PER_MODEL_MAX = 8
+FIT_STARTS_PER_MODEL_MAX: Final = 8
 
 
 def group_key(free_bytes: int, static_quantum: int, position: int) -> int:

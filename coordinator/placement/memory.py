@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
 from contracts.models import ModelSpec
 from coordinator.placement.candidates import LendingMode, MacCandidate
@@ -42,7 +43,7 @@ def kv_cache_bytes_per_token(model: ModelSpec) -> int:
     return 2 * model.num_layers * model.num_kv_heads * model.head_dim * model.kv_bytes_per_element
 
 
-SCORE_BYTES_PER_ELEMENT = 4  # softmax runs in fp32 even for fp16 models (measured)
+SCORE_BYTES_PER_ELEMENT: Final = 4  # softmax runs in fp32 even for fp16 models (measured)
 
 
 def prefill_activation_bytes(model: ModelSpec, context_tokens: int, config: MemoryConfig) -> int:

@@ -7,16 +7,15 @@ under does_not_fit when scored; pods the bound never reached are not split-check
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from math import log2
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, ModelEntry, PodClass, PodSlot,
 )
+from coordinator.placement.natives import bisect_left, log2
 from coordinator.placement.pods import PodTopology, fit_pod
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.search import Best, SearchResult, skip_free_value
@@ -56,7 +55,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     return best.result(filtered, feasible - split_failures, scored, chosen)
 
 
-TOPOLOGY_PLANS_PER_MODEL_MAX = 64  # job shapes remembered per model; past it the memory starts afresh
+TOPOLOGY_PLANS_PER_MODEL_MAX: Final = 64  # job shapes remembered per model; past it the memory starts afresh
 
 
 class ShapePlans(NamedTuple):

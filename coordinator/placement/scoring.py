@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
+from typing import Final
 
 from coordinator.placement.config import PlacementConfig
 
 # Warmth, reputation and price are folded into one static score, quantised so equal Macs tie exactly.
-STATIC_SCORE_BITS = 25
-STATIC_SCORE_SCALE = 1 << (STATIC_SCORE_BITS - 1)  # static score = q / scale, q in 0..scale
+STATIC_SCORE_BITS: Final = 25
+STATIC_SCORE_SCALE: Final = 1 << (STATIC_SCORE_BITS - 1)  # static score = q / scale, q in 0..scale
 
 
 class ScoreName(StrEnum):

@@ -20,16 +20,14 @@ per decision against 16), and the digest's decisions changed at 1/256.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
-from heapq import heappop, heappush
-from math import log2
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
 )
+from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import SINGLE, Strategy
@@ -46,9 +44,6 @@ class Scored(NamedTuple):
     warm: bool
     decode_tokens_per_s: float
     strategy: Strategy = Strategy.SINGLE
-
-
-_new_tuple = tuple.__new__
 
 
 class SearchResult(NamedTuple):
@@ -106,12 +101,12 @@ class Best:
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
                chosen: tuple | None) -> SearchResult:
         if chosen is None:
-            return _new_tuple(SearchResult, (filtered, feasible, scored, ()))
+            return new_tuple(SearchResult, (filtered, feasible, scored, ()))
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
         # tuple.__new__ runs in C; Scored._make and SearchResult's __new__ are Python functions (the scan's
         # tuples have every field).
-        top = tuple([_new_tuple(Scored, s) for s in (chosen, *others)])
-        return _new_tuple(SearchResult, (filtered, feasible, scored, top))
+        top = tuple([new_tuple(Scored, s) for s in (chosen, *others)])
+        return new_tuple(SearchResult, (filtered, feasible, scored, top))
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
@@ -169,8 +164,8 @@ class GroupSpeeds:
         self.static_bounds = [group.static_bound for _, group, _ in groups]
 
 
-GROUP_SPEEDS_PER_MODEL_MAX = 256  # job shapes remembered per model; past it the memory starts afresh
-TARGET_STEPS_PER_OCTAVE = 4  # speed targets above the comfortable pace share bounds within a quarter octave
+GROUP_SPEEDS_PER_MODEL_MAX: Final = 256  # job shapes remembered per model; past it the memory starts afresh
+TARGET_STEPS_PER_OCTAVE: Final = 4  # speed targets above the comfortable pace share bounds within a quarter octave
 
 
 def _group_speeds(entry: ModelEntry, terms: JobTerms, config: PlacementConfig) -> GroupSpeeds:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from contracts.models import ModelSpec
 from coordinator.placement.candidates import JobRequest
@@ -47,7 +47,7 @@ class PodPlan:
 # Keyed by the objects' identities: hashing a ModelSpec's fields costs more than the lookup saves.
 # Each entry holds its model and config, so an id in a key is never reused while the entry lives.
 _shapes: dict[tuple[int, int, int | None, int], tuple[ModelSpec, MemoryConfig, MemoryEstimate, int]] = {}
-SHAPES_MAX = 1024  # jobs share a few models and context lengths; past this the memory starts afresh
+SHAPES_MAX: Final = 1024  # jobs share a few models and context lengths; past this the memory starts afresh
 
 
 def _job_shape(job: JobRequest, config: MemoryConfig) -> tuple[MemoryEstimate, int]:

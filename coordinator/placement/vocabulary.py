@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
 
 class Strategy(StrEnum):
@@ -17,6 +18,10 @@ class CandidateKind(StrEnum):
 
 
 # The members as module constants for the hot paths: on Python 3.11 reading an attribute of an Enum
-# class runs EnumType.__getattr__'s hook, about ten times slower than reading a global.
-SINGLE, TENSOR, PIPELINE = Strategy.SINGLE, Strategy.TENSOR, Strategy.PIPELINE
-MAC, POD = CandidateKind.MAC, CandidateKind.POD
+# class runs EnumType.__getattr__'s hook, about ten times slower than reading a global. Final: compiled
+# modules read them from C statics (natives.py says why).
+SINGLE: Final = Strategy.SINGLE
+TENSOR: Final = Strategy.TENSOR
+PIPELINE: Final = Strategy.PIPELINE
+MAC: Final = CandidateKind.MAC
+POD: Final = CandidateKind.POD
