@@ -39,6 +39,9 @@ POSITION_MASK: Final = (1 << POSITION_BITS) - 1
 STATIC_SHIFT: Final = POSITION_BITS
 STATIC_MASK: Final = (1 << STATIC_SCORE_BITS) - 1
 FREE_SHIFT: Final = POSITION_BITS + STATIC_SCORE_BITS
+# A key's static score and position. A key itself outgrows a machine word, so each operation on it
+# makes a new int object; its tail fits one, so the scan takes it out once and works on that.
+TAIL_MASK: Final = (1 << FREE_SHIFT) - 1
 MAX_POSITIONS: Final = 1 << POSITION_BITS
 # Job sizes per model whose fit starts are kept current; each costs a comparison per index change.
 FIT_STARTS_PER_MODEL_MAX: Final = 8

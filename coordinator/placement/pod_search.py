@@ -13,7 +13,7 @@ from typing import Final, NamedTuple
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, ModelEntry, PodClass, PodSlot,
+    FREE_SHIFT, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, ModelEntry, PodClass, PodSlot,
 )
 from coordinator.placement.natives import bisect_left, log2
 from coordinator.placement.pods import PodTopology, fit_pod
@@ -163,12 +163,13 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
             upper = w_fit * fit + weighted_speed
             if upper + static_bound < floor:
                 break
-            score = upper + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
+            tail = key & TAIL_MASK  # index.py says why
+            score = upper + (STATIC_SCORE_SCALE - (tail >> STATIC_SHIFT)) / STATIC_SCORE_SCALE
             if score < floor:  # as total_score with static_of_key; skip the rest with this free memory
                 i = skip_free_value(keys, i, free)
                 continue
             i += 1
-            slot = pod_slots[key & POSITION_MASK]
+            slot = pod_slots[tail & POSITION_MASK]
             # fit_pod's answer: a member short of its least share fails; tensor shares are that share.
             if slot.smallest_free < member_min or not (tensor or _pipeline_fits(index, slot, terms)):
                 split_failures += 1

@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, FleetIndex, Group, ModelEntry,
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, ModelEntry,
 )
 from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
@@ -268,16 +268,18 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
         partial = w_fit * fit + weighted_speed  # total_score's expression, split for the bound
         if partial + static_bound < floor:
             break
-        score = partial + (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
+        tail = key & TAIL_MASK
+        score = partial + (STATIC_SCORE_SCALE - (tail >> STATIC_SHIFT)) / STATIC_SCORE_SCALE  # as static_of_key
         if score < floor:  # and so is every later Mac with this free memory (as skip_free_value)
             i += 1
             if i < end and keys[i] >> FREE_SHIFT == free:
                 i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
             continue
         scored += 1
-        scored_tuple = (score, key & POSITION_MASK, free, fit, speed, warm, decode, SINGLE)
-        if i + 1 < len(keys) and keys[i + 1] >> STATIC_SHIFT == key >> STATIC_SHIFT:  # a run of equals
-            run_end = _run_end(keys, i, key)
+        scored_tuple = (score, tail & POSITION_MASK, free, fit, speed, warm, decode, SINGLE)
+        run_last = key | POSITION_MASK  # the last key a Mac with this free memory and static score can have
+        if i + 1 < len(keys) and keys[i + 1] <= run_last:  # a run of equals: their scores are identical
+            run_end = bisect_right(keys, run_last, i + 1)
             best.offer((group, i, run_end), scored_tuple)  # the tie-break reads the run's end from here
             _offer_run_mates(keys, i, run_end, best, scored_tuple)
             i = run_end
@@ -298,11 +300,6 @@ def skip_free_value(keys: list[int], i: int, free: int) -> int:
     if i + 1 < len(keys) and keys[i + 1] >> FREE_SHIFT == free:
         return bisect_left(keys, (free + 1) << FREE_SHIFT, i + 1)
     return i + 1
-
-
-def _run_end(keys: list[int], i: int, key: int) -> int:
-    """Where the run of keys[i]'s free memory and static score ends: those Macs' scores are identical."""
-    return bisect_left(keys, ((key >> STATIC_SHIFT) + 1) << STATIC_SHIFT, i + 1)
 
 
 def _offer_run_mates(keys: list[int], i: int, end: int, best: Best, scored: tuple) -> None:
