@@ -32,7 +32,7 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     if entry is None:
         return best.result(filtered, 0, 0, None)
     filtered.update(entry.unavailable)
-    pending: list[tuple] = []
+    pending: list[PendingClass] = []
     feasible = 0
     fast_enough, unsplittable, too_slow = _classes_fast_enough(_shape_plans(entry, terms, config), terms)
     # The model cannot be split over the first's members, and the second's are too slow: counted in C.
@@ -55,6 +55,9 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     return best.result(filtered, feasible - split_failures, scored, chosen)
 
 
+# A class queued for the scan: (its bound, the class, where the job starts to fit, the plan, its decode
+# speed, its speed score). Typed, so the compiled scan reads each as a double, an int or a class.
+PendingClass = tuple[float, PodClass, int, TopologyPlan, float, float]
 TOPOLOGY_PLANS_PER_MODEL_MAX: Final = 64  # job shapes remembered per model; past it the memory starts afresh
 
 
@@ -119,7 +122,7 @@ def _plan_with_decodes(topology: PodTopology, classes: list[PodClass], terms: Jo
 
 
 def _pod_class_candidates(pod_class: PodClass, plan: TopologyPlan, decode: float, terms: JobTerms,
-                          config: PlacementConfig, pending: list) -> tuple[int, int]:
+                          config: PlacementConfig, pending: list[PendingClass]) -> tuple[int, int]:
     """(too small, big enough) counts for one class; queue it for scanning if any are big enough."""
     keys = pod_class.group.keys
     if not keys:
@@ -137,23 +140,24 @@ def _pod_class_candidates(pod_class: PodClass, plan: TopologyPlan, decode: float
     return start, len(keys) - start
 
 
-def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tuple[int, int]:
+def _scan(index: FleetIndex, pending: list[PendingClass], terms: JobTerms, best: Best) -> tuple[int, int]:
     """Scan the queued classes best bound first; the scores are the exhaustive search's expressions, inline."""
     config = index.config
     w_fit, w_speed, _, _, _ = config.weights.normalised
     span = config.best_fit_span_octaves
     model_id = terms.job.model.model_id
     pod_slots = index.pod_slots
+    scored_max, scan_max = config.scored_per_decision_max, config.scan_per_group_max
     scored = split_failures = 0
     floor = best.floor  # changes only when a pod is offered
     for bound, pod_class, start, plan, decode, speed in pending:
-        if bound < floor or scored >= config.scored_per_decision_max:
+        if bound < floor or scored >= scored_max:
             break
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
         weighted_speed = w_speed * speed  # as speed_part
         need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is TENSOR
-        i, end = start, min(len(keys), start + config.scan_per_group_max)
+        i, end = start, min(len(keys), start + scan_max)
         while i < end:
             key = keys[i]
             free = key >> FREE_SHIFT
@@ -170,6 +174,7 @@ def _scan(index: FleetIndex, pending: list, terms: JobTerms, best: Best) -> tupl
                 continue
             i += 1
             slot = pod_slots[tail & POSITION_MASK]
+            assert slot is not None, "index out of step with its slots"
             # fit_pod's answer: a member short of its least share fails; tensor shares are that share.
             if slot.smallest_free < member_min or not (tensor or _pipeline_fits(index, slot, terms)):
                 split_failures += 1

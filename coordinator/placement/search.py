@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, ModelEntry,
+    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
 )
 from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
@@ -74,7 +74,9 @@ class Best:
         self.floor = -1.0
 
     def offer(self, tie: object, scored: tuple) -> None:
-        total = scored[0]
+        # The tuple's items are read into typed locals: compiled, the comparisons are then on
+        # doubles and machine ints, not generic object comparisons.
+        total: float = scored[0]
         if total > self.score:
             self.score, self.ties = total, [(tie, scored)]
         elif total == self.score:
@@ -84,19 +86,34 @@ class Best:
     def offer_for_top(self, scored: tuple) -> None:
         """The top list is ordered by score, then position, whatever order candidates arrive in."""
         top = self.top
+        total: float = scored[0]
+        position: int = scored[1]
         if len(top) == self.top_max:
             last = top[-1]
-            if scored[0] < last[0] or (scored[0] == last[0] and scored[1] >= last[1]):
+            last_total: float = last[0]
+            if total < last_total:
                 return
+            if total == last_total:
+                last_position: int = last[1]
+                if position >= last_position:
+                    return
             top.pop()
         # As insort by (-score, position), without a key call per comparison: the list is a few long.
-        total, position = scored[0], scored[1]
         i = len(top)
-        while i and (top[i - 1][0] < total or (top[i - 1][0] == total and top[i - 1][1] > position)):
+        while i:
+            above = top[i - 1]
+            above_total: float = above[0]
+            if above_total > total:
+                break
+            if above_total == total:
+                above_position: int = above[1]
+                if above_position <= position:
+                    break
             i -= 1
         top.insert(i, scored)
         if len(top) == self.top_max:
-            self.floor = top[-1][0]
+            floor: float = top[-1][0]
+            self.floor = floor
 
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
                chosen: tuple | None) -> SearchResult:
@@ -340,7 +357,8 @@ def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:
         return False
     need, bytes_per_token = terms.memory.total_bytes, terms.bytes_per_token
     min_decode = terms.job.min_decode_tokens_per_s
-    for mac_class in entry.classes.values():
+    for value in entry.classes.values():
+        mac_class: MacClass = value  # typed: compiled, its fields are read directly
         ceilings = mac_class.ceilings
         # decode_tokens_per_s for a single Mac's profile, inline as in GroupSpeeds (the same float).
         if ceilings and ceilings[-1] >= need and mac_class.bandwidth_bytes_per_s / bytes_per_token >= min_decode:
