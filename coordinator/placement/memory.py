@@ -94,19 +94,29 @@ def split_layers_by_memory(num_layers: int, member_memory_bytes: tuple[int, ...]
     """
     members = len(member_memory_bytes)
     assert members >= 1 and num_layers >= members, "each member needs at least one layer"
-    weights = [max(m, 1) for m in member_memory_bytes]
+    weights = [m if m > 1 else 1 for m in member_memory_bytes]
     total = sum(weights)
     layers = [max(1, num_layers * w // total) for w in weights]
-    # Compare (num_layers * w / total - layers) scaled by total to stay in integers.
-    while sum(layers) > num_layers:
-        over = [(layers[i] * total - num_layers * weights[i], i) for i in range(members) if layers[i] > 1]
-        _, i = max(over, key=lambda item: (item[0], item[1]))
-        layers[i] -= 1
-    while sum(layers) < num_layers:
-        under = [(num_layers * weights[i] - layers[i] * total, -i) for i in range(members)]
-        _, negative_i = max(under)
-        layers[-negative_i] += 1
-    assert sum(layers) == num_layers and min(layers) >= 1
+    # Compare (num_layers * w / total - layers) scaled by total to stay in integers. Plain loops, not
+    # max() over lists of tuples: compiled, this is machine arithmetic (pod searches call it per pod).
+    assigned = sum(layers)
+    while assigned > num_layers:  # take a layer from the member furthest over its share (the last of equals)
+        taker, furthest = -1, 0
+        for i in range(members):
+            over = layers[i] * total - num_layers * weights[i]
+            if layers[i] > 1 and (taker < 0 or over >= furthest):
+                taker, furthest = i, over
+        layers[taker] -= 1
+        assigned -= 1
+    while assigned < num_layers:  # give a layer to the member furthest under its share (the first of equals)
+        giver, furthest = 0, num_layers * weights[0] - layers[0] * total
+        for i in range(1, members):
+            under = num_layers * weights[i] - layers[i] * total
+            if under > furthest:
+                giver, furthest = i, under
+        layers[giver] += 1
+        assigned += 1
+    assert assigned == num_layers and min(layers) >= 1
     return tuple(layers)
 
 
