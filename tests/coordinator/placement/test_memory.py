@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contracts.hardware import ChipTier
 from coordinator.placement import LendingMode, MemoryConfig, estimate_job_memory, split_layers_by_memory
@@ -93,3 +97,15 @@ def test_member_shares_cover_the_job() -> None:
     pipeline = pipeline_shares_bytes(estimate, 36, (10, 10, 16))
     assert sum(pipeline) >= estimate.pod_total_bytes(3)
     assert pipeline[2] > pipeline[0] == pipeline[1]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=1 << 41), min_size=1, max_size=6), st.integers(0, 200))
+def test_split_layers_sums_and_follows_memory(memory: list[int], extra_layers: int) -> None:
+    layers = len(memory) + extra_layers
+    split = split_layers_by_memory(layers, tuple(memory))
+    assert sum(split) == layers and min(split) >= 1
+    # A member with more memory never holds fewer layers.
+    for more, fewer in itertools.permutations(range(len(memory)), 2):
+        if memory[more] > memory[fewer]:
+            assert split[more] >= split[fewer]
