@@ -10,8 +10,9 @@ import importlib.machinery
 import os
 from dataclasses import dataclass
 
-# The decision's and the commit's path (planner.decide, FleetIndex.try_commit). Not decision.py or
-# explain.py: their frozen dataclasses write their fields straight into __dict__, which a compiled class has not.
+# The decision's and the commit's path (planner.decide, FleetIndex.try_commit), with natives and
+# vocabulary, whose Final names the others then read from C statics. Not decision.py or explain.py: their
+# frozen dataclasses write their fields straight into __dict__, which a compiled class has not.
 COMPILED_MODULES = (
     "coordinator.placement.assemble",
     "coordinator.placement.filters",
