@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 POSITION_BITS: Final = 20
 POSITION_MASK: Final = (1 << POSITION_BITS) - 1
 STATIC_SHIFT: Final = POSITION_BITS
-STATIC_MASK: Final = (1 << STATIC_SCORE_BITS) - 1
 FREE_SHIFT: Final = POSITION_BITS + STATIC_SCORE_BITS
 # A key's static score and position. A key itself outgrows a machine word, so each operation on it
 # makes a new int object; its tail fits one, so the scan takes it out once and works on that.

@@ -169,7 +169,7 @@ def _scan(index: FleetIndex, pending: list[PendingClass], terms: JobTerms, best:
                 break
             tail = key & TAIL_MASK  # index.py says why
             score = upper + (STATIC_SCORE_SCALE - (tail >> STATIC_SHIFT)) / STATIC_SCORE_SCALE
-            if score < floor:  # as total_score with static_of_key; skip the rest with this free memory
+            if score < floor:  # as total_score with the key's static_score; skip the rest with this free memory
                 i = skip_free_value(keys, i, free)
                 continue
             i += 1

@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
+    FREE_SHIFT, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
 )
 from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
@@ -286,7 +286,7 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
         if partial + static_bound < floor:
             break
         tail = key & TAIL_MASK
-        score = partial + (STATIC_SCORE_SCALE - (tail >> STATIC_SHIFT)) / STATIC_SCORE_SCALE  # as static_of_key
+        score = partial + (STATIC_SCORE_SCALE - (tail >> STATIC_SHIFT)) / STATIC_SCORE_SCALE  # the key's static_score
         if score < floor:  # and so is every later Mac with this free memory (as skip_free_value)
             i += 1
             if i < end and keys[i] >> FREE_SHIFT == free:
@@ -305,11 +305,6 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
             i += 1
         floor = best.floor
     return scored
-
-
-def static_of_key(key: int) -> float:
-    """The static score a key carries; equals static_score(quantum) exactly."""
-    return (STATIC_SCORE_SCALE - ((key >> STATIC_SHIFT) & STATIC_MASK)) / STATIC_SCORE_SCALE
 
 
 def skip_free_value(keys: list[int], i: int, free: int) -> int:
