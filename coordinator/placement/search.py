@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
 from coordinator.placement.index import (
-    FREE_SHIFT, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
+    FREE_SHIFT, MAX_POSITIONS, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
 )
 from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
@@ -331,18 +331,35 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobT
         pick = terms.seed % (end - start) if end - start > 1 else 0
         return (scored[0], group.keys[start + pick] & POSITION_MASK, *scored[2:])
     # Runs from different speed classes can tie exactly. Each run's keys share everything above the
-    # position, so they are in position order: sorting their positions together merges sorted runs.
-    # A Mac is in one run at most; then find its run.
-    runs = [(group.keys, start, end, scored) for (group, start, end), scored in ties]
-    positions: list[int] = []
-    for keys, start, end, _ in runs:
-        positions += map(POSITION_MASK.__and__, keys[start:end])
-    positions.sort()
-    position = positions[terms.seed % len(positions)]
-    scored = next(scored for keys, start, end, scored in runs
-                  if keys[bisect_left(keys, (keys[start] & ~POSITION_MASK) | position, start, end - 1)]
-                  & POSITION_MASK == position)
-    return (scored[0], position, *scored[2:])
+    # position, so they are in position order: walk the runs merged to the pick's turn, holding each
+    # run's next position, rather than gathering and sorting every tied position (a Mac is in one run at most).
+    run_keys: list[list[int]] = []
+    nexts: list[int] = []  # each run's next key
+    ends: list[int] = []
+    heads: list[int] = []  # each run's next position; MAX_POSITIONS once it is used up
+    total = 0
+    for (group, start, end), _ in ties:
+        keys = group.keys
+        run_keys.append(keys)
+        nexts.append(start)
+        ends.append(end)
+        heads.append(keys[start] & POSITION_MASK)
+        total += end - start
+    turn = terms.seed % total
+    runs = len(heads)
+    while True:
+        lowest, position = 0, heads[0]
+        for r in range(1, runs):
+            head = heads[r]
+            if head < position:
+                lowest, position = r, head
+        if not turn:
+            scored = ties[lowest][1]
+            return (scored[0], position, *scored[2:])
+        turn -= 1
+        following = nexts[lowest] + 1
+        nexts[lowest] = following
+        heads[lowest] = run_keys[lowest][following] & POSITION_MASK if following < ends[lowest] else MAX_POSITIONS
 
 
 def single_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

@@ -146,6 +146,21 @@ def test_ties_break_by_the_job_id_and_spread_over_identical_macs() -> None:
     assert again == chosen
 
 
+def test_ties_across_speed_classes_pick_as_the_exhaustive_search_does() -> None:
+    # Both chips run a 4B model past the comfortable pace, so their speed scores saturate and
+    # identical Macs of the two classes tie exactly: the pick is over the runs of both groups.
+    fleet = Fleet()
+    nodes = [fleet.mac(chip, 64, (QWEN3_4B_4BIT,)) for _ in range(5) for chip in (M4_MAX, M4_PRO)]
+    index = fleet.index()
+    chosen = set()
+    for i in range(60):
+        request = job(QWEN3_4B_4BIT, name=f"job-{i}")
+        placement = must_place(place(request, index))
+        assert placement.node_ids == must_place(place_exhaustive(request, fleet.snapshot())).node_ids
+        chosen.add(placement.node_ids[0])
+    assert chosen == set(nodes), "every tied Mac, of either class, is picked by some job id"
+
+
 def test_commit_rechecks_capacity_and_release_gives_it_back() -> None:
     fleet = Fleet()
     node = fleet.mac(M4_MAX, 64, (LLAMA_70B_4BIT,), max_concurrent_jobs=3)
