@@ -30,7 +30,6 @@ OWNER_ACTIVE: Final = FilterReason.OWNER_ACTIVE
 BUSY: Final = FilterReason.BUSY
 BELOW_MIN_SPEED: Final = FilterReason.BELOW_MIN_SPEED
 DOES_NOT_FIT: Final = FilterReason.DOES_NOT_FIT
-STATE_REASONS: Final = (FilterReason.OFFLINE, FilterReason.OWNER_ACTIVE, FilterReason.BUSY)
 
 
 def mac_state_reason(mac: MacCandidate) -> FilterReason | None:
