@@ -318,7 +318,13 @@ def _offer_run_mates(keys: list[int], i: int, end: int, best: Best, scored: tupl
     """The scan skips a run's mates, but the first few still go to the explanation's top list, as the
     exhaustive search lists them."""
     for mate in keys[i + 1: min(end, i + best.top_max)]:
-        best.offer_for_top((scored[0], mate & POSITION_MASK, *scored[2:]))
+        best.offer_for_top(_for_mate(scored, mate & POSITION_MASK))
+
+
+def _for_mate(scored: tuple, position: int) -> tuple:
+    """A run's scored tuple for another Mac of the run: only the position differs. Item by item, as
+    compiled a starred slice builds a list and a slice before the tuple."""
+    return (scored[0], position, scored[2], scored[3], scored[4], scored[5], scored[6], scored[7])
 
 
 def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobTerms) -> tuple:
@@ -329,7 +335,7 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobT
     if len(ties) == 1:  # one run, the common case; a run of one needs no seed
         (group, start, end), scored = ties[0]
         pick = terms.seed % (end - start) if end - start > 1 else 0
-        return (scored[0], group.keys[start + pick] & POSITION_MASK, *scored[2:])
+        return _for_mate(scored, group.keys[start + pick] & POSITION_MASK)
     # Runs from different speed classes can tie exactly. Each run's keys share everything above the
     # position, so they are in position order: walk the runs merged to the pick's turn, holding each
     # run's next position, rather than gathering and sorting every tied position (a Mac is in one run at most).
@@ -355,7 +361,7 @@ def _break_mac_tie(ties: list[tuple[tuple[Group, int, int], tuple]], terms: JobT
                 lowest, position = r, head
         if not turn:
             scored = ties[lowest][1]
-            return (scored[0], position, *scored[2:])
+            return _for_mate(scored, position)
         turn -= 1
         following = nexts[lowest] + 1
         nexts[lowest] = following
