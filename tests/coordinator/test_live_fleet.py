@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from contracts.lending import LendingState
 from coordinator import records, scheduler
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database
+from coordinator.database import Database, upgrade_schema
 from coordinator.node_reports import HeartbeatReport
 from coordinator.placement import FleetIndex
 from coordinator.records import JobStatus, NodeRecord
@@ -139,3 +140,52 @@ def test_a_pass_over_an_empty_queue_takes_no_write_lock_and_still_catches_the_in
     service.heartbeat(record, 0, HeartbeatReport(0, lending=LendingState(owner_active=False)))
     assert len(write_transactions) == 2  # the heartbeat's write, then its pass's
     assert service.get_job(waiting.job_id).job.node_ids == (node,)
+
+
+def test_coordinators_racing_on_one_database_never_over_commit_a_mac(
+        tmp_path: Path, database_url: str) -> None:
+    """Two coordinators, each with its own engine and index, submit and schedule at once over
+    three one-job Macs: each Mac ends with exactly one job, and every other job waits."""
+    macs, jobs_per_thread, threads_per_coordinator = 3, 8, 2
+    upgrade_schema(database_url)
+    databases = [Database(database_url), Database(database_url)]
+    try:
+        clock = FakeClock()
+        services = [_service(db, clock) for db in databases]
+        nodes = {_register(services[0], load_or_create_identity(tmp_path / f"{n}.pem"), (SMALL,))
+                 for n in range(macs)}
+        for service in services:
+            service.run_scheduler()  # both indexes hold every idle Mac: each would place on any
+        start = threading.Barrier(len(services) * threads_per_coordinator)
+        errors: list[BaseException] = []
+        submitted: list[str] = []
+
+        def submit_and_schedule(service: CoordinatorService, thread: int) -> None:
+            try:
+                start.wait()
+                for n in range(jobs_per_thread):
+                    job = service.submit_job(_submission(request_id=f"{id(service)}-{thread}-{n}")).job
+                    submitted.append(job.job_id)
+                    service.run_scheduler()
+            except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+                errors.append(error)
+
+        threads = [threading.Thread(target=submit_and_schedule, args=(service, n))
+                   for service in services for n in range(threads_per_coordinator)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        for service in services:
+            service.run_scheduler()
+        with databases[0].transaction() as session:
+            committed = records.committed_by_node(session)
+            statuses = [records.job_by_id(session, job_id).status for job_id in submitted]
+        assert {node: count for node, (_, count) in committed.items()} == {node: 1 for node in nodes}
+        assert len(submitted) == len(threads) * jobs_per_thread  # no job lost
+        assert statuses.count(JobStatus.ASSIGNED) == macs
+        assert statuses.count(JobStatus.QUEUED) == len(submitted) - macs
+    finally:
+        for db in databases:
+            db.dispose()
