@@ -10,7 +10,11 @@ Each phase runs its jobs over the same starting state `--passes` times with noth
 work in the loop, for placements per second (the commit phase each time on a fresh copy of
 the index), and once more with two clocks read around every decision, for latency. Every
 pass's rate is printed, and their median: on a shared VM one pass can run a third slower
-or faster than the next. The CPU clock alone costs
+or faster than the next. The commit phase swings most: its commits and releases bisect and
+shift long lists of int objects spread over the heap. In callgrind's simulation of an 8 MiB
+last-level cache (`--cache-sim=yes`, 2,000 jobs after 20,000 committed) a job's commit and
+release miss it 137 times in 168k instructions, its decision 88 times in 219k, so the phase
+feels other work's use of the machine's shared cache. The CPU clock alone costs
 about 0.6 us a read on this VM, and the latency pass reads four per job.
 
 Latency is reported twice: wall-clock, and the thread's CPU time per decision. On a
