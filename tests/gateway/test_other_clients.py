@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 SYSTEM, QUESTION = "Answer in the words of Genesis.", "Who was the father of Enoch?"
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
 MAX_TOKENS = 16
-CURL_TIMEOUT_S = 120
+CLIENT_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def _official_chat(network: GatewayNetwork, key: str) -> tuple[str, int]:
 
 def _langchain(network: GatewayNetwork, key: str) -> ChatOpenAI:
     return ChatOpenAI(model=MODEL_ID, base_url=network.base_url, api_key=key, temperature=0,
-                      max_tokens=MAX_TOKENS, max_retries=0, timeout=CURL_TIMEOUT_S, stream_usage=True)
+                      max_tokens=MAX_TOKENS, max_retries=0, timeout=CLIENT_TIMEOUT_S, stream_usage=True)
 
 
 def test_langchain_chat_model_invokes_like_the_official_client(network: GatewayNetwork) -> None:
@@ -66,7 +66,7 @@ def _curl(network: GatewayNetwork, key: str, path: str, body: dict | None = None
     command = ["curl", "-sS", "-D", "-", f"{network.base_url}{path}", "-H", f"Authorization: Bearer {key}", *extra]
     if body is not None:
         command += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
-    finished = subprocess.run(command, capture_output=True, timeout=CURL_TIMEOUT_S, check=True)
+    finished = subprocess.run(command, capture_output=True, timeout=CLIENT_TIMEOUT_S, check=True)
     head, _, answer = finished.stdout.decode().partition("\r\n\r\n")  # bytes: text mode drops the \r
     status_line, *header_lines = head.split("\r\n")
     headers = dict(line.lower().split(": ", 1) for line in header_lines)
