@@ -21,6 +21,9 @@ from mlxnet.processes import STOP_TIMEOUT_S, Child, start_coordinator, start_nod
 from tests.conftest import fresh_postgres_database
 
 MODEL_ID = "test/tiny-llama"
+# The chat the end-to-end tests send, through the model's own template.
+MESSAGES = [{"role": "system", "content": "Answer in the words of Genesis."},
+            {"role": "user", "content": "Who was the father of Enoch?"}]
 
 
 @dataclass

@@ -26,11 +26,9 @@ from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
 from mlxnet.receipt_view import check_receipt_locally
 from node_agent.model_files import describe_model
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
-from tests.gateway.conftest import MODEL_ID, GatewayNetwork
+from tests.gateway.conftest import MESSAGES, MODEL_ID, GatewayNetwork
 
 pytestmark = pytest.mark.e2e
-MESSAGES = [{"role": "system", "content": "Answer in the words of Genesis."},
-            {"role": "user", "content": "Who was the father of Enoch?"}]
 MLX = 10**9
 
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from langchain_openai import ChatOpenAI
 
-from tests.gateway.conftest import MODEL_ID, GatewayNetwork, gateway_network
+from tests.gateway.conftest import MESSAGES, MODEL_ID, GatewayNetwork, gateway_network
 
 pytestmark = pytest.mark.e2e
-SYSTEM, QUESTION = "Answer in the words of Genesis.", "Who was the father of Enoch?"
-MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+AS_LANGCHAIN = [(m["role"], m["content"]) for m in MESSAGES]  # LangChain takes (role, text) pairs
 MAX_TOKENS = 16
 CLIENT_TIMEOUT_S = 120
 
@@ -29,8 +28,10 @@ def network(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
         yield net
 
 
-def _official_chat(network: GatewayNetwork, key: str) -> tuple[str, int]:
-    answer = network.client(key).chat.completions.create(
+@pytest.fixture(scope="module")
+def official(network: GatewayNetwork) -> tuple[str, int]:
+    """The official client's text and completion tokens for the chat every test here sends."""
+    answer = network.client(network.new_key("official")).chat.completions.create(
         model=MODEL_ID, messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0)  # type: ignore[arg-type]
     return answer.choices[0].message.content or "", answer.usage.completion_tokens
 
@@ -40,20 +41,22 @@ def _langchain(network: GatewayNetwork, key: str) -> ChatOpenAI:
                       max_tokens=MAX_TOKENS, max_retries=0, timeout=CLIENT_TIMEOUT_S, stream_usage=True)
 
 
-def test_langchain_chat_model_invokes_like_the_official_client(network: GatewayNetwork) -> None:
+def test_langchain_chat_model_invokes_like_the_official_client(
+        network: GatewayNetwork, official: tuple[str, int]) -> None:
     key = network.new_key("langchain")
-    text, completion_tokens = _official_chat(network, key)
-    answer = _langchain(network, key).invoke([("system", SYSTEM), ("human", QUESTION)])
+    text, completion_tokens = official
+    answer = _langchain(network, key).invoke(AS_LANGCHAIN)
     assert text and answer.content == text
     assert answer.usage_metadata is not None
     assert answer.usage_metadata["output_tokens"] == completion_tokens
     assert answer.response_metadata["finish_reason"] in ("stop", "length")
 
 
-def test_langchain_chat_model_streams_the_same_text_with_usage(network: GatewayNetwork) -> None:
+def test_langchain_chat_model_streams_the_same_text_with_usage(
+        network: GatewayNetwork, official: tuple[str, int]) -> None:
     key = network.new_key("langchain-stream")
-    text, completion_tokens = _official_chat(network, key)
-    chunks = list(_langchain(network, key).stream([("system", SYSTEM), ("human", QUESTION)]))
+    text, completion_tokens = official
+    chunks = list(_langchain(network, key).stream(AS_LANGCHAIN))
     assert len(chunks) > 2  # streamed, not one answer
     assert "".join(str(chunk.content) for chunk in chunks) == text
     usage = [chunk.usage_metadata for chunk in chunks if chunk.usage_metadata]
@@ -73,9 +76,10 @@ def _curl(network: GatewayNetwork, key: str, path: str, body: dict | None = None
     return int(status_line.split()[1]), headers, answer
 
 
-def test_curl_gets_a_chat_completion_with_usage_and_the_job_id(network: GatewayNetwork) -> None:
+def test_curl_gets_a_chat_completion_with_usage_and_the_job_id(
+        network: GatewayNetwork, official: tuple[str, int]) -> None:
     key = network.new_key("curl")
-    text, completion_tokens = _official_chat(network, key)
+    text, completion_tokens = official
     status, headers, answer = _curl(network, key, "/chat/completions", {
         "model": MODEL_ID, "messages": MESSAGES, "max_tokens": MAX_TOKENS, "temperature": 0})
     assert status == 200, answer
@@ -86,9 +90,10 @@ def test_curl_gets_a_chat_completion_with_usage_and_the_job_id(network: GatewayN
     assert status == 200 and json.loads(job)["status"] == "completed"
 
 
-def test_curl_streams_server_sent_events_that_end_with_done(network: GatewayNetwork) -> None:
+def test_curl_streams_server_sent_events_that_end_with_done(
+        network: GatewayNetwork, official: tuple[str, int]) -> None:
     key = network.new_key("curl-stream")
-    text, completion_tokens = _official_chat(network, key)
+    text, completion_tokens = official
     status, headers, answer = _curl(network, key, "/chat/completions", {
         "model": MODEL_ID, "messages": MESSAGES, "max_tokens": MAX_TOKENS, "temperature": 0,
         "stream": True, "stream_options": {"include_usage": True}}, "-N")
