@@ -31,9 +31,9 @@ def run(submits: int) -> None:
         uncounted = lambda function, *args, **kwargs: function(*args, **kwargs)  # noqa: E731
         for number in range(UNCOUNTED_SUBMITS + submits):
             call = operator.call if number >= UNCOUNTED_SUBMITS else uncounted
-            view = call(service.submit_job, sub, caller, durable=False)
+            view = call(service.jobs.submit, sub, caller, durable=False)
             assert view.job.status is JobStatus.ASSIGNED, "every submit must be placed at once"
-            service.cancel_job(view.job.job_id, caller)
+            service.jobs.cancel(view.job.job_id, caller)
 
 
 def measure(submits: int) -> int:

@@ -43,7 +43,7 @@ HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipT
 def _register(service: CoordinatorService, key_path: Path) -> None:
     identity = load_or_create_identity(key_path)
     now = service.clock.now_ms()
-    service.register_node(Registration(
+    service.nodes.register(Registration(
         public_key=identity.public_key_raw, signature=identity.sign(register_challenge(identity.node_id, now)),
         timestamp_ms=now, hardware=HARDWARE, models=(MODEL,), operator_id="bench",
         display_name=key_path.stem, max_concurrent_jobs=1))
@@ -63,7 +63,7 @@ def keyed_service(macs: int) -> Iterator[tuple[CoordinatorService, Caller, Submi
         for number in range(macs):
             _register(service, Path(tmp) / f"mac{number}.pem")
         _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**15)
-        caller = service.authenticate_consumer(key, to_submit=True)
+        caller = service.jobs.authenticate_consumer(key, to_submit=True)
         sub = Submission(consumer_id="bench", model_id=MODEL.model_id, prompt="Hello", max_tokens=8,
                          temperature=0.0, top_p=0.0, seed=0, request_id="", min_decode_tokens_per_s=0.0,
                          api_key_id=caller.key.key_id if caller.key else None)
@@ -79,10 +79,10 @@ def measure(macs: int, submits: int) -> tuple[float, float]:
         walls, cpus = [], []
         for _ in range(submits):
             wall, cpu = time.perf_counter(), time.thread_time()
-            view = service.submit_job(sub, caller, durable=False)
+            view = service.jobs.submit(sub, caller, durable=False)
             walls.append((time.perf_counter() - wall) * 1e3)
             cpus.append((time.thread_time() - cpu) * 1e3)
-            service.cancel_job(view.job.job_id, caller)
+            service.jobs.cancel(view.job.job_id, caller)
     skip = min(10, submits // 2)  # the first builds the index
     return statistics.median(walls[skip:]), statistics.median(cpus[skip:])
 

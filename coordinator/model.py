@@ -86,7 +86,7 @@ class JobRecord:
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
     node_ids: tuple[NodeId, ...] = ()  # the current attempt's nodes, from job_assignments
-    # The consumer API's fields (coordinator.gateway, coordinator.money.billing).
+    # The consumer API's fields (coordinator.gateway, coordinator.money.job_money).
     api_key_id: str | None = None
     reserved_base_units: int = 0  # the consumer's reservation; 0 when the network pays
     billing_closed_at_ms: int | None = None

@@ -52,9 +52,9 @@ class RunningCoordinator:
 def _reap_forever(service: CoordinatorService, stopping: threading.Event) -> None:
     interval_s = service.config.heartbeat_interval_ms / 1000
     while not stopping.wait(interval_s):
-        service.reap_offline_nodes()
-        service.close_ended_billing()
-        service.release_due_credits()
+        service.nodes.reap_offline()
+        service.money.close_ended()
+        service.money.release_due_credits()
 
 
 def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> None:
@@ -62,7 +62,7 @@ def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> N
     while not stopping.is_set():
         seen = service.notifier.version(VERIFICATION_TOPIC)
         try:
-            service.run_verifications()
+            service.checks.run()
         except DBAPIError as error:  # the database blinked: the checks wait in it for the next pass
             log.warning("verifier pass failed: %s", error)
         service.notifier.wait(VERIFICATION_TOPIC, seen, service.config.stream_poll_interval_s)
@@ -79,7 +79,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
         upgrade_schema(config.database_url)
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
     if replayer is not None:
-        service.attach_verifier(replayer)
+        service.checks.attach_verifier(replayer)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX))
     job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(service), server)
     node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)
@@ -97,7 +97,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     stopping = threading.Event()
     threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
                      name="reaper").start()
-    if service.verifier is not None:
+    if service.checks.verifier is not None:
         threading.Thread(target=_verify_forever, args=(service, stopping), daemon=True,
                          name="verifier").start()
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)

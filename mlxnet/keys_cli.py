@@ -27,7 +27,7 @@ from contracts.ids import ConsumerId
 from coordinator.errors import CoordinatorError
 from coordinator.money import api_keys
 from coordinator.money.api_keys import ApiKey, KeyLimits
-from coordinator.money.billing import consumer_balance
+from coordinator.money.job_money import consumer_balance
 from coordinator.storage.database import Database, default_sqlite_url, upgrade_schema
 from ledger.jobs import deposit_for_consumer, open_consumer_account
 from ledger.model import ResultCode

@@ -70,7 +70,7 @@ async def _key_text(request: Request, credentials: Annotated[
 
 async def _caller(request: Request, key: Annotated[str | None, Depends(_key_text)]) -> Caller:
     bridge: Bridge = request.app.state.bridge
-    return await bridge.call(bridge.service.authenticate_consumer, key)
+    return await bridge.call(bridge.service.jobs.authenticate_consumer, key)
 
 
 Authenticated = Annotated[Caller, Depends(_caller)]
@@ -109,37 +109,37 @@ def create_app(bridge: Bridge) -> FastAPI:
     async def list_models(who: Authenticated, include_busy: Annotated[bool, Query(
             alias="all", description="also list models no Mac can take a job for right now"
     )] = False) -> dict:
-        capacities = await bridge.call(service.model_capacity)
+        capacities = await bridge.call(service.jobs.capacity)
         return {"object": "list", "data": [views.model_json(c) for c in capacities
                                            if include_busy or c.macs_available > 0]}
 
     @app.get("/v1/models/{model_id:path}", response_model=ModelOut, responses=_COMMON_ERRORS)
     async def get_model(model_id: str, who: Authenticated) -> dict:
-        capacities = await bridge.call(service.model_capacity)
+        capacities = await bridge.call(service.jobs.capacity)
         found = next((c for c in capacities if c.spec.model_id == model_id), None)
         if found is None:
             raise UnknownModel(f"model {model_id!r} is not served by any node")
         return views.model_json(found)
 
     async def job_response(view: JobView, who: Caller) -> JSONResponse:
-        cost = await bridge.call(service.job_cost, view.job.job_id, who)
-        pod = await bridge.call(service.pod_assignment, view.job)
+        cost = await bridge.call(service.jobs.cost, view.job.job_id, who)
+        pod = await bridge.call(service.nodes.pod_assignment, view.job)
         body = views.job_json(view, cost, pod[0].pod_id if pod else None)
         return JSONResponse(body, headers={JOB_ID_HEADER: view.job.job_id})
 
     @app.get("/v1/jobs/{job_id}", response_model=JobOut, responses=_COMMON_ERRORS)
     async def get_job(job_id: str, who: Authenticated) -> JSONResponse:
-        return await job_response(await bridge.call(service.get_job, job_id, who), who)
+        return await job_response(await bridge.call(service.jobs.get, job_id, who), who)
 
     @app.get("/v1/jobs/{job_id}/receipt", response_model=ReceiptOut, responses=_COMMON_ERRORS)
     async def get_receipt(job_id: str, who: Authenticated) -> JSONResponse:
-        view = await bridge.call(service.get_job, job_id, who)
+        view = await bridge.call(service.jobs.get, job_id, who)
         return JSONResponse(views.receipt_json(view), headers={JOB_ID_HEADER: job_id})
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=JobOut,
               responses={**_COMMON_ERRORS, 409: _ERROR})
     async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
-        return await job_response(await bridge.call(service.cancel_job, job_id, who), who)
+        return await job_response(await bridge.call(service.jobs.cancel, job_id, who), who)
 
     mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app

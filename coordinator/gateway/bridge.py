@@ -29,7 +29,7 @@ _END = object()
 
 
 class JobEvents:
-    """A job's token chunks, then its final view, read on a thread from service.stream_job."""
+    """A job's token chunks, then its final view, read on a thread from service.jobs.stream."""
 
     def __init__(self, service: CoordinatorService, job_id: str, caller: Caller,
                  on_close: Callable[[], None], watch: Watch | None = None) -> None:
@@ -48,7 +48,7 @@ class JobEvents:
 
     def _pump(self) -> None:
         try:
-            for item in self._service.stream_job(self.job_id, lambda: not self._closed.is_set(),
+            for item in self._service.jobs.stream(self.job_id, lambda: not self._closed.is_set(),
                                                  self._caller, self._watch):
                 self._deliver(item)
         except CoordinatorError as error:
@@ -109,7 +109,7 @@ class Bridge:
 
     def cancel(self, job_id: str, caller: Caller, code: str = ERROR_CANCELLED) -> None:
         try:
-            self.service.cancel_job(job_id, caller, code=code)
+            self.service.jobs.cancel(job_id, caller, code=code)
             log.info("job %s ended early: %s", job_id, code)
         except (AlreadyDone, NotFound):
             pass  # it ended on its own meanwhile

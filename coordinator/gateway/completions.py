@@ -115,7 +115,7 @@ async def _admitted(bridge: Bridge, request: Request, caller: Caller, view: JobV
         return view
     config = bridge.service.config
     view = await _until_disconnect(request, bridge.wait(
-        bridge.service.wait_until_placed, view.job.job_id, caller, config.admission_wait_s))
+        bridge.service.jobs.wait_until_placed, view.job.job_id, caller, config.admission_wait_s))
     if view.job.status is JobStatus.QUEUED:
         await bridge.call(bridge.cancel, view.job.job_id, caller, ERROR_NO_CAPACITY)
         raise JobError(NoCapacityNow(
@@ -126,7 +126,7 @@ async def _admitted(bridge: Bridge, request: Request, caller: Caller, view: JobV
 
 async def _failed(bridge: Bridge, job: JobRecord) -> JobError:
     """Settle a job that ended badly before the client reads the error, then the error."""
-    await bridge.call(bridge.service.close_billing, job.job_id)
+    await bridge.call(bridge.service.money.close_billing, job.job_id)
     return JobError(failure_error(job), job.job_id)
 
 
@@ -142,9 +142,9 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
     The submit does not wait for the disk: run_completion makes it durable while the
     node starts, before the client hears of the job."""
     hop_trace.hop("submit")
-    caller = service.authenticate_consumer(api_key, to_submit=True)
+    caller = service.jobs.authenticate_consumer(api_key, to_submit=True)
     submission, plan = submission_for(caller)
-    return caller, plan, *service.submit_watched(submission, caller, durable=False)
+    return caller, plan, *service.jobs.submit_watched(submission, caller, durable=False)
 
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
@@ -221,7 +221,7 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
             item = await events.next()
         finished = True
         if not ended_well(item.job):  # settle before the client reads the error and looks
-            await bridge.call(bridge.service.close_billing, events.job_id)
+            await bridge.call(bridge.service.money.close_billing, events.job_id)
         yield _ending(renderer, scanner, item.job, streamed)
         yield DONE_EVENT
     finally:

@@ -9,7 +9,7 @@ import json
 from contracts.receipts import ReceiptFormatError, decode_receipt
 from coordinator.errors import NotFound
 from coordinator.gateway.render import ended_well, finish_reason, job_usage
-from coordinator.money.billing import JobCost
+from coordinator.money.job_money import JobCost
 from coordinator.scheduling.capacity import ModelCapacity
 from coordinator.service import JobView
 from ledger.units import BASE_UNITS_PER_MLX

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId
+from coordinator.jobs import ending
 from coordinator.model import ACTIVE_STATUSES, JobStatus
 from coordinator.storage import job_rows
 
@@ -23,9 +24,7 @@ def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int) -> 
             job_rows.transition_job(session, job.job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,
                                    assigned_at_ms=None, started_at_ms=None)
         else:
-            job_rows.transition_job(
-                session, job.job_id, ACTIVE_STATUSES, status=JobStatus.FAILED,
-                error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job",
-                finished_at_ms=now_ms)
+            ending.fail_job(session, job.job_id, now_ms,
+                            error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job")
         touched.append(job.job_id)
     return touched

@@ -9,20 +9,21 @@ and voided (the consumer refunded) when a check fails (coordinator.verification)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId
 from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
+from coordinator.jobs import ending
 from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
 from coordinator.model import ACTIVE_STATUSES, TERMINAL_STATUSES, JobRecord, JobStatus, NodeRecord, TokenChunk
-from coordinator.money import billing
+from coordinator.money import job_money
 from coordinator.storage import job_rows
 from coordinator.verification import outcomes
 from coordinator.verification.outcomes import CheckContext
 from coordinator.verification.store import CheckStatus
-from ledger import jobs as ledger_jobs
 
 TOKENS_PER_CHUNK_MAX = 4_096
 
@@ -62,7 +63,7 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
     """Store a chunk of a running job; False when it was a harmless re-send.
 
     prompt_tokens comes with the first chunk, so a job cut off later can still be
-    charged for its prompt (coordinator.money.billing). This runs for every chunk a node
+    charged for its prompt (coordinator.money.job_money). This runs for every chunk a node
     streams, so it reads only what it checks.
     """
     if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
@@ -117,25 +118,20 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
     if verdict.problems:
         raise InvalidRequest(f"receipt for job {job_id} rejected: " + "; ".join(verdict.problems))
     assert verdict.receipt is not None
-    price = billing.chargeable_price(job, spec, verdict.receipt.prompt_tokens,
-                                     verdict.receipt.completion_tokens)
-    payment = ledger_jobs.complete_job(session, job.job_id, billing.paying_consumer(job),
-                                       node.operator_id, price,
-                                       hold_s=context.policy.check_window_s)
-    # The job moved out of its active state in this same transaction, so a
-    # second completion for it cannot be attempted; anything but ok is a ledger fault.
-    assert payment.ok, f"ledger refused to complete {job_id}: {payment.failure}"
-    moved = job_rows.transition_job(
-        session, job_id, ACTIVE_STATUSES, status=JobStatus.COMPLETED,
-        prompt_tokens=verdict.receipt.prompt_tokens,
+    completion = job_money.complete(
+        session, job, node.operator_id, spec, verdict.receipt.prompt_tokens,
+        verdict.receipt.completion_tokens, hold_s=context.policy.check_window_s)
+    price = completion.price
+    ended: dict = dict(
+        status=JobStatus.COMPLETED, prompt_tokens=verdict.receipt.prompt_tokens,
         completion_tokens=verdict.receipt.completion_tokens, receipt_body=body,
         receipt_signature=signature, receipt_verified=True,
-        credited_base_units=price.operator_credit, finished_at_ms=now_ms)
+        credited_base_units=price.operator_credit, finished_at_ms=now_ms,
+        billing_closed_at_ms=now_ms if completion.billing_closed else None)
+    moved = job_rows.transition_job(session, job_id, ACTIVE_STATUSES, **ended)  # the row's one write
     assert moved, "the job was checked active under this transaction"
     job_rows.release_assignments(session, job_id)
-    completed = job_rows.job_by_id(session, job_id)
-    assert completed is not None
-    billing.close_job(session, completed, now_ms)
+    completed = dataclasses.replace(job, **ended)
     check = outcomes.open_check(session, completed, node, spec.weights_digest,
                                 price.operator_credit, context, now_ms)
     return AcceptedResult(job.job_id, price.operator_credit, check.status)
@@ -143,9 +139,8 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
 
 def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,
                    now_ms: int, error_code: str | None = None) -> None:
-    """The node could not run the job: it fails with the node's reason, nothing is charged."""
+    """The node could not run the job: it fails with the node's reason (jobs.ending settles its money)."""
     _own_active_job(session, node, job_id)
-    job_rows.transition_job(session, job_id, ACTIVE_STATUSES, status=JobStatus.FAILED,
-                           error=f"node {node.node_id}: {reason[:1000]}", finished_at_ms=now_ms,
-                           error_code=error_code)
+    ending.fail_job(session, job_id, now_ms, error=f"node {node.node_id}: {reason[:1000]}",
+                    error_code=error_code)
     job_rows.release_assignments(session, job_id)

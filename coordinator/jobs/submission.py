@@ -1,4 +1,4 @@
-"""Accepting a consumer's job: validate every field, then record it as queued.
+"""Accepting a consumer's job: validate every field, then build it for the submit to store once.
 
 A request id chosen by the client makes a retried submit return the job it
 already created, so a retry never creates a second job.
@@ -122,9 +122,11 @@ def _validate(sub: Submission, config: CoordinatorConfig) -> None:
     _validate_output_options(sub)
 
 
-def submit(session: Session, sub: Submission, config: CoordinatorConfig, now_ms: int,
-           catalog: dict[str, ModelSpec]) -> tuple[JobRecord, bool]:
-    """Record a queued job; returns (job, created). A retried request id returns the first job.
+def prepare(session: Session, sub: Submission, config: CoordinatorConfig, now_ms: int,
+            catalog: dict[str, ModelSpec]) -> tuple[JobRecord, bool]:
+    """The job a submission asks for, as queued; returns (job, new). Nothing is written: the
+    caller decides its placement and reservation first, then stores it once (`record`).
+    A retried request id returns the first job, with new False.
 
     catalog is the fleet's models (coordinator.nodes.catalog), read once by the caller.
     """
@@ -153,8 +155,9 @@ def submit(session: Session, sub: Submission, config: CoordinatorConfig, now_ms:
         status=JobStatus.QUEUED, created_at_ms=now_ms, api_key_id=sub.api_key_id,
         prompt_format=PROMPT_CHAT if sub.messages else PROMPT_TEXT, stop=sub.stop,
         top_logprobs=sub.top_logprobs)
-    if not job_rows.insert_job(session, job, id_is_new=not sub.request_id):
-        existing = job_rows.job_by_id(session, job_id)
-        assert existing is not None
-        return existing, False
     return job, True
+
+
+def record(session: Session, job: JobRecord) -> bool:
+    """Store a prepared job, once; False when a retry of its request stored it first."""
+    return job_rows.insert_job(session, job, id_is_new=job.request_id is None)

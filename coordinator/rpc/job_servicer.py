@@ -38,7 +38,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     def _caller(self, context: grpc.ServicerContext) -> Caller:
         metadata = dict(context.invocation_metadata())
-        return self._service.authenticate_consumer(
+        return self._service.jobs.authenticate_consumer(
             bearer_key(metadata.get(AUTHORIZATION_METADATA_KEY)),
             metadata.get(CONSUMER_METADATA_KEY, ""))
 
@@ -47,21 +47,21 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         caller = self._caller(context)
         submission = convert.submission_from_pb(
             request, caller.consumer_id, caller.key.key_id if caller.key else None)
-        view = self._service.submit_job(submission, caller, place_now=request.no_queue)
+        view = self._service.jobs.submit(submission, caller, place_now=request.no_queue)
         return job_pb2.SubmitJobResponse(job=convert.job_to_pb(view))
 
     @translate_errors
     def GetJob(self, request, context):  # noqa: N802
-        view = self._service.get_job(request.job_id, self._caller(context))
+        view = self._service.jobs.get(request.job_id, self._caller(context))
         return job_pb2.GetJobResponse(job=convert.job_to_pb(view))
 
     @translate_stream_errors
     def StreamJob(self, request, context):  # noqa: N802
         """Every token; the text cut before the job's first stop sequence, which ends the job."""
         caller = self._caller(context)
-        scanner = StopScanner(self._service.get_job(request.job_id, caller).job.stop)
+        scanner = StopScanner(self._service.jobs.get(request.job_id, caller).job.stop)
         next_index = 0
-        for item in self._service.stream_job(request.job_id, context.is_active, caller):
+        for item in self._service.jobs.stream(request.job_id, context.is_active, caller):
             if isinstance(item, TokenChunk):
                 next_index = item.first_index + len(item.token_ids)
                 stopped = scanner.stopped
@@ -78,18 +78,18 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     def _end_at_stop(self, job_id: str, caller: Caller) -> None:
         try:
-            self._service.cancel_job(job_id, caller, code=ERROR_STOP_SEQUENCE)
+            self._service.jobs.cancel(job_id, caller, code=ERROR_STOP_SEQUENCE)
         except AlreadyDone:
             pass  # it ended on its own meanwhile
 
     @translate_errors
     def ExplainPlacement(self, request, context):  # noqa: N802
         self._caller(context)
-        decision = self._service.explain_placement(request.model, request.context_tokens,
+        decision = self._service.jobs.explain_placement(request.model, request.context_tokens,
                                                    request.min_decode_tokens_per_s)
         return convert.placement_to_pb(decision)
 
     @translate_errors
     def CancelJob(self, request, context):  # noqa: N802
-        view = self._service.cancel_job(request.job_id, self._caller(context))
+        view = self._service.jobs.cancel(request.job_id, self._caller(context))
         return job_pb2.CancelJobResponse(job=convert.job_to_pb(view))

@@ -79,21 +79,30 @@ def _chosen_macs_current(session: Session, placement: Placement, fleet: LiveFlee
     return not behind
 
 
-def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> JobRecord | None:
-    """Assign the queued job; returns it as now stored (None when it had left the queue)."""
-    assigned = dataclasses.replace(
+def _assigned(job: JobRecord, placement: Placement, now_ms: int) -> JobRecord:
+    """The job as its next attempt on these Macs."""
+    return dataclasses.replace(
         job, status=JobStatus.ASSIGNED, attempt=job.attempt + 1, strategy=placement.strategy,
         layer_split=tuple(placement.layer_split), assigned_at_ms=now_ms,
         explanation_json=json.dumps(placement.explanation.to_dict()),
         node_ids=tuple(sorted(placement.node_ids)))  # in job_by_id's order
+
+
+def _add_assignments(session: Session, job: JobRecord, placement: Placement) -> None:
+    job_rows.add_assignments(session, job.job_id, job.attempt, tuple(
+        zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)))
+
+
+def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> JobRecord | None:
+    """Assign the queued job; returns it as now stored (None when it had left the queue)."""
+    assigned = _assigned(job, placement, now_ms)
     moved = job_rows.transition_job(
         session, job.job_id, frozenset({JobStatus.QUEUED}), status=assigned.status,
         attempt=assigned.attempt, strategy=assigned.strategy, layer_split=assigned.layer_split,
         explanation_json=assigned.explanation_json, assigned_at_ms=now_ms)
     if not moved:
         return None
-    job_rows.add_assignments(session, job.job_id, assigned.attempt, tuple(
-        zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)))
+    _add_assignments(session, assigned, placement)
     return assigned
 
 
@@ -104,24 +113,28 @@ def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) ->
     return place(request, _without(index.snapshot(), excluded), index.config)
 
 
-def place_submitted(session: Session, job: JobRecord, decision: Placement, fleet: LiveFleet,
-                    now_ms: int, config: CoordinatorConfig) -> JobRecord | None:
-    """Commit a new job's placement in its submit transaction (within fleet.current), when no
-    older job waits; returns the job as assigned, None when it stays queued.
+def assign_new_job(session: Session, job: JobRecord, decision: Placement, fleet: LiveFleet,
+                   now_ms: int, config: CoordinatorConfig) -> JobRecord | None:
+    """A new job's placement at submit (within fleet.current), when no older job waits: the job
+    as it will be stored, assigned; None when it stays queued. Writes nothing: the submit stores
+    the job once, then calls record_assignment.
 
-    Saves the job a scheduler pass on its way to a Mac; an older queued job keeps its
-    turn. As in a pass, the chosen Macs are re-read under their row locks: if the index was
-    behind the database (another coordinator placed there), it learns the Macs' current
-    facts and the scheduler's pass places the job.
+    Saves the job a scheduler pass on its way to a Mac; an older queued job keeps its turn. As
+    in a pass, the chosen Macs are re-read under their row locks: if the index was behind the
+    database (another coordinator placed there), it learns the Macs' current facts and the
+    scheduler's pass places the job.
     """
-    if job_rows.queue_position(session, job) != 1:
+    if job_rows.any_queued(session):
         return None
     if not _chosen_macs_current(session, decision, fleet, now_ms, config):
         return None
-    assigned = _commit(session, job, decision, now_ms)
-    if assigned is not None:
-        fleet.record_commit(decision)
-    return assigned
+    return _assigned(job, decision, now_ms)
+
+
+def record_assignment(session: Session, job: JobRecord, decision: Placement, fleet: LiveFleet) -> None:
+    """The stored, assigned new job's Macs: its assignments, and the index's commitment."""
+    _add_assignments(session, job, decision)
+    fleet.record_commit(decision)
 
 
 def _decide_job(session: Session, job: JobRecord, fleet: LiveFleet, avoid: frozenset[str],

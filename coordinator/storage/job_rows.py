@@ -296,3 +296,25 @@ def chunks_for_reader(session: Session, job_id: str, next_index: int,
         unseen.append(TokenChunk(next_index, chunk.token_ids[cut:], text[delivered_chars:],
                                  chunk.logprobs[cut:] if chunk.logprobs else ()))
     return unseen
+
+
+_OPEN_BILLING = (jobs.c.reserved_base_units > 0) & jobs.c.billing_closed_at_ms.is_(None)
+
+
+def jobs_with_open_billing(session: Session, completed_since_ms: int, limit: int) -> list[str]:
+    """Ended jobs whose reservation is still open: failed ones first, then recently completed."""
+    failed = select(jobs.c.job_id).where(_OPEN_BILLING, jobs.c.status == JobStatus.FAILED.value)
+    completed = select(jobs.c.job_id).where(
+        _OPEN_BILLING, jobs.c.status == JobStatus.COMPLETED.value,
+        jobs.c.finished_at_ms > completed_since_ms)
+    found: list[str] = []
+    for query in (failed, completed):
+        found += session.execute(query.order_by(jobs.c.job_id).limit(limit)).scalars()
+    return found
+
+
+def close_billing(session: Session, job_id: str, now_ms: int) -> bool:
+    """Mark an ended job's reservation resolved; True only for the one caller that did."""
+    return session.execute(update(jobs).where(
+        jobs.c.job_id == job_id, jobs.c.billing_closed_at_ms.is_(None))
+        .values(billing_closed_at_ms=now_ms)).rowcount == 1

@@ -20,17 +20,14 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from contracts.ids import JobId, job_id_for_request
+from contracts.ids import job_id_for_request
 from coordinator.model import JobRecord, JobStatus, NodeRecord
-from coordinator.money import api_keys
+from coordinator.money import job_money
 from coordinator.storage import job_rows
 from coordinator.verification import store
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.policy import TrustPolicy, check_rate, is_quarantined, should_check
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
-from ledger import job_batches
-from ledger import jobs as ledger_jobs
-from ledger.book import JobStep, get_transfer, job_transfer_id
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +86,7 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
     if check is None or check.status is not CheckStatus.WAITING:
         return None
     status = CheckStatus.PASSED if verdict.passed else CheckStatus.FAILED
-    payment = (ledger_jobs.release_job_credit if verdict.passed else ledger_jobs.reject_job_credit)(
-        session, JobId(job_id))
+    payment = (job_money.release_credit if verdict.passed else job_money.reject_credit)(session, job_id)
     # The credit is resolved only here or by release_due_credits, which skips waiting checks.
     assert payment.ok, f"ledger refused to settle the held credit of {job_id}: {payment.failure}"
     moved = store.update_check(
@@ -111,21 +107,12 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
         else trust.quarantine_reason), now_ms)
     if verdict.passed:
         return VerdictOutcome(job_id, check.node_id, True)
-    _refund_key_spend(session, job_id)
     audited = store.audit_unchecked(session, check.node_id)
     rerun = _queue_rerun(session, job_id, now_ms)
     if rerun is not None:
         store.update_check(session, job_id, frozenset({CheckStatus.FAILED}), rerun_job_id=rerun)
     log.warning("job %s failed its check on node %s: %s", job_id, check.node_id, _summary(verdict))
     return VerdictOutcome(job_id, check.node_id, False, rerun, newly_quarantined, tuple(audited))
-
-
-def _refund_key_spend(session: Session, job_id: str) -> None:
-    """The consumer was refunded in the ledger; its API key's spend forgets the charge too."""
-    job = job_rows.job_by_id(session, job_id)
-    charge = get_transfer(session, job_transfer_id(job_id, JobStep.POST))
-    if job is not None and job.api_key_id and job.billing_closed_at_ms is not None and charge:
-        api_keys.refund_spend(session, job.api_key_id, charge.amount)
 
 
 def _queue_rerun(session: Session, job_id: str, now_ms: int) -> str | None:
@@ -154,9 +141,9 @@ def cannot_check(session: Session, job_id: str, reason: str, verifier: str, now_
 def release_due_credits(session: Session, now_ms: int, limit: int) -> list[str]:
     """Post the held credits of unchecked jobs whose check window has closed."""
     released = []
-    due = store.due_credits(session, now_ms, min(limit, job_batches.JOBS_PER_CALL_MAX))  # the rest next pass
+    due = store.due_credits(session, now_ms, min(limit, job_money.CREDITS_RELEASED_PER_CALL_MAX))  # the rest next pass
     # One ledger call for the whole pass: one lock, one read of the held credits, one write.
-    payments = job_batches.release_job_credits(session, [JobId(check.job_id) for check in due])
+    payments = job_money.release_credits(session, [check.job_id for check in due])
     for check, payment in zip(due, payments, strict=True):
         assert payment.ok, f"ledger refused to release {check.job_id}: {payment.failure}"
         store.update_check(session, check.job_id, frozenset({CheckStatus.UNCHECKED}),

@@ -13,7 +13,7 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import OperatorId
 from contracts.receipts import encode_receipt
 from coordinator.config import CoordinatorConfig
-from coordinator.money import billing
+from coordinator.money import job_money
 from coordinator.server import RunningCoordinator, start
 from coordinator.storage import job_rows
 from coordinator.verification.store import CheckStatus, CreditState
@@ -48,7 +48,7 @@ def coordinator(database_url: str, tiny_model_dir: Path, engine: Engine) -> Iter
                                       allow_anonymous=True))
     spec = describe_model(MODEL_ID, tiny_model_dir)
     # Attached after start, so no worker thread races the test: it replays when told to.
-    running.service.attach_verifier(LocalReplayer(engine, {MODEL_ID: (str(tiny_model_dir),
+    running.service.checks.attach_verifier(LocalReplayer(engine, {MODEL_ID: (str(tiny_model_dir),
                                                                        spec.weights_digest)}))
     try:
         yield running
@@ -89,7 +89,7 @@ def _credit_state(coordinator: RunningCoordinator, job_id: str) -> str:
     with coordinator.service.db.transaction() as session:
         job = job_rows.job_by_id(session, job_id)
         assert job is not None
-        return billing.job_cost(session, job).operator_credit_state
+        return job_money.job_cost(session, job).operator_credit_state
 
 
 def test_cheater_is_not_paid_is_quarantined_and_its_jobs_rerun_on_an_honest_node(
@@ -104,31 +104,31 @@ def test_cheater_is_not_paid_is_quarantined_and_its_jobs_rerun_on_an_honest_node
     cheated = sorted(mallory.serve_next() for _ in submitted)
     assert cheated == sorted(submitted)
     for job_id in cheated:  # completed for the consumer, the credit only held
-        check = service.job_check(job_id)
+        check = service.checks.of_job(job_id)
         assert check is not None and check.status is CheckStatus.WAITING
         assert _credit_state(coordinator, job_id) == "pending"
 
     alice = Node(address, "alice", tiny_model_dir, tiny_model_dir, engine)
-    decided = service.run_verifications()
+    decided = service.checks.run()
     assert sorted(d.job_id for d in decided) == cheated and not any(d.passed for d in decided)
     assert _posted(coordinator, "mallory") == 0
     for job_id in cheated:
-        check = service.job_check(job_id)
+        check = service.checks.of_job(job_id)
         assert check is not None and check.status is CheckStatus.FAILED
         assert check.credit_state is CreditState.VOIDED and _credit_state(coordinator, job_id) == "voided"
         assert "committed activations differ" in (check.reason or "")
         evidence = json.loads(check.evidence_json or "{}")
         assert not evidence["passed"] and any(not c["ok"] for c in evidence["chunks"])
         assert check.rerun_job_id is not None
-    trust, history = service.node_checks(mallory.identity.node_id)
+    trust, history = service.checks.of_node(mallory.identity.node_id)
     assert trust.record.checks_failed == 2 and trust.quarantined_at_ms is not None
     assert len(history) == 2
 
     reruns = sorted(alice.serve_next() for _ in cheated)  # placement skipped mallory
-    assert reruns == sorted(service.job_check(j).rerun_job_id for j in cheated)  # type: ignore[union-attr]
-    decided = service.run_verifications()
+    assert reruns == sorted(service.checks.of_job(j).rerun_job_id for j in cheated)  # type: ignore[union-attr]
+    decided = service.checks.run()
     assert sorted(d.job_id for d in decided) == reruns and all(d.passed for d in decided)
-    held = sum(service.job_check(j).operator_credit for j in reruns)  # type: ignore[union-attr]
+    held = sum(service.checks.of_job(j).operator_credit for j in reruns)  # type: ignore[union-attr]
     assert held > 0 and _posted(coordinator, "alice") == held
 
     with JobClient(address) as consumer:  # quarantined: mallory is never chosen again

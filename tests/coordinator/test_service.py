@@ -51,7 +51,7 @@ def _register(service: CoordinatorService, identity: Identity, models: tuple[Mod
     hardware = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                               memory_bytes=memory_gb * GIB, gpu_working_set_bytes=memory_gb * GIB * 3 // 4,
                               gpu_cores=40, memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
-    node_id, _ = service.register_node(Registration(
+    node_id, _ = service.nodes.register(Registration(
         public_key=identity.public_key_raw,
         signature=identity.sign(register_challenge(identity.node_id, now)), timestamp_ms=now,
         hardware=hardware, models=models, operator_id="op", display_name="n", max_concurrent_jobs=1))
@@ -81,62 +81,62 @@ def _job_count(service: CoordinatorService) -> int:
 ])
 def test_invalid_fields_are_named(service: CoordinatorService, changes: dict, needle: str) -> None:
     with pytest.raises(InvalidRequest, match=needle):
-        service.submit_job(_submission(**changes))
+        service.jobs.submit(_submission(**changes))
 
 
 def test_unknown_and_impossible_models_are_refused_at_once(tmp_path: Path,
                                                            service: CoordinatorService) -> None:
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL, HUGE))
     with pytest.raises(NotFound, match="served models: huge, small"):
-        service.submit_job(_submission("nope"))
+        service.jobs.submit(_submission("nope"))
     with pytest.raises(Unplaceable, match="no Mac or pod"):
-        service.submit_job(_submission("huge"))
+        service.jobs.submit(_submission("huge"))
     assert _job_count(service) == 0
 
 
 def test_busy_fleet_queues_with_a_position_then_places(tmp_path: Path,
                                                        service: CoordinatorService) -> None:
     node = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    first = service.submit_job(_submission())
-    second = service.submit_job(_submission(prompt="Again"))
+    first = service.jobs.submit(_submission())
+    second = service.jobs.submit(_submission(prompt="Again"))
     assert first.job.status is JobStatus.ASSIGNED and first.job.node_ids == (node,)
     assert second.job.status is JobStatus.QUEUED and second.queue_position == 1
-    service.cancel_job(first.job.job_id)  # frees the Mac
-    assert service.get_job(second.job.job_id).job.status is JobStatus.ASSIGNED
+    service.jobs.cancel(first.job.job_id)  # frees the Mac
+    assert service.jobs.get(second.job.job_id).job.status is JobStatus.ASSIGNED
 
 
 def test_restarted_node_gets_untouched_jobs_back_and_streamed_ones_fail(
         tmp_path: Path, service: CoordinatorService) -> None:
     identity = load_or_create_identity(tmp_path / "a.pem")
     node_id = _register(service, identity, (SMALL,))
-    job = service.submit_job(_submission()).job
+    job = service.jobs.submit(_submission()).job
     _register(service, identity, (SMALL,))  # the agent restarted: it holds nothing now
-    again = service.get_job(job.job_id).job
+    again = service.jobs.get(job.job_id).job
     assert again.status is JobStatus.ASSIGNED and again.attempt == 2  # placed again
     with service.db.transaction() as session:
         node = node_rows.node_by_id(session, node_id)
     assert node is not None
-    service.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2), "ab"))
+    service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2), "ab"))
     _register(service, identity, (SMALL,))
-    failed = service.get_job(job.job_id).job
+    failed = service.jobs.get(job.job_id).job
     assert failed.status is JobStatus.FAILED and "mid-stream" in (failed.error or "")
 
 
 def test_silent_nodes_are_reaped(tmp_path: Path, service: CoordinatorService) -> None:
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    job = service.submit_job(_submission()).job
+    job = service.jobs.submit(_submission()).job
     service.clock.ms += service.config.node_offline_after_ms + 1  # type: ignore[attr-defined]
-    assert service.reap_offline_nodes() == [job.job_id]
-    view = service.get_job(job.job_id)
+    assert service.nodes.reap_offline() == [job.job_id]
+    view = service.jobs.get(job.job_id)
     assert view.job.status is JobStatus.QUEUED  # waits: the only Mac is offline
     fresh = _register(service, load_or_create_identity(tmp_path / "b.pem"), (SMALL,))
-    assert service.get_job(job.job_id).job.node_ids == (fresh,)
+    assert service.jobs.get(job.job_id).job.node_ids == (fresh,)
 
 
 def test_retried_request_id_returns_the_first_job(service: CoordinatorService, tmp_path: Path) -> None:
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    first = service.submit_job(_submission(request_id="r1"))
-    second = service.submit_job(_submission(request_id="r1", prompt="different"))
+    first = service.jobs.submit(_submission(request_id="r1"))
+    second = service.jobs.submit(_submission(request_id="r1", prompt="different"))
     assert first.job.job_id == second.job.job_id and second.job.prompt == "Hello"
 
 
@@ -155,6 +155,6 @@ def test_a_job_stored_without_a_savepoint_is_still_found_as_a_duplicate(
 def test_a_job_placed_at_submit_is_answered_as_stored(service: CoordinatorService,
                                                       tmp_path: Path) -> None:
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    view = service.submit_job(_submission())
+    view = service.jobs.submit(_submission())
     assert view.job.status is JobStatus.ASSIGNED and view.chips == ("Apple M4 Max",)
-    assert view == service.get_job(view.job.job_id)  # the view built without a read is the same
+    assert view == service.jobs.get(view.job.job_id)  # the view built without a read is the same

@@ -50,12 +50,12 @@ def register_node(service: CoordinatorService, identity: Identity, max_concurren
     hardware = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                               memory_bytes=64 * GIB, gpu_working_set_bytes=48 * GIB, gpu_cores=40,
                               memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
-    _, token = service.register_node(Registration(
+    _, token = service.nodes.register(Registration(
         public_key=identity.public_key_raw,
         signature=identity.sign(register_challenge(identity.node_id, now)), timestamp_ms=now,
         hardware=hardware, models=models, operator_id="alice", display_name="n",
         max_concurrent_jobs=max_concurrent_jobs))
-    return service.authenticate(token)
+    return service.nodes.authenticate(token)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Consumer:
 def new_consumer(service: CoordinatorService, name: str, deposit_mlx: int = 1,
                  limits: KeyLimits = KeyLimits()) -> Consumer:
     _, key = keys_cli.create(service.db, name, limits, deposit_amount=deposit_mlx * BASE_UNITS_PER_MLX)
-    return Consumer(service.authenticate_consumer(key), key)
+    return Consumer(service.jobs.authenticate_consumer(key), key)
 
 
 def consumer_balance(service: CoordinatorService, name: str) -> Balance:

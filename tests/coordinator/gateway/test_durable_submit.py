@@ -63,9 +63,9 @@ def test_the_first_token_waits_for_the_submit_to_be_durable(database_url: str,
         with _held_durability(service.db, order) as (entered, release):
             reader = threading.Thread(target=consume, daemon=True)
             reader.start()
-            job = next(iter(service.assignments(node, lambda: True)))  # placed before durable
+            job = next(iter(service.nodes.assignments(node, lambda: True)))  # placed before durable
             assert entered.wait(WAIT_S)
-            service.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2), "ab"), prompt_tokens=2)
+            service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2), "ab"), prompt_tokens=2)
             # The first token is there to send: a gateway that did not wait would answer now.
             assert not answered.wait(0.3), "the client heard of the job before it was durable"
             release.set()

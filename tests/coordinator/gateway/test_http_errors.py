@@ -118,8 +118,8 @@ def test_404_for_an_unknown_model_or_job(harness: Harness) -> None:
 def _play_node(harness: Harness, fail_with: str) -> threading.Thread:
     """The fake Mac takes its next assignment and fails it the way a real node would."""
     def run() -> None:
-        for job in harness.service.assignments(harness.node, lambda: True):
-            harness.service.accept_failure(harness.node, job.job_id, "prompt is 5000 tokens; "
+        for job in harness.service.nodes.assignments(harness.node, lambda: True):
+            harness.service.nodes.accept_failure(harness.node, job.job_id, "prompt is 5000 tokens; "
                                            "that exceeds the model's context of 4096", fail_with)
             return
 
@@ -136,13 +136,13 @@ def test_413_when_the_node_finds_the_prompt_over_the_context(harness: Harness) -
     node.join()
     assert raised.value.status_code == 413 and raised.value.code == "context_length_exceeded"
     assert raised.value.response.headers["x-mlxnet-job-id"].startswith("job-")
-    harness.service.close_ended_billing()  # the coordinator's sweep, run now
+    harness.service.money.close_ended()  # the coordinator's sweep, run now
     assert harness.nothing_reserved("acme")
 
 
 def test_429_with_retry_after_over_the_key_rate(harness: Harness) -> None:
     consumer = new_consumer(harness.service, "acme", limits=KeyLimits(requests_per_minute_max=1))
-    harness.service.submit_job(consumer.submission(), consumer.caller)  # this minute's one request
+    harness.service.jobs.submit(consumer.submission(), consumer.caller)  # this minute's one request
     held = consumer_balance(harness.service, "acme").debits_pending
     with pytest.raises(openai.RateLimitError) as raised:
         _chat(harness.client(consumer.key))
@@ -152,7 +152,7 @@ def test_429_with_retry_after_over_the_key_rate(harness: Harness) -> None:
 
 def test_503_with_retry_after_when_no_mac_is_free(harness: Harness) -> None:
     consumer = new_consumer(harness.service, "acme")
-    busy = harness.service.submit_job(consumer.submission(), consumer.caller)  # the only Mac's slot
+    busy = harness.service.jobs.submit(consumer.submission(), consumer.caller)  # the only Mac's slot
     assert busy.job.node_ids == (harness.node.node_id,)
     held = consumer_balance(harness.service, "acme").debits_pending
     with pytest.raises(openai.InternalServerError) as raised:
@@ -164,7 +164,7 @@ def test_503_with_retry_after_when_no_mac_is_free(harness: Harness) -> None:
 
 def test_a_consumer_cannot_see_another_consumers_job(harness: Harness) -> None:
     alice, bob = new_consumer(harness.service, "alice"), new_consumer(harness.service, "bob")
-    job = harness.service.submit_job(alice.submission(), alice.caller).job
+    job = harness.service.jobs.submit(alice.submission(), alice.caller).job
     for consumer, status in ((alice, 200), (bob, 404)):
         for path in (f"/jobs/{job.job_id}", f"/jobs/{job.job_id}/receipt"):
             response = httpx2.get(harness.base_url + path,
@@ -179,7 +179,7 @@ def test_models_list_their_live_capacity(harness: Harness) -> None:
     capacity = models[0].model_extra["capacity"]  # type: ignore[index]
     assert capacity["macs_serving"] == capacity["macs_available"] == 1
     assert capacity["predicted_decode_tokens_per_s"] > 0
-    harness.service.submit_job(consumer.submission(), consumer.caller)  # fills the only Mac
+    harness.service.jobs.submit(consumer.submission(), consumer.caller)  # fills the only Mac
     assert harness.client(consumer.key).models.list().data == []
     everything = httpx2.get(f"{harness.base_url}/models?all=true",
                             headers={"authorization": f"Bearer {consumer.key}"}).json()["data"]
@@ -204,7 +204,7 @@ def test_503_when_the_gateway_streams_its_limit_and_no_job_is_made(
     first = threading.Thread(target=hold_a_stream, daemon=True)
     try:
         first.start()  # holds the gateway's one stream while its Mac says nothing
-        job = next(iter(service.assignments(node, lambda: True)))
+        job = next(iter(service.nodes.assignments(node, lambda: True)))
         held = consumer_balance(service, "acme").debits_pending
         with harness.client(consumer.key) as client, pytest.raises(
                 openai.InternalServerError) as raised:
@@ -214,7 +214,7 @@ def test_503_when_the_gateway_streams_its_limit_and_no_job_is_made(
         with service.db.read_transaction() as session:
             made = session.execute(select(jobs.c.job_id).where(jobs.c.consumer_id == "acme"))
             assert made.scalars().all() == [job.job_id]
-        service.cancel_job(job.job_id)
+        service.jobs.cancel(job.job_id)
         first.join(30)
         assert [error.status_code for error in ended] == [502]
     finally:

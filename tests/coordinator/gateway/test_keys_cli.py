@@ -33,11 +33,11 @@ def test_keys_create_deposit_list_and_revoke(tmp_path: Path, capsys: pytest.Capt
     key_id = key.split("_")[1]
     assert code == 0 and key_id in out and key not in out
     service = make_service(url)
-    assert service.authenticate_consumer(key).consumer_id == "acme"
+    assert service.jobs.authenticate_consumer(key).consumer_id == "acme"
     assert consumer_balance(service, "acme").available == 3_500_000_000
     assert _run(capsys, url, "revoke", key_id)[0] == 0
     with pytest.raises(Unauthenticated):
-        service.authenticate_consumer(key)
+        service.jobs.authenticate_consumer(key)
     service.db.dispose()
 
 

@@ -58,7 +58,7 @@ def test_a_job_placed_at_submit_goes_to_the_open_stream_once(service: Coordinato
         def active() -> bool:
             open_streams.set()
             return not stop.is_set()
-        for job in service.assignments(node, active):
+        for job in service.nodes.assignments(node, active):
             sent.append(job.job_id)
             if len(sent) == 1:
                 stop.set()
@@ -67,8 +67,8 @@ def test_a_job_placed_at_submit_goes_to_the_open_stream_once(service: Coordinato
     reader = threading.Thread(target=stream)
     reader.start()
     assert open_streams.wait(30)
-    with service.live_assignments.subscribe(node_id) as watcher:
-        view = service.submit_job(_submission())
+    with service.core.live_assignments.subscribe(node_id) as watcher:
+        view = service.jobs.submit(_submission())
         assert [j.job_id for j in watcher.take()] == [view.job.job_id]  # published at commit
     reader.join(30)
     assert not reader.is_alive()

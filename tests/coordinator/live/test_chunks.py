@@ -57,7 +57,7 @@ def test_only_subscribed_readers_of_the_job_get_chunks() -> None:
 def test_stream_job_yields_each_stored_chunk_once(tmp_path: Path,
                                                   service: CoordinatorService) -> None:  # noqa: F811
     node_id = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    job_id = service.submit_job(_submission(max_tokens=64)).job.job_id
+    job_id = service.jobs.submit(_submission(max_tokens=64)).job.job_id
     with service.db.transaction() as session:
         node = node_rows.node_by_id(session, node_id)
     assert node is not None
@@ -65,18 +65,18 @@ def test_stream_job_yields_each_stored_chunk_once(tmp_path: Path,
     first_read = threading.Event()
 
     def read() -> None:
-        for item in service.stream_job(job_id, lambda: True):
+        for item in service.jobs.stream(job_id, lambda: True):
             streamed.append(item)
             first_read.set()
 
-    service.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the reader: database
+    service.nodes.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the reader: database
     reader = threading.Thread(target=read)
     reader.start()
     first_read.wait(30)
     for index in range(2, 40):
-        service.accept_tokens(node, job_id, TokenChunk(index, (index,), f"<{index}>"))
-        service.accept_tokens(node, job_id, TokenChunk(index, (index,), f"<{index}>"))  # a re-send
-    service.cancel_job(job_id)
+        service.nodes.accept_tokens(node, job_id, TokenChunk(index, (index,), f"<{index}>"))
+        service.nodes.accept_tokens(node, job_id, TokenChunk(index, (index,), f"<{index}>"))  # a re-send
+    service.jobs.cancel(job_id)
     reader.join(30)
     with service.db.transaction() as session:
         stored = job_rows.token_chunks(session, job_id)
@@ -97,10 +97,10 @@ def test_a_watched_stream_misses_nothing_and_starts_without_a_read(
     """The submitter's watch subscribes before the job commits: chunks stored before the
     stream starts still come, and the stream's first look needs no database read."""
     node = _node(service, _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,)))
-    view, watch = service.submit_watched(_submission(max_tokens=64))
+    view, watch = service.jobs.submit_watched(_submission(max_tokens=64))
     assert watch is not None and view.job.status is JobStatus.ASSIGNED
     job_id = view.job.job_id
-    service.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the stream starts
+    service.nodes.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the stream starts
     reads: list[str] = []
     read_transaction = service.db.read_transaction
 
@@ -109,28 +109,28 @@ def test_a_watched_stream_misses_nothing_and_starts_without_a_read(
         return read_transaction()
 
     monkeypatch.setattr(service.db, "read_transaction", counted)
-    stream = service.stream_job(job_id, lambda: True, watch=watch)
+    stream = service.jobs.stream(job_id, lambda: True, watch=watch)
     assert next(stream) == TokenChunk(0, (1, 2), "ab") and reads == []
-    service.accept_tokens(node, job_id, TokenChunk(2, (3,), "c"))
+    service.nodes.accept_tokens(node, job_id, TokenChunk(2, (3,), "c"))
     assert next(stream) == TokenChunk(2, (3,), "c") and reads == []
-    service.cancel_job(job_id)
+    service.jobs.cancel(job_id)
     final = list(stream)
     assert isinstance(final[-1], JobView) and final[-1].job.status is JobStatus.FAILED
-    service.live_chunks.publish(job_id, [_chunk(3)])  # the watch was closed with the stream
+    service.core.live_chunks.publish(job_id, [_chunk(3)])  # the watch was closed with the stream
     assert watch.take(3) == []
 
 
 def test_a_watched_job_that_fails_before_its_stream_starts_ends_at_once(
         tmp_path: Path, service: CoordinatorService) -> None:  # noqa: F811
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    view, watch = service.submit_watched(_submission(max_tokens=64))
+    view, watch = service.jobs.submit_watched(_submission(max_tokens=64))
     assert watch is not None
-    service.cancel_job(view.job.job_id)  # notified before the stream's first wait
+    service.jobs.cancel(view.job.job_id)  # notified before the stream's first wait
     ended = threading.Event()
     items: list[TokenChunk | JobView] = []
 
     def read() -> None:
-        items.extend(service.stream_job(view.job.job_id, lambda: True, watch=watch))
+        items.extend(service.jobs.stream(view.job.job_id, lambda: True, watch=watch))
         ended.set()
 
     threading.Thread(target=read, daemon=True).start()
@@ -141,8 +141,8 @@ def test_a_watched_job_that_fails_before_its_stream_starts_ends_at_once(
 
 def test_a_queued_job_gets_no_watch(tmp_path: Path, service: CoordinatorService) -> None:  # noqa: F811
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    first, first_watch = service.submit_watched(_submission(max_tokens=64))
-    view, watch = service.submit_watched(_submission(max_tokens=64))  # the one Mac is busy
+    first, first_watch = service.jobs.submit_watched(_submission(max_tokens=64))
+    view, watch = service.jobs.submit_watched(_submission(max_tokens=64))  # the one Mac is busy
     assert first_watch is not None and first.job.status is JobStatus.ASSIGNED
     assert watch is None and view.job.status is JobStatus.QUEUED
     first_watch.close()

@@ -62,14 +62,14 @@ def test_a_receipt_waits_on_the_jobs_row_before_the_ledger(postgres_url: str, tm
                                  draws=FixedDraws())  # type: ignore[arg-type]
     identity = load_or_create_identity(tmp_path / "node.pem")
     _register(service, identity, "alice")
-    job = service.submit_job(Submission(consumer_id="c", model_id=MODEL.model_id, prompt="Hello",
+    job = service.jobs.submit(Submission(consumer_id="c", model_id=MODEL.model_id, prompt="Hello",
                                         max_tokens=8, temperature=0.0, top_p=1.0, seed=0,
                                         request_id="", min_decode_tokens_per_s=0.0)).job
     with db.transaction() as session:
         node = node_rows.node_by_id(session, identity.node_id)
     assert node is not None
     tokens = (5, 6, 7)
-    service.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "abc"), prompt_tokens=2)
+    service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "abc"), prompt_tokens=2)
     now = service.clock.now_ms()
     body = encode_receipt(Receipt(
         JobId(job.job_id), identity.node_id, MODEL.model_id, MODEL.weights_digest,
@@ -79,7 +79,7 @@ def test_a_receipt_waits_on_the_jobs_row_before_the_ledger(postgres_url: str, tm
 
     def report() -> None:
         try:
-            outcome.append(service.accept_receipt(node, job.job_id, body, identity.sign(body)))
+            outcome.append(service.nodes.accept_receipt(node, job.job_id, body, identity.sign(body)))
         except AlreadyDone as refused:
             outcome.append(refused)
 
@@ -117,7 +117,7 @@ def test_a_keyed_submit_takes_the_ledger_before_its_keys_row(postgres_url: str, 
                             autocommit=True) as admin:
         closer.execute("UPDATE ledger_chain_head SET last_sequence = last_sequence")  # the ledger
         submit = threading.Thread(target=lambda: submitted.append(
-            service.submit_job(consumer.submission(), consumer.caller)))
+            service.jobs.submit(consumer.submission(), consumer.caller)))
         submit.start()
         assert _waiting_on_a_lock(admin, WAIT_S), "the submit should wait for the ledger"
         closer.execute("SET lock_timeout = '5s'")

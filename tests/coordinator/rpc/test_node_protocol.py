@@ -18,8 +18,8 @@ from contracts.ids import JobId, OperatorId
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.config import CoordinatorConfig
-from coordinator.verification.policy import TrustPolicy
 from coordinator.server import RunningCoordinator, start
+from coordinator.verification.policy import TrustPolicy
 from ledger.book import balance
 from ledger.jobs import operator_account_id
 from mlxnet.consumer import JobClient
@@ -99,9 +99,9 @@ def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
     assert _credited(coordinator, "alice") == 0 and _credited(coordinator, "mallory") == 0
 
     credited = alice_client.report_receipt(job.job_id, honest, alice.sign(honest))
-    check = coordinator.service.job_check(job.job_id)
+    check = coordinator.service.checks.of_job(job.job_id)
     assert check is not None and check.operator_credit == credited > 0
-    coordinator.service.release_due_credits()  # held until the (here zero) check window closes
+    coordinator.service.money.release_due_credits()  # held until the (here zero) check window closes
     assert _credited(coordinator, "alice") == credited
     with pytest.raises(CallRejected) as duplicate:
         alice_client.report_receipt(job.job_id, honest, alice.sign(honest))

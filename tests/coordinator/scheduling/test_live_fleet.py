@@ -51,22 +51,22 @@ def test_the_live_index_follows_registrations_commitments_reports_and_time(
     first = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     _assert_live_index_equals_a_rebuild(service)
     second = _register(service, load_or_create_identity(tmp_path / "b.pem"), (SMALL,), memory_gb=128)
-    job = service.submit_job(_submission()).job  # placed and committed in the pass
+    job = service.jobs.submit(_submission()).job  # placed and committed in the pass
     assert job.status is JobStatus.ASSIGNED
     live = _assert_live_index_equals_a_rebuild(service)
     assert live.mac(job.node_ids[0]).running_jobs == 1
     # The owner comes back to the first Mac: its heartbeat says so.
-    service.heartbeat(_node(service, first), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
+    service.nodes.heartbeat(_node(service, first), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
     live = _assert_live_index_equals_a_rebuild(service)
     assert live.mac(first).owner_active
-    service.cancel_job(job.job_id)  # the job's Mac is free again
+    service.jobs.cancel(job.job_id)  # the job's Mac is free again
     live = _assert_live_index_equals_a_rebuild(service)
     assert live.mac(job.node_ids[0]).running_jobs == 0
     # Time passes with no heartbeat from the second Mac: it counts as offline now.
     service.clock.ms += service.config.node_offline_after_ms + 1
     live = _assert_live_index_equals_a_rebuild(service)
     assert not live.mac(second).online
-    service.leave(_node(service, first), "going home")
+    service.nodes.leave(_node(service, first), "going home")
     live = _assert_live_index_equals_a_rebuild(service)
     assert not live.mac(first).online
 
@@ -77,9 +77,9 @@ def test_work_committed_by_another_coordinator_is_seen_before_the_next_decision(
     ours, theirs = _service(database, clock), _service(database, clock)
     node = _register(theirs, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     ours.run_scheduler()  # our index now holds the idle Mac
-    placed = theirs.submit_job(_submission()).job
+    placed = theirs.jobs.submit(_submission()).job
     assert placed.node_ids == (node,)
-    waiting = ours.submit_job(_submission(prompt="Again")).job  # one job per Mac: it must wait
+    waiting = ours.jobs.submit(_submission(prompt="Again")).job  # one job per Mac: it must wait
     assert waiting.status is JobStatus.QUEUED
     assert _assert_live_index_equals_a_rebuild(ours).mac(node).running_jobs == 1
 
@@ -92,8 +92,8 @@ def test_a_report_made_to_another_coordinator_is_caught_at_commit(
     ours, theirs = _service(database, clock), _service(database, clock)
     node = _register(theirs, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     ours.run_scheduler()
-    theirs.heartbeat(_node(theirs, node), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
-    job = ours.submit_job(_submission()).job
+    theirs.nodes.heartbeat(_node(theirs, node), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
+    job = ours.jobs.submit(_submission()).job
     assert job.status is JobStatus.QUEUED  # not placed on a Mac whose owner is back
     assert f"placement index was behind the database on {node}" in caplog.text
     assert _assert_live_index_equals_a_rebuild(ours).mac(node).owner_active
@@ -105,7 +105,7 @@ def test_a_mac_registered_with_another_coordinator_is_found_before_any_job_is_re
     ours, theirs = _service(database, clock), _service(database, clock)
     ours.run_scheduler()  # our index holds no Mac at all
     node = _register(theirs, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    job = ours.submit_job(_submission()).job  # a model our index has never heard of
+    job = ours.jobs.submit(_submission()).job  # a model our index has never heard of
     assert job.status is JobStatus.ASSIGNED and job.node_ids == (node,)
 
 
@@ -124,7 +124,7 @@ def test_a_pass_over_an_empty_queue_takes_no_write_lock_and_still_catches_the_in
         return real_transaction(durable)
 
     monkeypatch.setattr(service.db, "transaction", counted)
-    service.heartbeat(_node(service, node), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
+    service.nodes.heartbeat(_node(service, node), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
     write_transactions.clear()  # the heartbeat's own write; its pass comes after
     assert service.run_scheduler() == scheduler.SchedulingPass((), ())
     assert write_transactions == []
@@ -134,13 +134,13 @@ def test_a_pass_over_an_empty_queue_takes_no_write_lock_and_still_catches_the_in
     assert service.fleet.rebuilt_this_pass is False
 
     # A waiting job: the owner leaves, and that heartbeat's pass takes the write lock and places it.
-    waiting = service.submit_job(_submission()).job
+    waiting = service.jobs.submit(_submission()).job
     assert waiting.status is JobStatus.QUEUED
     record = _node(service, node)
     write_transactions.clear()
-    service.heartbeat(record, 0, HeartbeatReport(0, lending=LendingState(owner_active=False)))
+    service.nodes.heartbeat(record, 0, HeartbeatReport(0, lending=LendingState(owner_active=False)))
     assert len(write_transactions) == 2  # the heartbeat's write, then its pass's
-    assert service.get_job(waiting.job_id).job.node_ids == (node,)
+    assert service.jobs.get(waiting.job_id).job.node_ids == (node,)
 
 
 def test_coordinators_racing_on_one_database_never_over_commit_a_mac(
@@ -165,7 +165,7 @@ def test_coordinators_racing_on_one_database_never_over_commit_a_mac(
             try:
                 start.wait()
                 for n in range(jobs_per_thread):
-                    job = service.submit_job(_submission(request_id=f"{id(service)}-{thread}-{n}")).job
+                    job = service.jobs.submit(_submission(request_id=f"{id(service)}-{thread}-{n}")).job
                     submitted.append(job.job_id)
                     service.run_scheduler()
             except BaseException as error:  # noqa: BLE001 - reported by the assertion below

@@ -50,15 +50,15 @@ def test_a_submit_reads_no_whole_fleet(tmp_path: Path, database: Database, rebui
 
     monkeypatch.setattr(node_rows, "all_nodes", whole_fleet)
     monkeypatch.setattr(fleet_reads, "snapshot", whole_fleet)
-    jobs = [service.submit_job(_submission()).job for _ in range(3)]
+    jobs = [service.jobs.submit(_submission()).job for _ in range(3)]
     assert all(job.status is JobStatus.ASSIGNED for job in jobs)
     assert len(rebuilds) == built
     # The index counted each job's commitment: the fourth Mac is the only one still free
     # (max_concurrent_jobs 1), and a fifth job waits for one.
-    fourth = service.submit_job(_submission()).job
+    fourth = service.jobs.submit(_submission()).job
     assert fourth.status is JobStatus.ASSIGNED
     assert len({job.node_ids[0] for job in (*jobs, fourth)}) == 4
-    assert service.submit_job(_submission()).job.status is JobStatus.QUEUED
+    assert service.jobs.submit(_submission()).job.status is JobStatus.QUEUED
 
 
 def test_a_refused_request_keeps_the_index(tmp_path: Path, database: Database, rebuilds: list[int]) -> None:
@@ -67,10 +67,10 @@ def test_a_refused_request_keeps_the_index(tmp_path: Path, database: Database, r
     service.run_scheduler()
     built = len(rebuilds)
     with pytest.raises(InvalidRequest):
-        service.submit_job(_submission(prompt="   "))
+        service.jobs.submit(_submission(prompt="   "))
     with pytest.raises(UnknownModel):
-        service.submit_job(_submission(model="nobody-serves-this"))
-    assert service.submit_job(_submission()).job.status is JobStatus.ASSIGNED
+        service.jobs.submit(_submission(model="nobody-serves-this"))
+    assert service.jobs.submit(_submission()).job.status is JobStatus.ASSIGNED
     # The unknown model looked for registrations the index had not read (none): no rebuild.
     assert len(rebuilds) == built
 
@@ -79,11 +79,11 @@ def test_a_mac_registered_with_another_coordinator_is_found_before_a_refusal(
         tmp_path: Path, database: Database, rebuilds: list[int]) -> None:
     here, there = _service(database), _service(database)
     _register(here, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
-    assert here.submit_job(_submission()).job.status is JobStatus.ASSIGNED  # here's index is built
+    assert here.jobs.submit(_submission()).job.status is JobStatus.ASSIGNED  # here's index is built
     # Another coordinator on the same database registers a Mac serving a model unknown here...
     _register(there, load_or_create_identity(tmp_path / "b.pem"), (SMALL, HUGE), memory_gb=4096)
     built = len(rebuilds)  # there's own index included
-    job = here.submit_job(_submission(model="huge")).job
+    job = here.jobs.submit(_submission(model="huge")).job
     assert job.status is JobStatus.ASSIGNED  # ...found, not refused as an unknown model
     assert len(rebuilds) == built + 1
     with database.transaction() as session:
@@ -98,7 +98,7 @@ def test_a_bigger_mac_registered_elsewhere_is_found_before_a_job_is_refused_for_
     here.run_scheduler()
     # Only a Mac registered with the other coordinator could hold this model.
     _register(there, load_or_create_identity(tmp_path / "b.pem"), (SMALL, HUGE), memory_gb=4096)
-    assert here.submit_job(_submission(model="huge")).job.status is JobStatus.ASSIGNED
+    assert here.jobs.submit(_submission(model="huge")).job.status is JobStatus.ASSIGNED
 
 
 def test_submits_and_scheduling_passes_never_wait_on_each_other(
@@ -123,7 +123,7 @@ def test_submits_and_scheduling_passes_never_wait_on_each_other(
 
         def submit_and_cancel() -> None:
             # Not durable, as the HTTP gateway submits: its transaction begins before the pass.
-            service.cancel_job(service.submit_job(_submission(), durable=False).job.job_id)
+            service.jobs.cancel(service.jobs.submit(_submission(), durable=False).job.job_id)
 
         threads = [threading.Thread(target=keep, args=(work,))
                    for work in (submit_and_cancel, service.run_scheduler, service.run_scheduler)]
@@ -149,13 +149,13 @@ def test_a_dry_run_reads_no_whole_fleet_and_finds_a_mac_registered_elsewhere(
     with monkeypatch.context() as patched:
         patched.setattr(node_rows, "all_nodes", whole_fleet)
         patched.setattr(fleet_reads, "snapshot", whole_fleet)
-        decision = here.explain_placement("small", 1024, 0.0)
+        decision = here.jobs.explain_placement("small", 1024, 0.0)
     assert decision.node_ids and len(rebuilds) == built
     # Nothing was placed: the same Mac is still the answer, and a real submit still gets it.
-    assert here.explain_placement("small", 1024, 0.0).node_ids == decision.node_ids
-    assert here.submit_job(_submission()).job.node_ids == decision.node_ids
+    assert here.jobs.explain_placement("small", 1024, 0.0).node_ids == decision.node_ids
+    assert here.jobs.submit(_submission()).job.node_ids == decision.node_ids
     # A Mac serving a model unknown here, registered with another coordinator: found, not refused.
     _register(there, load_or_create_identity(tmp_path / "b.pem"), (HUGE,), memory_gb=4096)
     built = len(rebuilds)  # there's own index included
-    assert here.explain_placement("huge", 1024, 0.0).node_ids
+    assert here.jobs.explain_placement("huge", 1024, 0.0).node_ids
     assert len(rebuilds) == built + 1

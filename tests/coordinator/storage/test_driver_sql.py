@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from sqlalchemy import Boolean, bindparam, event, insert, select, update
 
 from coordinator.storage.database import Database

@@ -85,7 +85,7 @@ def service(database_url: str) -> Iterator[CoordinatorService]:
 
 def _register(service: CoordinatorService, identity: Identity, operator: str) -> str:
     now = service.clock.now_ms()
-    node_id, _ = service.register_node(Registration(
+    node_id, _ = service.nodes.register(Registration(
         public_key=identity.public_key_raw, signature=identity.sign(register_challenge(identity.node_id, now)),
         timestamp_ms=now, hardware=HARDWARE, models=(MODEL,), operator_id=operator,
         display_name=operator, max_concurrent_jobs=4))
@@ -95,8 +95,8 @@ def _register(service: CoordinatorService, identity: Identity, operator: str) ->
 def _complete(service: CoordinatorService, identity: Identity, draw: float,
               caller: Caller | None = None) -> str:
     """Submit a job, have the node it lands on (identity's) stream and sign for it."""
-    service._draws.next = draw  # type: ignore[attr-defined]
-    job = service.submit_job(Submission(consumer_id=caller.consumer_id if caller else "c",
+    service.core.draws.next = draw  # type: ignore[attr-defined]
+    job = service.jobs.submit(Submission(consumer_id=caller.consumer_id if caller else "c",
                                         model_id=MODEL.model_id, prompt="Hello",
                                         max_tokens=8, temperature=0.0, top_p=1.0, seed=0,
                                         request_id="", min_decode_tokens_per_s=0.0,
@@ -106,13 +106,13 @@ def _complete(service: CoordinatorService, identity: Identity, draw: float,
         node = node_rows.node_by_id(session, identity.node_id)
         assert node is not None and job_rows.job_by_id(session, job.job_id).node_ids == (node.node_id,)  # type: ignore[union-attr]
     tokens = (5, 6, 7)
-    service.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "abc"), prompt_tokens=2)
+    service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "abc"), prompt_tokens=2)
     now = service.clock.now_ms()
     receipt = Receipt(JobId(job.job_id), identity.node_id, MODEL.model_id, MODEL.weights_digest,
                       prompt_digest("Hello"), 0.0, 1.0, 0, 8, output_digest(tokens), 2, 3, now, now,
                       well_formed_commitment(3), FinishReason.END_TOKEN, now)
     body = encode_receipt(receipt)
-    service.accept_receipt(node, job.job_id, body, identity.sign(body))
+    service.nodes.accept_receipt(node, job.job_id, body, identity.sign(body))
     return job.job_id
 
 
@@ -134,15 +134,15 @@ def test_an_unsampled_jobs_credit_is_held_until_its_window_closes(service: Coord
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     job_id = _complete(service, alice, draw=0.5)
-    check = service.job_check(job_id)
+    check = service.checks.of_job(job_id)
     assert check is not None and check.status is CheckStatus.UNCHECKED and not check.sampled
     assert check.reason == "not sampled (check rate 0.010)" and check.credit_state is CreditState.PENDING
-    assert service.release_due_credits() == [] and _posted(service, "alice") == 0
+    assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0
     service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
-    assert service.release_due_credits() == [job_id]
+    assert service.money.release_due_credits() == [job_id]
     assert _posted(service, "alice") == check.operator_credit > 0
-    assert service.job_check(job_id).credit_state is CreditState.POSTED  # type: ignore[union-attr]
-    assert service.release_due_credits() == []
+    assert service.checks.of_job(job_id).credit_state is CreditState.POSTED  # type: ignore[union-attr]
+    assert service.money.release_due_credits() == []
 
 
 def test_a_sampled_job_nobody_can_replay_is_paid_at_window_close(service: CoordinatorService,
@@ -150,29 +150,29 @@ def test_a_sampled_job_nobody_can_replay_is_paid_at_window_close(service: Coordi
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     job_id = _complete(service, alice, draw=0.0)
-    check = service.job_check(job_id)
+    check = service.checks.of_job(job_id)
     assert check is not None and check.sampled and check.status is CheckStatus.UNCHECKED
     assert check.reason == "sampled, but no verifier holds small"
 
 
 def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: CoordinatorService,
                                                                 tmp_path: Path) -> None:
-    service.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    service.checks.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
     mallory = load_or_create_identity(tmp_path / "mallory.pem")
     _register(service, mallory, "mallory")
     unsampled = _complete(service, mallory, draw=0.5)
     sampled = _complete(service, mallory, draw=0.0)
-    assert service.job_check(sampled).status is CheckStatus.WAITING  # type: ignore[union-attr]
+    assert service.checks.of_job(sampled).status is CheckStatus.WAITING  # type: ignore[union-attr]
     outcome = _verdict(service, sampled, passed=False)
     assert outcome is not None and not outcome.passed and outcome.audited_job_ids == (unsampled,)
     assert _verdict(service, sampled, passed=True) is None  # decided once, never again
-    check = service.job_check(sampled)
+    check = service.checks.of_job(sampled)
     assert check is not None and check.status is CheckStatus.FAILED
     assert check.credit_state is CreditState.VOIDED and check.reason == "tokens 0-2: forged"
-    audited = service.job_check(unsampled)
+    audited = service.checks.of_job(unsampled)
     assert audited is not None and audited.status is CheckStatus.WAITING  # checked before it is paid
     service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
-    assert service.release_due_credits() == []  # a waiting audit is never released unchecked
+    assert service.money.release_due_credits() == []  # a waiting audit is never released unchecked
     with service.db.transaction() as session:
         rerun = job_rows.job_by_id(session, check.rerun_job_id)  # type: ignore[arg-type]
     assert rerun is not None and rerun.prompt == "Hello" and rerun.reserved_base_units == 0
@@ -181,13 +181,13 @@ def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: Coordin
 
 def test_repeat_offenders_are_quarantined_and_never_placed(service: CoordinatorService,
                                                           tmp_path: Path) -> None:
-    service.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    service.checks.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
     mallory = load_or_create_identity(tmp_path / "mallory.pem")
     _register(service, mallory, "mallory")
     first, second = (_complete(service, mallory, draw=0.0) for _ in range(2))
     assert not _verdict(service, first, passed=False).quarantined  # type: ignore[union-attr]
     assert _verdict(service, second, passed=False).quarantined  # type: ignore[union-attr]
-    trust, history = service.node_checks(mallory.node_id)
+    trust, history = service.checks.of_node(mallory.node_id)
     assert trust.quarantined_at_ms is not None and "failed 2 checks" in (trust.quarantine_reason or "")
     assert [c.status for c in history] == [CheckStatus.FAILED, CheckStatus.FAILED]
     alice = load_or_create_identity(tmp_path / "alice.pem")
@@ -201,7 +201,7 @@ def test_repeat_offenders_are_quarantined_and_never_placed(service: CoordinatorS
 
 def test_a_paying_consumer_is_charged_nothing_for_a_job_that_failed_its_check(
         service: CoordinatorService, tmp_path: Path) -> None:
-    service.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    service.checks.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
     with service.db.transaction() as session:
         key, _ = api_keys.create_key(session, "carol", KeyLimits(), "test", service.clock.now_ms())
         open_consumer_account(session, "carol")  # type: ignore[arg-type]

@@ -6,7 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.verification.policy import (
-    TrustPolicy, TrustRecord, cheat_chance, check_rate, is_quarantined, reputation, should_check,
+    TrustPolicy,
+    TrustRecord,
+    check_rate,
+    is_quarantined,
+    reputation,
+    should_check,
 )
 
 POLICY = TrustPolicy()

@@ -1,0 +1,272 @@
+"""A job's money, one path: reserve at submit, charge and hold at completion, settle a failure,
+post or void the held credit, and read what it cost.
+
+- Submit: a job submitted with an API key reserves the most it can cost, counted against the
+  key's spend limit; too small a balance refuses the job and the caller rolls back. Anonymous
+  jobs reserve nothing: the network pays.
+- Completed with a verified receipt: the consumer is charged and the operator's credit held
+  until its check passes or its window closes (`complete`).
+- Failed or cancelled: charged for the tokens it streamed and no more, or released whole when
+  it streamed none (`settle_failed`).
+- A check decides the held credit: posted (`release_credit`) or voided, the consumer refunded
+  (`reject_credit`).
+
+Every job with a reservation is closed once: `billing_closed_at_ms` is set, in the same write of
+the job's row that ends it, when its reservation is resolved and the key's spend corrected to the
+actual charge (coordinator.jobs.ending). Jobs the scheduler fails as unplaceable are closed by
+`close_job` or the sweep (`close_ended_jobs`). This module computes and moves the money;
+callers write the job's row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import ConsumerId, JobId, OperatorId
+from contracts.models import ModelSpec
+from coordinator.errors import InsufficientBalance
+from coordinator.model import PROMPT_TEXT, JobRecord, JobStatus
+from coordinator.money import api_keys
+from coordinator.storage import job_rows, node_rows
+from coordinator.storage.database import writes_serialized
+from ledger import job_batches
+from ledger import jobs as ledger_jobs
+from ledger.book import (
+    JobStep,
+    balance,
+    get_transfer,
+    job_transfer_id,
+    lock_ledger,
+    pending_state,
+    transfers_for_job,
+)
+from ledger.model import ResultCode, TransferKind, TransferState
+from ledger.policy import JobPrice, max_job_charge, price_job
+
+log = logging.getLogger(__name__)
+
+# Tokens a tokenizer may add around a plain prompt (BOS, a leading space): UTF-8 bytes
+# bound the rest from above for byte-level and byte-fallback tokenizers.
+SPECIAL_TOKENS_MAX = 8
+COMPLETED_CLOSE_WINDOW_MS = 3_600_000  # completed jobs the sweep still waits on
+SWEEP_JOBS_MAX = 100
+CREDITS_RELEASED_PER_CALL_MAX = job_batches.JOBS_PER_CALL_MAX  # the ledger's batch limit
+
+
+def prompt_tokens_bound(job: JobRecord, spec: ModelSpec) -> int:
+    """The most prompt tokens the node can charge: it refuses prompts over the context.
+
+    A chat prompt's template adds tokens no coordinator can count without the
+    tokenizer, so it is bounded by the context alone.
+    """
+    room = max(0, spec.max_context_tokens - job.max_tokens)
+    if job.prompt_format == PROMPT_TEXT:
+        return min(room, len(job.prompt.encode()) + SPECIAL_TOKENS_MAX)
+    return room
+
+
+def chargeable_price(job: JobRecord, spec: ModelSpec, prompt_tokens: int,
+                     completion_tokens: int) -> JobPrice:
+    """The job's price with counts clamped to what was reserved, so a charge always fits."""
+    return price_job(spec.parameter_count, min(prompt_tokens, prompt_tokens_bound(job, spec)),
+                     min(completion_tokens, job.max_tokens))
+
+
+def paying_consumer(job: JobRecord) -> ConsumerId | None:
+    """The consumer whose reservation pays for the job; None when the network pays."""
+    return ConsumerId(job.consumer_id) if job.reserved_base_units > 0 else None
+
+
+def max_charge(job: JobRecord, spec: ModelSpec) -> int:
+    """What a keyed submit reserves: the job's price at its largest prompt and max_tokens."""
+    return max_job_charge(spec.parameter_count, prompt_tokens_bound(job, spec), job.max_tokens)
+
+
+def consumer_balance(session: Session, consumer_id: str) -> int:
+    """Base units the consumer can still reserve (0 without an account)."""
+    found = balance(session, ledger_jobs.consumer_account_id(ConsumerId(consumer_id)))
+    return 0 if found is None else found.available
+
+
+def lock_before_key(session: Session) -> None:
+    """The ledger's write lock, taken before a submit locks its API key's row.
+
+    Closing a job takes the ledger first and then corrects its key's spend, so a submit that
+    locked the key first and then reserved deadlocked with it on PostgreSQL. On SQLite the
+    transaction already holds the one write lock: no order to keep.
+    """
+    if writes_serialized(session):
+        return
+    lock_ledger(session)
+
+
+def reserve(session: Session, job: JobRecord, key: api_keys.ApiKey) -> None:
+    """Reserve job.reserved_base_units (from max_charge) in the ledger and against the key's spend.
+
+    InsufficientBalance writes nothing the caller keeps: it rolls the submit back.
+    """
+    amount = job.reserved_base_units
+    assert amount > 0, "a free job reserves nothing"
+    api_keys.add_spend(session, key.key_id, amount)
+    result = ledger_jobs.reserve_job(session, job.job_id, ConsumerId(job.consumer_id), amount)
+    if result.code in (ResultCode.DEBIT_ACCOUNT_NOT_FOUND, ResultCode.EXCEEDS_CREDITS):
+        available = consumer_balance(session, job.consumer_id)
+        raise InsufficientBalance(
+            f"this job could cost up to {amount} base units and consumer {job.consumer_id!r} has "
+            f"{available} available; deposit more (`mlxnet keys deposit`) or lower max_tokens")
+    assert result.ok, f"ledger refused the reservation for {job.job_id}: {result.code}"
+
+
+@dataclass(frozen=True)
+class Completion:
+    price: JobPrice
+    billing_closed: bool  # the reservation was resolved now: the job's row records it in its end
+
+
+def complete(session: Session, job: JobRecord, operator_id: OperatorId, spec: ModelSpec,
+             prompt_tokens: int, completion_tokens: int, hold_s: int) -> Completion:
+    """Charge the consumer for a verified receipt and hold the operator's credit; the key's
+    spend forgets the part of the reservation that was not charged."""
+    price = chargeable_price(job, spec, prompt_tokens, completion_tokens)
+    payment = ledger_jobs.complete_job(session, job.job_id, paying_consumer(job), operator_id,
+                                       price, hold_s=hold_s)
+    # The caller moves the job out of its active state in this same transaction, so a second
+    # completion cannot be attempted; anything but ok is a ledger fault.
+    assert payment.ok, f"ledger refused to complete {job.job_id}: {payment.failure}"
+    if job.reserved_base_units == 0:
+        return Completion(price, billing_closed=False)
+    _refund_unspent(session, job, _posted_charge(session, job.job_id))
+    return Completion(price, billing_closed=True)
+
+
+def settle_failed(session: Session, job: JobRecord) -> bool:
+    """Charge a failed job's streamed tokens, or release it whole; True when it had a reservation
+    to resolve (the caller records billing_closed_at_ms in the same write that fails the job)."""
+    if job.reserved_base_units == 0:
+        return False
+    _refund_unspent(session, job, _charge_streamed(session, job))
+    return True
+
+
+def close_job(session: Session, job: JobRecord, now_ms: int) -> bool:
+    """Resolve an ended job's reservation left open (the scheduler failed it as unplaceable, or
+    a crash came between its end and its close) and correct its key's spend; False if not yet."""
+    if job.reserved_base_units == 0 or job.billing_closed_at_ms is not None:
+        return False
+    if job.status is JobStatus.FAILED:
+        charged = _charge_streamed(session, job)
+    elif job.status is JobStatus.COMPLETED and pending_state(
+            session, job_transfer_id(job.job_id, JobStep.RESERVE)) not in (None, TransferState.PENDING):
+        charged = _posted_charge(session, job.job_id)  # the completion path charged it
+    else:
+        return False
+    # Compare-and-set, so two coordinators sweeping together correct the spend once.
+    closed = job_rows.close_billing(session, job.job_id, now_ms)
+    if closed:
+        _refund_unspent(session, job, charged)
+    return closed
+
+
+def close_ended_jobs(session: Session, now_ms: int) -> list[JobId]:
+    """The sweep: close_job over the ended jobs whose reservation is still open."""
+    closed = []
+    for job_id in job_rows.jobs_with_open_billing(
+            session, now_ms - COMPLETED_CLOSE_WINDOW_MS, SWEEP_JOBS_MAX):
+        job = job_rows.job_by_id(session, job_id)
+        if job is not None and close_job(session, job, now_ms):
+            closed.append(job.job_id)
+    return closed
+
+
+def release_credit(session: Session, job_id: str) -> ledger_jobs.JobPayment:
+    """Post the operator's held credit: its check passed, or its window closed unchecked."""
+    return ledger_jobs.release_job_credit(session, JobId(job_id))
+
+
+def release_credits(session: Session, job_ids: list[str]) -> list[ledger_jobs.JobPayment]:
+    """release_credit for many jobs in one ledger call: one lock, one read, one write."""
+    return job_batches.release_job_credits(session, [JobId(job_id) for job_id in job_ids])
+
+
+def reject_credit(session: Session, job_id: str) -> ledger_jobs.JobPayment:
+    """Void the held credit of a job that failed its check, refunding the consumer in full;
+    its key's spend forgets the charge too."""
+    payment = ledger_jobs.reject_job_credit(session, JobId(job_id))
+    if not payment.ok:
+        return payment
+    job = job_rows.job_by_id(session, job_id)
+    charge = get_transfer(session, job_transfer_id(JobId(job_id), JobStep.POST))
+    if job is not None and job.api_key_id and job.billing_closed_at_ms is not None and charge:
+        api_keys.refund_spend(session, job.api_key_id, charge.amount)
+    return payment
+
+
+def _refund_unspent(session: Session, job: JobRecord, charged: int) -> None:
+    if job.api_key_id is not None:
+        api_keys.refund_spend(session, job.api_key_id, job.reserved_base_units - charged)
+
+
+def _streamed_charge(session: Session, job: JobRecord) -> tuple[OperatorId, JobPrice] | None:
+    """Who ran the job and the price of the tokens it streamed, or None when it streamed none."""
+    streamed = job_rows.token_count(session, job.job_id)
+    node = node_rows.node_by_id(session, job.node_ids[0]) if job.node_ids else None
+    spec = node.model(job.model_id) if node is not None else None
+    if streamed == 0 or node is None or spec is None:
+        return None
+    return node.operator_id, chargeable_price(job, spec, job.prompt_tokens, streamed)
+
+
+def _charge_streamed(session: Session, job: JobRecord) -> int:
+    """Settle a failed job's reservation on its streamed tokens, or void it; returns the charge."""
+    charge = _streamed_charge(session, job)
+    consumer = ConsumerId(job.consumer_id)
+    if charge is not None and charge[1].consumer_charge > 0:
+        operator_id, price = charge
+        payment = ledger_jobs.settle_job(session, job.job_id, consumer, operator_id, price)
+        if payment.ok:
+            return price.consumer_charge
+        log.warning("job %s: charging its streamed tokens failed (%s); releasing it instead",
+                    job.job_id, payment.failure)
+    result = ledger_jobs.void_job(session, job.job_id)
+    assert result.code in (ResultCode.CREATED, ResultCode.EXISTS,
+                           ResultCode.PENDING_ALREADY_RESOLVED), result.code
+    return _posted_charge(session, job.job_id)
+
+
+def _posted_charge(session: Session, job_id: JobId) -> int:
+    post = get_transfer(session, job_transfer_id(job_id, JobStep.POST))
+    return 0 if post is None else post.amount
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """A job's money so far, from the ledger (base units)."""
+
+    reserved: int
+    charged: int  # the consumer's charge, after any refund
+    operator_credit: int
+    operator_credit_state: str  # pending (held until verified), posted, voided, or "" for none
+    network_fee: int
+    refunded: int
+    paid_by: str  # "consumer" or "network"
+
+
+def job_cost(session: Session, job: JobRecord) -> JobCost:
+    transfers = transfers_for_job(session, job.job_id)
+    credit = get_transfer(session, job_transfer_id(job.job_id, JobStep.CREDIT))
+    credit_state = ""
+    if credit is not None:
+        resolved = pending_state(session, credit.id)
+        credit_state = (resolved or credit.state).value
+    refunded = sum(t.amount for t in transfers if t.kind is TransferKind.JOB_REFUND)
+    fee = get_transfer(session, job_transfer_id(job.job_id, JobStep.FEE))
+    fee_refund = get_transfer(session, job_transfer_id(job.job_id, JobStep.FEE_REFUND))
+    return JobCost(
+        reserved=job.reserved_base_units, charged=_posted_charge(session, job.job_id) - refunded,
+        operator_credit=0 if credit is None else credit.amount,
+        operator_credit_state=credit_state,
+        network_fee=(0 if fee is None else fee.amount) - (0 if fee_refund is None else fee_refund.amount),
+        refunded=refunded, paid_by="consumer" if job.reserved_base_units > 0 else "network")

@@ -1,0 +1,58 @@
+"""What every use case shares: the database, the clock, the settings, the live index, wake-ups.
+
+The scheduler's pass lives here too: a submit, a heartbeat, a receipt and a check each
+end by asking it to place what now fits.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from coordinator.clock import Clock
+from coordinator.config import CoordinatorConfig
+from coordinator.live.assignments import LiveAssignments
+from coordinator.live.chunks import LiveChunks
+from coordinator.live.notifier import Notifier, job_topic, node_topic
+from coordinator.scheduling import scheduler
+from coordinator.scheduling.live_fleet import LiveFleet
+from coordinator.storage import job_rows
+from coordinator.storage.database import Database
+
+log = logging.getLogger(__name__)
+
+VERIFICATION_TOPIC = "verification"  # a check is waiting for the verifier worker
+
+
+class ServiceCore:
+    def __init__(self, db: Database, clock: Clock, config: CoordinatorConfig,
+                 notifier: Notifier | None = None, draws: random.Random | None = None) -> None:
+        self.db, self.clock, self.config = db, clock, config
+        self.notifier = notifier or Notifier()
+        self.live_chunks = LiveChunks()
+        self.live_assignments = LiveAssignments()
+        self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
+        # Which jobs get checked: from the OS's randomness, so no node can predict it.
+        self.draws = draws or random.SystemRandom()
+
+    def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
+        """After commit: readers of these jobs, and streams of these nodes, look again."""
+        self.notifier.notify(*(job_topic(j) for j in job_ids), *(node_topic(n) for n in node_ids))
+
+    def run_scheduler(self) -> scheduler.SchedulingPass:
+        """Place the queued jobs that fit now. Every receipt and heartbeat asks; most find no
+        job waiting, and then only bring the index up to date (off the next submit's path)."""
+        now = self.clock.now_ms()
+        # A read transaction first: on SQLite the pass's BEGIN takes the write lock, which
+        # each node's heartbeat would otherwise hold for a pass over an empty queue.
+        with self.db.read_transaction() as session:
+            if not job_rows.any_queued(session):
+                with self.fleet.current(session, now):
+                    return scheduler.SchedulingPass((), ())
+        with self.db.transaction() as session:
+            result = scheduler.schedule_queued(session, now, self.config, self.fleet)
+        for job_id, node_ids in result.placed:
+            log.info("job %s assigned to %s", job_id, ", ".join(node_ids))
+            self.wake_jobs([job_id], node_ids)
+        self.wake_jobs(result.failed)
+        return result

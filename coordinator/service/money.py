@@ -1,0 +1,39 @@
+"""The sweeps that settle money after the fact: ended jobs' reservations, credits whose check window closed."""
+
+from __future__ import annotations
+
+import logging
+
+from contracts.ids import JobId
+from coordinator.live.notifier import job_topic
+from coordinator.money import job_money
+from coordinator.service.core import ServiceCore
+from coordinator.storage import job_rows
+from coordinator.verification import outcomes as check_outcomes
+
+log = logging.getLogger(__name__)
+
+class Money:
+    """Settling what jobs left open."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self._core = core
+
+    def release_due_credits(self) -> list[str]:
+        """Post the held credits of unchecked jobs whose check window has closed."""
+        with self._core.db.transaction() as session:
+            released = check_outcomes.release_due_credits(
+                session, self._core.clock.now_ms(), self._core.config.credits_released_per_pass_max)
+        self._core.notifier.notify(*(job_topic(j) for j in released))
+        return released
+
+    def close_billing(self, job_id: str) -> bool:
+        """Resolve one ended job's reservation now rather than at the next sweep."""
+        with self._core.db.transaction() as session:
+            job = job_rows.job_by_id(session, job_id)
+            return job is not None and job_money.close_job(session, job, self._core.clock.now_ms())
+
+    def close_ended(self) -> list[JobId]:
+        """Resolve the reservations of jobs that ended (see coordinator.money.job_money)."""
+        with self._core.db.transaction() as session:
+            return job_money.close_ended_jobs(session, self._core.clock.now_ms())

@@ -1,0 +1,162 @@
+"""A node's session: register, heartbeats, its assignment stream, its tokens, receipts and failures.
+
+Each call is one transaction; wake-ups follow the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from contracts import hop_trace, pods
+from contracts.ids import NodeId
+from coordinator.jobs import handback, results
+from coordinator.live.notifier import job_topic, node_topic
+from coordinator.model import (
+    JobRecord,
+    JobStatus,
+    NodeRecord,
+    TokenChunk,
+)
+from coordinator.nodes import registry, reports
+from coordinator.service.checks import Checks
+from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
+from coordinator.storage import job_rows, node_rows
+from coordinator.verification import outcomes as check_outcomes
+
+log = logging.getLogger(__name__)
+
+class NodeSessions:
+    """What node agents tell the network, behind the gRPC edge."""
+
+    def __init__(self, core: ServiceCore, checks: Checks) -> None:
+        self._core = core
+        self._checks = checks  # which models the coordinator's own verifier holds
+
+    def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
+        with self._core.db.transaction() as session:
+            node_id, token = registry.register(session, registration, self._core.clock.now_ms())
+        self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
+        log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
+                 registration.operator_id)
+        self._core.run_scheduler()
+        return node_id, token
+
+    def authenticate(self, token: str | None) -> NodeRecord:
+        with self._core.db.read_transaction() as session:
+            return registry.authenticate(session, token)
+
+    def heartbeat(self, node: NodeRecord, running_jobs: int,
+                  report: reports.HeartbeatReport | None = None) -> int:
+        now = self._core.clock.now_ms()
+        with self._core.db.transaction() as session:
+            reports.accept_heartbeat(
+                session, node, report or reports.HeartbeatReport(running_jobs), now)
+        self._core.fleet.note_changed([node.node_id])
+        self._core.run_scheduler()
+        return now
+
+    def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:
+        """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
+        with self._core.db.transaction() as session:
+            freed = reports.hand_back_job(session, node, job_id, reason, self._core.clock.now_ms())
+        self._core.fleet.note_changed([node.node_id, *freed])
+        self._core.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
+        self._core.run_scheduler()
+
+    def leave(self, node: NodeRecord, reason: str) -> int:
+        """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
+        with self._core.db.transaction() as session:
+            touched = reports.leave(session, node, reason, self._core.clock.now_ms())
+        self._core.fleet.note_changed([node.node_id])
+        log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
+        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self._core.run_scheduler()
+        return len(touched)
+
+    def pod_assignment(self, job: JobRecord) -> tuple[pods.PodDeclaration, tuple[int, ...]] | None:
+        """For a pod job: the pod and each member's layers, in the pod's rank order."""
+        if len(job.node_ids) < 2:
+            return None
+        with self._core.db.transaction() as session:
+            return node_rows.pod_assignment(session, job)
+
+    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
+        """Jobs assigned to the node and not yet started, each sent once per stream."""
+        sent: set[str] = set()
+        topic = node_topic(node.node_id)
+        with self._core.live_assignments.subscribe(node.node_id) as inbox:
+            while is_active():
+                seen = self._core.notifier.version(topic)
+                # Jobs just committed go before the read, which finds them again (and any other).
+                for job in self._unsent(inbox.take(), sent):
+                    yield job
+                with self._core.db.read_transaction() as session:
+                    jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                for job in self._unsent(jobs, sent):
+                    yield job
+                self._core.notifier.wait(topic, seen, self._core.config.stream_poll_interval_s)
+
+    @staticmethod
+    def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:
+        for job in jobs:
+            if job.status is JobStatus.ASSIGNED and job.job_id not in sent:
+                sent.add(job.job_id)
+                log.debug("job %s sent to its node at %d", job.job_id, time.time_ns() // 10**6)
+                hop_trace.job_hop(job.job_id, "sent to its node")
+                yield job
+
+    def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
+                      prompt_tokens: int = 0) -> bool:
+        # Not durable: a chunk lost to a power cut is only charged for less, and every
+        # transaction that moves money on its count (cancel, receipt) commits durably.
+        with self._core.db.transaction(durable=False) as session:
+            stored = results.accept_tokens(session, node, job_id, chunk, self._core.clock.now_ms(),
+                                               prompt_tokens)
+        if stored:  # committed: the job's live readers may have it now
+            if chunk.first_index == 0:
+                hop_trace.job_hop(job_id, "first chunk stored")
+                log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
+            self._core.live_chunks.publish(job_id, [chunk])
+        self._core.notifier.notify(job_topic(job_id))
+        return stored
+
+    def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
+                       signature: bytes) -> results.AcceptedResult:
+        context = check_outcomes.CheckContext(
+            self._core.config.trust, self._core.draws.random(),
+            self._checks.held_models())
+        with self._core.db.transaction() as session:
+            result = results.accept_receipt(session, node, job_id, body, signature,
+                                                self._core.clock.now_ms(), context)
+        self._core.fleet.note_changed([node.node_id])
+        log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
+                 job_id, node.node_id, result.credited_base_units, result.check_status.value)
+        self._core.notifier.notify(job_topic(job_id), VERIFICATION_TOPIC)
+        self._core.run_scheduler()
+        return result
+
+    def accept_failure(self, node: NodeRecord, job_id: str, reason: str,
+                       error_code: str | None = None) -> None:
+        with self._core.db.transaction() as session:
+            results.accept_failure(session, node, job_id, reason, self._core.clock.now_ms(),
+                                       error_code)
+        self._core.fleet.note_changed([node.node_id])
+        log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
+        self._core.notifier.notify(job_topic(job_id))
+        self._core.run_scheduler()
+
+    def reap_offline(self) -> list[str]:
+        """Hand back the jobs of nodes whose heartbeats stopped."""
+        now = self._core.clock.now_ms()
+        touched: list[str] = []
+        with self._core.db.transaction() as session:
+            reports.prune_heartbeats_now_and_then(session, now)
+            for node in node_rows.all_nodes(session):
+                if now - node.last_heartbeat_ms > self._core.config.node_offline_after_ms:
+                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now)
+        if touched:
+            self._core.notifier.notify(*(job_topic(j) for j in touched))
+            self._core.run_scheduler()
+        return touched
