@@ -22,12 +22,13 @@ from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
     Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
 )
-from node_agent.hooks import AgentHooks, PodJobResult
+from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
 from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong, with_commitment
 from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
+from node_agent.pods.leader import lead_pod_job
 from node_agent.token_sender import SenderThreads, TokenSender
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,9 @@ class NodeAgent:
             return False
         if assignment.pod_id:
             if assignment.pod_leader_node_id == self.settings.identity.node_id:
-                self._run_pod(assignment)
+                self._hooks.job_started(assignment.job_id)
+                sender = TokenSender(self._client, assignment.job_id, threads=self._sender_threads)
+                lead_pod_job(assignment, sender, self._hooks.run_pod_job, self._reports)
             return False  # a member only lends its memory: the leader starts its rank
         self._hooks.job_started(assignment.job_id)
         timeline.mark("started")
@@ -246,24 +249,3 @@ class NodeAgent:
             self._active.finish(assignment.job_id)
             self._count_running(-1)
             timeline.log()
-
-    def _run_pod(self, assignment: Assignment) -> None:
-        """Lead a pod job: the hooks start every rank; tokens and the receipt go out as for one Mac."""
-        self._hooks.job_started(assignment.job_id)
-        sender = TokenSender(self._client, assignment.job_id, threads=self._sender_threads)
-        outcome: PodJobResult = self._hooks.run_pod_job(assignment, sender)
-        chunks = sender.close()
-        if outcome.failure_reason is not None:
-            self._reports.failure(assignment.job_id, outcome.failure_reason,
-                                  prompt_too_long=outcome.prompt_too_long)
-            return
-        if outcome.handed_back_reason is not None:
-            self._reports.hand_back(assignment.job_id, outcome.handed_back_reason)
-            return
-        result = outcome.result
-        if sender.rejected or result is None or result.stopped_early:
-            log.info("pod job %s stopped: %s", assignment.job_id, sender.error)
-            return
-        if sender.error is not None:
-            self._reports.resend_tokens(assignment.job_id, chunks)
-        self._reports.receipt(assignment, result)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, decode_receipt, output_digest, prompt_digest
 from contracts.signing import signature_is_valid
-from node_agent.coordinator_client import Assignment, CallRejected, Chunk, CoordinatorUnavailable
+from node_agent.coordinator_client import Assignment, Chunk
 from node_agent.identity import Identity, load_or_create_identity
 from node_agent.inference.engine import GenerationResult
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
+from tests.node_agent.fake_coordinator import FakeCoordinator, Record
 
 SPEC = ModelSpec(model_id="m", weights_bytes=1, parameter_count=1, num_layers=1,
                  num_attention_heads=1, num_kv_heads=1, head_dim=1, max_context_tokens=16,
@@ -23,46 +23,6 @@ RESULT = GenerationResult(token_ids=(3, 4, 5), text="abc", prompt_tokens=2, star
                           finished_at_ms=20, stopped_early=False,
                           finish_reason=FinishReason.END_TOKEN, first_token_at_ms=12,
                           activation_commitment=b"\x01\x02")
-
-
-class FakeCoordinator:
-    """Answers reports as the coordinator would, after `unavailable` unreachable attempts."""
-
-    def __init__(self, unavailable: int = 0, refuse: bool = False) -> None:
-        self.unavailable, self.refuse = unavailable, refuse
-        self.receipts: list[tuple[str, bytes, bytes]] = []
-        self.failures: list[tuple[str, str, bool, bool]] = []
-        self.streams: list[tuple[str, list[Chunk]]] = []
-
-    def _answer(self) -> None:
-        if self.unavailable:
-            self.unavailable -= 1
-            raise CoordinatorUnavailable("UNAVAILABLE: restarting")
-        if self.refuse:
-            raise CallRejected("FAILED_PRECONDITION", "job was cancelled")
-
-    def stream_tokens(self, job_id: str, chunks: Iterator[Chunk]) -> int:
-        self._answer()
-        self.streams.append((job_id, list(chunks)))
-        return 0
-
-    def report_receipt(self, job_id: str, body: bytes, signature: bytes) -> int:
-        self._answer()
-        self.receipts.append((job_id, body, signature))
-        return 700
-
-    def report_failure(self, job_id: str, reason: str, handed_back: bool = False,
-                       prompt_too_long: bool = False) -> None:
-        self._answer()
-        self.failures.append((job_id, reason, handed_back, prompt_too_long))
-
-
-class Record:
-    def __init__(self) -> None:
-        self.finished: list[tuple[str, int | None]] = []
-
-    def job_finished(self, job_id: str, credited_base_units: int | None) -> None:
-        self.finished.append((job_id, credited_base_units))
 
 
 def _reports(tmp_path: Path, coordinator: FakeCoordinator,
