@@ -45,8 +45,8 @@ from pathlib import Path
 import openai
 from mlx_lm import load, stream_generate
 
-from coordinator.api_keys import KeyLimits
-from coordinator.database import Database
+from coordinator.money.api_keys import KeyLimits
+from coordinator.storage.database import Database
 from mlxnet import keys_cli
 from mlxnet.processes import spawn_node, start_coordinator, wait_until_registered
 from node_agent.tiny_model import build_tiny_model

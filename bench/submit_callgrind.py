@@ -20,7 +20,7 @@ import operator
 
 from bench.callgrind import counted_instructions
 from bench.submit_scale import keyed_service
-from coordinator.records import JobStatus
+from coordinator.model import JobStatus
 
 UNCOUNTED_SUBMITS = 20
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.models import ModelSpec
 from contracts.signing import register_challenge
-from coordinator.api_keys import Caller, KeyLimits
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
-from coordinator.node_registry import Registration
+from coordinator.jobs.submission import Submission
+from coordinator.money.api_keys import Caller, KeyLimits
+from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
-from coordinator.submission import Submission
+from coordinator.storage.database import Database, upgrade_schema
 from mlxnet import keys_cli
 from node_agent.identity import load_or_create_identity
 

@@ -28,13 +28,13 @@ from pathlib import Path
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import LendingMode, LendingState
 from contracts.pods import PodCable, PodDeclaration
-from coordinator import node_records, records
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
+from coordinator.model import JobRecord, JobStatus, NodeRecord
 from coordinator.placement.candidates import LendingMode as PlacementMode
-from coordinator.records import JobRecord, JobStatus, NodeRecord
 from coordinator.service import CoordinatorService
+from coordinator.storage import job_rows, node_rows
+from coordinator.storage.database import Database, upgrade_schema
 from coordinator.world.tables import node_regions
 from coordinator.world.world import World
 
@@ -70,14 +70,14 @@ def load_fleet(db: Database, macs: int, pods: int, now_ms: int, seed: int = 1) -
                 last_heartbeat_ms=now_ms if mac.online else now_ms - HOUR_MS, lending=lending,
                 warm_models=tuple(sorted(mac.warm_models)),
                 measured_bandwidth_gb_s=mac.measured_bandwidth_gb_s)
-            records.save_node(session, node, f"{index:064x}")
+            node_rows.save_node(session, node, f"{index:064x}")
             node_ids.append(mac.node_id)
             session.execute(node_regions.insert().values(node_id=mac.node_id, region=rng.choice(REGIONS),
                                                          updated_at_ms=now_ms))
             if mac.running_jobs and mac.online:
                 _running_job(session, mac.node_id, index, mac.committed_memory_bytes, now_ms)
         for pod in fleet.pods:
-            node_records.save_pod(session, PodDeclaration(
+            node_rows.save_pod(session, PodDeclaration(
                 pod.pod_id, pod.members[0], pod.members,
                 tuple(PodCable(link.a, link.b, link.kind, link.cables) for link in pod.links)), now_ms)
     return node_ids
@@ -85,12 +85,12 @@ def load_fleet(db: Database, macs: int, pods: int, now_ms: int, seed: int = 1) -
 
 def _running_job(session, node_id: str, index: int, memory: int, now_ms: int) -> None:  # type: ignore[no-untyped-def]
     job_id = JobId(f"job-bench{index:08d}")
-    records.insert_job(session, JobRecord(
+    job_rows.insert_job(session, JobRecord(
         job_id=job_id, consumer_id="bench", request_id=None, model_id="llama-3.2-1b-4bit",
         prompt="(benchmark)", max_tokens=128, temperature=0.0, top_p=1.0, seed=index,
         min_decode_tokens_per_s=0.0, context_tokens=256, status=JobStatus.RUNNING,
         created_at_ms=now_ms - 5_000, attempt=1, assigned_at_ms=now_ms - 4_000))
-    records.add_assignments(session, job_id, 1, ((node_id, max(1, memory), 16),))
+    job_rows.add_assignments(session, job_id, 1, ((node_id, max(1, memory), 16),))
 
 
 def _timed(work: Callable[[], object], repeats: int) -> list[float]:

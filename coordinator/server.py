@@ -8,19 +8,19 @@ from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from sqlalchemy.exc import DBAPIError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from sqlalchemy.exc import DBAPIError
 
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
-from coordinator.epochs import EpochSettings, close_epochs_forever
 from coordinator.gateway.server import RunningGateway, start_gateway
-from coordinator.job_servicer import JobServicer
-from coordinator.node_servicer import NodeServicer
+from coordinator.money.epochs import EpochSettings, close_epochs_forever
 from coordinator.placement.compiled import build_status
+from coordinator.rpc.job_servicer import JobServicer
+from coordinator.rpc.node_servicer import NodeServicer
 from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
+from coordinator.storage.database import Database, upgrade_schema
 from coordinator.verification.replay_check import Replayer
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 

@@ -9,32 +9,48 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import time
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from contracts import hop_trace
+from contracts import hop_trace, pods
 from contracts.ids import JobId, NodeId
-from coordinator import handback, job_results, node_registry, records, scheduler, submission
-from coordinator import node_records, node_reports
-from coordinator import api_keys, billing, capacity
-from coordinator.api_keys import Caller
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database
 from coordinator.errors import (
-    AlreadyDone, InvalidRequest, NoCapacityNow, NotFound, Unplaceable, UnknownModel,
+    AlreadyDone,
+    InvalidRequest,
+    NoCapacityNow,
+    NotFound,
+    UnknownModel,
+    Unplaceable,
 )
-from coordinator.live_fleet import LiveFleet
+from coordinator.jobs import handback, results, submission
+from coordinator.live.assignments import LiveAssignments
+from coordinator.live.chunks import LiveChunks, LiveReader
+from coordinator.live.notifier import Notifier, job_topic, node_topic
+from coordinator.model import (
+    ERROR_CANCELLED,
+    ERROR_NO_CAPACITY,
+    ERROR_STOP_SEQUENCE,
+    TERMINAL_STATUSES,
+    JobRecord,
+    JobStatus,
+    NodeRecord,
+    TokenChunk,
+)
+from coordinator.money import api_keys, billing
+from coordinator.money.api_keys import Caller
+from coordinator.nodes import registry, reports
 from coordinator.placement.candidates import JobRequest
 from coordinator.placement.decision import Placement
 from coordinator.placement.decision import Unplaceable as PlacementRefusal
 from coordinator.placement.planner import place
-from coordinator.live_assignments import LiveAssignments
-from coordinator.live_chunks import LiveChunks, LiveReader
-from coordinator.notifier import Notifier, job_topic, node_topic
-from coordinator.records import JobRecord, JobStatus, NodeRecord, TokenChunk
+from coordinator.scheduling import capacity, scheduler
+from coordinator.scheduling.live_fleet import LiveFleet
+from coordinator.storage import job_rows, node_rows
+from coordinator.storage.database import Database
 from coordinator.verification import outcomes as check_outcomes
 from coordinator.verification import store as check_store
 from coordinator.verification.replay_check import Replayer
@@ -56,9 +72,9 @@ class JobView:
 
 
 _END_REASONS = {  # why cancel_job ended a job, by its error code
-    records.ERROR_CANCELLED: "cancelled by the consumer",
-    records.ERROR_STOP_SEQUENCE: "stopped at a stop sequence",
-    records.ERROR_NO_CAPACITY: "no Mac could take it within the admission wait",
+    ERROR_CANCELLED: "cancelled by the consumer",
+    ERROR_STOP_SEQUENCE: "stopped at a stop sequence",
+    ERROR_NO_CAPACITY: "no Mac could take it within the admission wait",
 }
 
 
@@ -222,7 +238,7 @@ class CoordinatorService:
 
     def _own_job(self, session, job_id: str, caller: Caller | None) -> JobRecord:  # type: ignore[no-untyped-def]
         """The job, if the caller may see it: a consumer sees only its own jobs."""
-        job = records.job_by_id(session, job_id)
+        job = job_rows.job_by_id(session, job_id)
         if job is None or (caller is not None and job.consumer_id != caller.consumer_id):
             raise NotFound(f"job {job_id} does not exist")
         return job
@@ -234,16 +250,16 @@ class CoordinatorService:
     def _view(self, session, job: JobRecord | None) -> JobView:  # type: ignore[no-untyped-def]
         assert job is not None
         nodes = [node for node_id in job.node_ids
-                 if (node := records.node_by_id(session, node_id)) is not None]
-        chunks = records.token_chunks(session, job.job_id)
+                 if (node := node_rows.node_by_id(session, node_id)) is not None]
+        chunks = job_rows.token_chunks(session, job.job_id)
         text = "".join(chunk.text for chunk in chunks)
         signer = nodes[0].public_key if job.receipt_body is not None and nodes else b""
-        return JobView(job, records.queue_position(session, job),
+        return JobView(job, job_rows.queue_position(session, job),
                        tuple(n.hardware.chip for n in nodes), text, signer,
                        sum(len(chunk.token_ids) for chunk in chunks))
 
     def cancel_job(self, job_id: str, caller: Caller | None = None, *,
-                   code: str = records.ERROR_CANCELLED) -> JobView:
+                   code: str = ERROR_CANCELLED) -> JobView:
         """End the job now; the consumer is charged for the tokens it streamed, and no more.
 
         code says why: the consumer cancelled (or left), a stop sequence, or no Mac in time.
@@ -252,14 +268,14 @@ class CoordinatorService:
         error = _END_REASONS[code]
         with self.db.transaction() as session:
             job = self._own_job(session, job_id, caller)
-            if job.status in records.TERMINAL_STATUSES:
+            if job.status in TERMINAL_STATUSES:
                 raise AlreadyDone(f"job {job_id} is already {job.status.value}")
-            moved = records.transition_job(
+            moved = job_rows.transition_job(
                 session, job_id, frozenset({job.status}), status=JobStatus.FAILED,
                 error=error, error_code=code, finished_at_ms=now)
-            freed = records.release_assignments(session, job_id)
+            freed = job_rows.release_assignments(session, job_id)
             if moved:
-                billing.close_job(session, records.job_by_id(session, job_id), now)  # type: ignore[arg-type]
+                billing.close_job(session, job_rows.job_by_id(session, job_id), now)  # type: ignore[arg-type]
         self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
         self.run_scheduler()
         return self.get_job(job_id)
@@ -303,7 +319,7 @@ class CoordinatorService:
                         job = self._own_job(session, job_id, caller)
                         # Not token_chunks alone: after a mid-stream hand-back chunks may
                         # straddle next_index.
-                        chunks = node_records.chunks_for_reader(session, job_id, next_index,
+                        chunks = job_rows.chunks_for_reader(session, job_id, next_index,
                                                                 delivered_chars)
                 read_database = nothing_unread = False
                 for chunk in chunks:
@@ -311,7 +327,7 @@ class CoordinatorService:
                     delivered_chars += len(chunk.text)
                     yield chunk
                 assert job is not None
-                if job.status in records.TERMINAL_STATUSES:
+                if job.status in TERMINAL_STATUSES:
                     yield self.get_job(job_id, caller)
                     return
                 self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
@@ -341,9 +357,9 @@ class CoordinatorService:
 
     # --- nodes -------------------------------------------------------------
 
-    def register_node(self, registration: node_registry.Registration) -> tuple[NodeId, str]:
+    def register_node(self, registration: registry.Registration) -> tuple[NodeId, str]:
         with self.db.transaction() as session:
-            node_id, token = node_registry.register(session, registration, self.clock.now_ms())
+            node_id, token = registry.register(session, registration, self.clock.now_ms())
         self.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
                  registration.operator_id)
@@ -352,14 +368,14 @@ class CoordinatorService:
 
     def authenticate(self, token: str | None) -> NodeRecord:
         with self.db.read_transaction() as session:
-            return node_registry.authenticate(session, token)
+            return registry.authenticate(session, token)
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
-                  report: node_reports.HeartbeatReport | None = None) -> int:
+                  report: reports.HeartbeatReport | None = None) -> int:
         now = self.clock.now_ms()
         with self.db.transaction() as session:
-            node_reports.accept_heartbeat(
-                session, node, report or node_reports.HeartbeatReport(running_jobs), now)
+            reports.accept_heartbeat(
+                session, node, report or reports.HeartbeatReport(running_jobs), now)
         self.fleet.note_changed([node.node_id])
         self.run_scheduler()
         return now
@@ -367,7 +383,7 @@ class CoordinatorService:
     def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:
         """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
         with self.db.transaction() as session:
-            freed = node_reports.hand_back_job(session, node, job_id, reason, self.clock.now_ms())
+            freed = reports.hand_back_job(session, node, job_id, reason, self.clock.now_ms())
         self.fleet.note_changed([node.node_id, *freed])
         self.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
         self.run_scheduler()
@@ -375,19 +391,19 @@ class CoordinatorService:
     def leave(self, node: NodeRecord, reason: str) -> int:
         """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
         with self.db.transaction() as session:
-            touched = node_reports.leave(session, node, reason, self.clock.now_ms())
+            touched = reports.leave(session, node, reason, self.clock.now_ms())
         self.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
         self.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
         self.run_scheduler()
         return len(touched)
 
-    def pod_assignment(self, job: JobRecord) -> tuple[node_records.PodDeclaration, tuple[int, ...]] | None:
+    def pod_assignment(self, job: JobRecord) -> tuple[pods.PodDeclaration, tuple[int, ...]] | None:
         """For a pod job: the pod and each member's layers, in the pod's rank order."""
         if len(job.node_ids) < 2:
             return None
         with self.db.transaction() as session:
-            return node_records.pod_assignment(session, job)
+            return node_rows.pod_assignment(session, job)
 
     def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
         """Jobs assigned to the node and not yet started, each sent once per stream."""
@@ -400,7 +416,7 @@ class CoordinatorService:
                 for job in self._unsent(inbox.take(), sent):
                     yield job
                 with self.db.read_transaction() as session:
-                    jobs = records.active_jobs_for_node(session, node.node_id)
+                    jobs = job_rows.active_jobs_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
                 self.notifier.wait(topic, seen, self.config.stream_poll_interval_s)
@@ -419,7 +435,7 @@ class CoordinatorService:
         # Not durable: a chunk lost to a power cut is only charged for less, and every
         # transaction that moves money on its count (cancel, receipt) commits durably.
         with self.db.transaction(durable=False) as session:
-            stored = job_results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
+            stored = results.accept_tokens(session, node, job_id, chunk, self.clock.now_ms(),
                                                prompt_tokens)
         if stored:  # committed: the job's live readers may have it now
             if chunk.first_index == 0:
@@ -430,12 +446,12 @@ class CoordinatorService:
         return stored
 
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
-                       signature: bytes) -> job_results.AcceptedResult:
+                       signature: bytes) -> results.AcceptedResult:
         context = check_outcomes.CheckContext(
             self.config.trust, self._draws.random(),
             self.verifier.replayer.held_models() if self.verifier is not None else frozenset())
         with self.db.transaction() as session:
-            result = job_results.accept_receipt(session, node, job_id, body, signature,
+            result = results.accept_receipt(session, node, job_id, body, signature,
                                                 self.clock.now_ms(), context)
         self.fleet.note_changed([node.node_id])
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
@@ -485,7 +501,7 @@ class CoordinatorService:
     def accept_failure(self, node: NodeRecord, job_id: str, reason: str,
                        error_code: str | None = None) -> None:
         with self.db.transaction() as session:
-            job_results.accept_failure(session, node, job_id, reason, self.clock.now_ms(),
+            results.accept_failure(session, node, job_id, reason, self.clock.now_ms(),
                                        error_code)
         self.fleet.note_changed([node.node_id])
         log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
@@ -501,7 +517,7 @@ class CoordinatorService:
         # A read transaction first: on SQLite the pass's BEGIN takes the write lock, which
         # each node's heartbeat would otherwise hold for a pass over an empty queue.
         with self.db.read_transaction() as session:
-            if not records.any_queued(session):
+            if not job_rows.any_queued(session):
                 with self.fleet.current(session, now):
                     return scheduler.SchedulingPass((), ())
         with self.db.transaction() as session:
@@ -515,11 +531,11 @@ class CoordinatorService:
     def close_billing(self, job_id: str) -> bool:
         """Resolve one ended job's reservation now rather than at the next sweep."""
         with self.db.transaction() as session:
-            job = records.job_by_id(session, job_id)
+            job = job_rows.job_by_id(session, job_id)
             return job is not None and billing.close_job(session, job, self.clock.now_ms())
 
     def close_ended_billing(self) -> list[JobId]:
-        """Resolve the reservations of jobs that ended (see coordinator.billing)."""
+        """Resolve the reservations of jobs that ended (see coordinator.money.billing)."""
         with self.db.transaction() as session:
             return billing.close_ended_jobs(session, self.clock.now_ms())
 
@@ -537,8 +553,8 @@ class CoordinatorService:
         now = self.clock.now_ms()
         touched: list[str] = []
         with self.db.transaction() as session:
-            node_reports.prune_heartbeats_now_and_then(session, now)
-            for node in records.all_nodes(session):
+            reports.prune_heartbeats_now_and_then(session, now)
+            for node in node_rows.all_nodes(session):
                 if now - node.last_heartbeat_ms > self.config.node_offline_after_ms:
                     touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now)
         if touched:

@@ -2,7 +2,7 @@
 
 A signed heartbeat received at t proves the node was online over [t, t + heartbeat_credit_ms);
 availability is the share of the epoch those intervals cover, in basis points. The
-coordinator gathers the times (coordinator/epochs.py); the ledger only sees the result.
+coordinator gathers the times (coordinator/money/epochs.py); the ledger only sees the result.
 """
 
 from __future__ import annotations

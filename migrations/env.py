@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from coordinator.tables import metadata as coordinator_metadata
+from coordinator.storage.tables import metadata as coordinator_metadata
 from coordinator.verification.store import metadata as verification_metadata
 from coordinator.world.tables import metadata as world_metadata
 from ledger.tables import metadata as ledger_metadata

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.database import Database, default_sqlite_url
+from coordinator.storage.database import Database, default_sqlite_url
 from coordinator.verification import store
 from coordinator.verification.policy import TrustPolicy, check_rate, reputation
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState

@@ -25,7 +25,7 @@ DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 
 
 def _database_url(args: argparse.Namespace) -> str:
-    from coordinator.database import default_sqlite_url
+    from coordinator.storage.database import default_sqlite_url
 
     if args.database_url:
         return args.database_url
@@ -87,7 +87,7 @@ def _coordinator(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from coordinator.database import upgrade_schema
+    from coordinator.storage.database import upgrade_schema
 
     upgrade_schema(_database_url(args))
     return 0

@@ -81,8 +81,8 @@ def _show(result: DemoResult, names: dict[str, str], out) -> bool:  # type: igno
 
 
 def _show_balances(database_url: str, operators: list[str], out) -> None:  # type: ignore[no-untyped-def]
-    from coordinator.database import Database
     from contracts.ids import OperatorId
+    from coordinator.storage.database import Database
     from ledger.book import balance
     from ledger.jobs import operator_account_id
     from ledger.units import format_mlx

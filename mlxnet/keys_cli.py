@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.ids import ConsumerId
-from coordinator import api_keys
-from coordinator.api_keys import ApiKey, KeyLimits
-from coordinator.billing import consumer_balance
-from coordinator.database import Database, default_sqlite_url, upgrade_schema
 from coordinator.errors import CoordinatorError
+from coordinator.money import api_keys
+from coordinator.money.api_keys import ApiKey, KeyLimits
+from coordinator.money.billing import consumer_balance
+from coordinator.storage.database import Database, default_sqlite_url, upgrade_schema
 from ledger.jobs import deposit_for_consumer, open_consumer_account
 from ledger.model import ResultCode
 from ledger.units import format_mlx, parse_mlx

@@ -65,7 +65,7 @@ def _chain_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 
 def _database(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from coordinator.database import Database, default_sqlite_url
+    from coordinator.storage.database import Database, default_sqlite_url
 
     url = args.database_url or os.environ.get(DATABASE_URL_ENV) or default_sqlite_url(args.data_dir)
     return Database(url)
@@ -82,7 +82,7 @@ def _chain(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from coordinator.epochs import expected_credits
+    from coordinator.money.epochs import expected_credits
     from ledger.full_audit import audit
 
     db, chain = _database(args), _chain(args)
@@ -123,13 +123,13 @@ def _statement(args: argparse.Namespace) -> int:
 
 
 def _token_counts(session, statement) -> dict[str, tuple[int, int]]:  # type: ignore[no-untyped-def]
-    from coordinator import records
+    from coordinator.storage import job_rows
 
     counts = {}
     for line in statement.lines:
         job_id = line.transfer.job_id
         if job_id and job_id not in counts:
-            job = records.job_by_id(session, job_id)
+            job = job_rows.job_by_id(session, job_id)
             if job is not None:
                 counts[job_id] = (job.prompt_tokens, job.completion_tokens)
     return counts
@@ -204,7 +204,7 @@ def _verify_proof(args: argparse.Namespace) -> int:
 
 
 def _close_epoch(args: argparse.Namespace) -> int:
-    from coordinator.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
+    from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
 
     db, chain = _database(args), _chain(args)
     try:

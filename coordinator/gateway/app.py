@@ -18,20 +18,31 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from coordinator.api_keys import Caller
 from coordinator.errors import CoordinatorError, Unauthenticated, UnknownModel
 from coordinator.gateway import jobs as views
 from coordinator.gateway.bridge import Bridge
 from coordinator.gateway.completions import run_completion
 from coordinator.gateway.errors import (
-    JOB_ID_HEADER, JobError, on_coordinator_error, on_http_exception, on_job_error,
+    JOB_ID_HEADER,
+    JobError,
+    on_coordinator_error,
+    on_http_exception,
+    on_job_error,
     on_validation_error,
 )
 from coordinator.gateway.requests import chat_submission, completion_submission
 from coordinator.gateway.schemas import (
-    ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest, ErrorResponse, JobOut,
-    ModelList, ModelOut, ReceiptOut,
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    ErrorResponse,
+    JobOut,
+    ModelList,
+    ModelOut,
+    ReceiptOut,
 )
+from coordinator.money.api_keys import Caller
 from coordinator.service import JobView
 from coordinator.world import mount_world
 

@@ -18,9 +18,9 @@ from typing import TypeVar
 
 import anyio
 
-from coordinator.api_keys import Caller
 from coordinator.errors import AlreadyDone, CoordinatorError, NoCapacityNow, NotFound
-from coordinator.records import ERROR_CANCELLED, TokenChunk
+from coordinator.model import ERROR_CANCELLED, TokenChunk
+from coordinator.money.api_keys import Caller
 from coordinator.service import CoordinatorService, JobView, Watch
 
 log = logging.getLogger(__name__)

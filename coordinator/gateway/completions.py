@@ -20,20 +20,31 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from contracts import hop_trace
-from coordinator.api_keys import Caller
 from coordinator.errors import JobFailed, NoCapacityNow, PromptTooLong
 from coordinator.gateway.bridge import Bridge, JobEvents
 from coordinator.gateway.errors import JOB_ID_HEADER, JobError, body_for
 from coordinator.gateway.render import (
-    DONE_EVENT, StreamRenderer, ended_well, final_body, finish_reason, job_usage, sse,
+    DONE_EVENT,
+    StreamRenderer,
+    ended_well,
+    final_body,
+    finish_reason,
+    job_usage,
+    sse,
 )
 from coordinator.gateway.requests import ResponsePlan
-from coordinator.stops import StopScanner
-from coordinator.records import (
-    ERROR_NO_CAPACITY, ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk,
+from coordinator.jobs.stops import StopScanner
+from coordinator.jobs.submission import Submission
+from coordinator.model import (
+    ERROR_NO_CAPACITY,
+    ERROR_PROMPT_TOO_LONG,
+    ERROR_STOP_SEQUENCE,
+    JobRecord,
+    JobStatus,
+    TokenChunk,
 )
+from coordinator.money.api_keys import Caller
 from coordinator.service import CoordinatorService, JobView, Watch
-from coordinator.submission import Submission
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

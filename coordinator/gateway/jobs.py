@@ -7,10 +7,10 @@ import dataclasses
 import json
 
 from contracts.receipts import ReceiptFormatError, decode_receipt
-from coordinator.billing import JobCost
-from coordinator.capacity import ModelCapacity
 from coordinator.errors import NotFound
 from coordinator.gateway.render import ended_well, finish_reason, job_usage
+from coordinator.money.billing import JobCost
+from coordinator.scheduling.capacity import ModelCapacity
 from coordinator.service import JobView
 from ledger.units import BASE_UNITS_PER_MLX
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from contracts.logprobs import TokenLogprob
 from coordinator.gateway.requests import ResponsePlan
-from coordinator.stops import cut_at_stop
-from coordinator.records import ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk
+from coordinator.jobs.stops import cut_at_stop
+from coordinator.model import ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk
 
 DONE_EVENT = "data: [DONE]\n\n"
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from contracts.chat import ChatMessage
-from coordinator.api_keys import Caller
 from coordinator.errors import InvalidRequest
 from coordinator.gateway.schemas import ChatCompletionRequest, ChatMessageIn, CompletionRequest, Stop
-from coordinator.submission import SEED_MAX, Submission
+from coordinator.jobs.submission import SEED_MAX, Submission
+from coordinator.money.api_keys import Caller
 
 # OpenAI's defaults for sampling when a request leaves them out.
 TEMPERATURE_DEFAULT = 1.0

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.chat import MESSAGES_MAX
 from contracts.logprobs import TOP_LOGPROBS_MAX
 from coordinator.config import CoordinatorConfig
-from coordinator.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
+from coordinator.jobs.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
 
 MODEL_CHARS_MAX = 512
 JSON_SAFE_INT_MAX = 2**53 - 1  # seeds above this lose digits in many JSON clients

@@ -9,7 +9,7 @@ from coordinator.placement.decision import Placement
 from coordinator.placement.explain import Explanation, RankedCandidate
 from coordinator.placement.natives import new_tuple
 from coordinator.placement.pods import fit_pod
-from coordinator.placement.search import Scored
+from coordinator.placement.scored import Scored
 from coordinator.placement.speed import prefill_tokens_per_s, tensor_speedup, time_to_first_token_s
 from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import MAC, POD, SINGLE, TENSOR

@@ -22,6 +22,7 @@ COMPILED_MODULES = (
     "coordinator.placement.planner",
     "coordinator.placement.pod_search",
     "coordinator.placement.pods",
+    "coordinator.placement.scored",
     "coordinator.placement.scoring",
     "coordinator.placement.search",
     "coordinator.placement.speed",

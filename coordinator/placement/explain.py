@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from contracts.ids import JobId
 from coordinator.placement.filters import FilterReason
 from coordinator.placement.memory import MemoryEstimate
+from coordinator.placement.scored import Scored
 from coordinator.placement.scoring import ScoreName, named_scores, price_score_against
 from coordinator.placement.vocabulary import CandidateKind, Strategy
 
-if TYPE_CHECKING:  # search imports the index, which imports decision, which imports this
-    from coordinator.placement.search import Scored
 
 GB = 1e9
 

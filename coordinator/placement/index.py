@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from contracts.ids import NodeId
 from coordinator.placement.candidates import FleetSnapshot, MacCandidate, PodCandidate
@@ -30,9 +30,6 @@ from coordinator.placement.natives import bisect_left, bisect_right, insort
 from coordinator.placement.pods import PodTopology, pod_topology
 from coordinator.placement.scoring import STATIC_SCORE_BITS, STATIC_SCORE_SCALE, static_score_quantum
 from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, step_bandwidth_bytes_per_s
-
-if TYPE_CHECKING:
-    from coordinator.placement.planner import IndexView
 
 POSITION_BITS: Final = 20
 POSITION_MASK: Final = (1 << POSITION_BITS) - 1
@@ -258,7 +255,6 @@ class FleetIndex:
         self._topologies: dict[PodTopology, PodTopology] = {}
         self.mac_count = 0
         self.pod_count = 0
-        self.view: IndexView | None = None  # the planner's view of this index, made once by the planner
 
     @classmethod
     def build(cls, snapshot: FleetSnapshot, config: PlacementConfig = PlacementConfig()) -> FleetIndex:

@@ -109,11 +109,7 @@ def place(job: JobRequest, fleet: FleetSnapshot | FleetIndex,
 
 
 def _view_of(index: FleetIndex) -> IndexView:
-    """The index's view, made once: decisions are asked of the same index many times."""
-    view = index.view
-    if view is None:
-        view = index.view = IndexView(index)
-    return view
+    return IndexView(index)  # one small object a decision: cheaper than the index knowing the planner
 
 
 def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placement | Unplaceable:

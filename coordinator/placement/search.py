@@ -28,22 +28,10 @@ from coordinator.placement.index import (
     FREE_SHIFT, MAX_POSITIONS, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
 )
 from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
+from coordinator.placement.scored import Scored
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.terms import JobTerms
-from coordinator.placement.vocabulary import SINGLE, Strategy
-
-
-class Scored(NamedTuple):
-    """One scored candidate; a named tuple, as the scan's plain tuples become these (cheaply) at the end."""
-
-    total: float
-    position: int  # in the index's Mac or pod slots
-    free_bytes: int  # a Mac's free memory, or a pod's summed free memory
-    fit: float
-    speed: float
-    warm: bool
-    decode_tokens_per_s: float
-    strategy: Strategy = Strategy.SINGLE
+from coordinator.placement.vocabulary import SINGLE
 
 
 class SearchResult(NamedTuple):

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, job_id_for_request
-from coordinator import api_keys, records
-from coordinator.records import JobRecord, JobStatus, NodeRecord
+from coordinator.model import JobRecord, JobStatus, NodeRecord
+from coordinator.money import api_keys
+from coordinator.storage import job_rows
 from coordinator.verification import store
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.policy import TrustPolicy, check_rate, is_quarantined, should_check
@@ -121,7 +122,7 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
 
 def _refund_key_spend(session: Session, job_id: str) -> None:
     """The consumer was refunded in the ledger; its API key's spend forgets the charge too."""
-    job = records.job_by_id(session, job_id)
+    job = job_rows.job_by_id(session, job_id)
     charge = get_transfer(session, job_transfer_id(job_id, JobStep.POST))
     if job is not None and job.api_key_id and job.billing_closed_at_ms is not None and charge:
         api_keys.refund_spend(session, job.api_key_id, charge.amount)
@@ -129,7 +130,7 @@ def _refund_key_spend(session: Session, job_id: str) -> None:
 
 def _queue_rerun(session: Session, job_id: str, now_ms: int) -> str | None:
     """The same job again, queued for another node; the network pays for it, not the consumer."""
-    job = records.job_by_id(session, job_id)
+    job = job_rows.job_by_id(session, job_id)
     if job is None:
         return None
     rerun_id = job_id_for_request(job.consumer_id, f"rerun:{job_id}")
@@ -139,7 +140,7 @@ def _queue_rerun(session: Session, job_id: str, now_ms: int) -> str | None:
         completion_tokens=0, receipt_body=None, receipt_signature=None, receipt_verified=False,
         credited_base_units=0, error=None, assigned_at_ms=None, started_at_ms=None,
         finished_at_ms=None, node_ids=())
-    records.insert_job(session, rerun)
+    job_rows.insert_job(session, rerun)
     return rerun_id
 
 

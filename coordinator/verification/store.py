@@ -1,6 +1,6 @@
 """Check records and node trust: the SQL edge of verification (tables from 0007_verification).
 
-Like coordinator.records, everything takes the caller's session and never commits.
+Like coordinator.storage.job_rows, everything takes the caller's session and never commits.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def node_trust_of(session: Session, node_id: str, *, for_update: bool = False) -
     return NodeTrust(node_id, TrustRecord()) if row is None else _trust_from_row(row)
 
 
-_ALL_TRUST = select(node_trust)  # built once: every submit reads it (see coordinator.records)
+_ALL_TRUST = select(node_trust)  # built once: every submit reads it (see coordinator.storage.job_rows)
 
 
 def all_node_trust(session: Session) -> dict[str, NodeTrust]:

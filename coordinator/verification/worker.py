@@ -13,9 +13,9 @@ import logging
 from dataclasses import dataclass
 
 from contracts.receipts import ReceiptFormatError, decode_receipt
-from coordinator import records
 from coordinator.clock import Clock
-from coordinator.database import Database
+from coordinator.storage import job_rows
+from coordinator.storage.database import Database
 from coordinator.verification import outcomes, store
 from coordinator.verification.outcomes import VerdictOutcome
 from coordinator.verification.policy import TrustPolicy
@@ -45,9 +45,9 @@ class VerifierWorker:
         with self.db.transaction() as session:
             found = []
             for check in store.waiting_checks(session, CHECKS_PER_PASS_MAX):
-                job = records.job_by_id(session, check.job_id)
+                job = job_rows.job_by_id(session, check.job_id)
                 assert job is not None and job.receipt_body is not None, "checks open on completed jobs"
-                streamed = tuple(t for c in records.token_chunks(session, job.job_id) for t in c.token_ids)
+                streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
                 found.append(_Pending(job.job_id, job.prompt, streamed, job.receipt_body))
             return found
 

@@ -8,10 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from contracts.receipts import ReceiptFormatError, decode_receipt
-from coordinator import records
 from coordinator.errors import InvalidRequest, NotFound
-from coordinator.records import JobRecord
-from coordinator.tables import job_assignments, nodes
+from coordinator.model import JobRecord
+from coordinator.storage import job_rows
+from coordinator.storage.tables import job_assignments, nodes
 from coordinator.verification import store as check_store
 from coordinator.world.earnings import CheckFacts, JobPay, job_pay
 from coordinator.world.public_job import PlacedNode, public_job
@@ -70,7 +70,7 @@ def _candidate_ids(job: JobRecord) -> list[str]:
 def job_json(session: Session, job_id: str) -> dict[str, object]:
     """The public JSON of one job; NotFound for an unknown id."""
     check_job_id(job_id)
-    job = records.job_by_id(session, job_id)
+    job = job_rows.job_by_id(session, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist; check the id")
     signer = signer_node_id(job)

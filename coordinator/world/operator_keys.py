@@ -17,7 +17,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from coordinator.errors import InvalidRequest, NotFound, PermissionDenied, Unauthenticated
-from coordinator.tables import nodes
+from coordinator.storage.tables import nodes
 from coordinator.world.fleet import REGION_CHARS_MAX
 from coordinator.world.tables import node_regions, operator_keys
 from ledger.rules import valid_id

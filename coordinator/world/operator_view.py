@@ -11,9 +11,14 @@ from dataclasses import dataclass
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
-from coordinator.tables import job_assignments, jobs, nodes
+from coordinator.storage.tables import job_assignments, jobs, nodes
 from coordinator.world.earnings import (
-    ChainRoot, JobPay, earnings_json, epoch_earnings, job_pay, money,
+    ChainRoot,
+    JobPay,
+    earnings_json,
+    epoch_earnings,
+    job_pay,
+    money,
 )
 from coordinator.world.job_lookup import check_of
 from coordinator.world.queries import Liveness, display_names, node_rows

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contracts.receipts import Receipt, ReceiptFormatError, decode_receipt
-from coordinator.records import JobRecord
+from coordinator.model import JobRecord
 from coordinator.world.earnings import CheckFacts, JobPay, money
 
 # Failure texts the coordinator writes itself; anything else came from a node.

@@ -16,11 +16,17 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from contracts.hardware import LinkKind
-from coordinator.tables import job_assignments, jobs, nodes, pods
+from coordinator.storage.tables import job_assignments, jobs, nodes, pods
 from coordinator.verification.policy import TrustPolicy, TrustRecord, is_quarantined, reputation
 from coordinator.verification.store import node_trust
 from coordinator.world.fleet import (
-    FleetQuery, FleetSort, NodeFacts, NodeStats, NodeStatus, PodLinkFacts, fleet_row,
+    FleetQuery,
+    FleetSort,
+    NodeFacts,
+    NodeStats,
+    NodeStatus,
+    PodLinkFacts,
+    fleet_row,
 )
 from coordinator.world.tables import node_regions
 from coordinator.world.totals import RATE_WINDOW_MS, Candidate, Totals, largest_candidate

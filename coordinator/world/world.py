@@ -53,7 +53,7 @@ class ChainFromEnvironment:
     def _connected(self) -> EpochRootReader:
         with self._lock:
             if self._chain is None:
-                from coordinator.epochs import payout_chain_from_environment  # web3 loads only now
+                from coordinator.money.epochs import payout_chain_from_environment
 
                 self._chain = payout_chain_from_environment()
             return self._chain
@@ -72,7 +72,7 @@ class ChainFromEnvironment:
 
 def chain_reader_from_environment() -> EpochRootReader | None:
     """A reader of the real payout chain when one is configured; else None (roots come from anchors)."""
-    from coordinator.epochs import RPC_URL_ENV
+    from coordinator.money.epochs import RPC_URL_ENV
 
     return ChainFromEnvironment() if os.environ.get(RPC_URL_ENV) else None
 

@@ -1,7 +1,7 @@
 """In-process proof harness: honest and cheating nodes against the coordinator's own checks.
 
 A job here goes through exactly what the coordinator runs on a real one: the
-door (`coordinator.receipt_check.check_receipt`, against the job as recorded and
+door (`coordinator.jobs.receipt_check.check_receipt`, against the job as recorded and
 the assigned node's registered key) and then the replay check
 (`coordinator.verification.replay_check.check_by_replay` on an MLX
 `LocalReplayer` holding the real model). Only the network between them is left
@@ -23,7 +23,7 @@ from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk,
 from contracts.ids import node_id_from_public_key
 from contracts.models import ModelSpec
 from contracts.receipts import Receipt, encode_receipt, output_digest
-from coordinator.receipt_check import ExpectedJob, check_receipt
+from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.replay_check import check_by_replay
 from coordinator.verification.tolerances import DEFAULT_TOLERANCES, Tolerances

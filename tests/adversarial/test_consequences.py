@@ -12,9 +12,10 @@ import pytest
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import OperatorId
 from contracts.receipts import encode_receipt
-from coordinator import billing, records
 from coordinator.config import CoordinatorConfig
+from coordinator.money import billing
 from coordinator.server import RunningCoordinator, start
+from coordinator.storage import job_rows
 from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
 from ledger.jobs import operator_account_id
@@ -86,7 +87,7 @@ def _posted(coordinator: RunningCoordinator, operator: str) -> int:
 
 def _credit_state(coordinator: RunningCoordinator, job_id: str) -> str:
     with coordinator.service.db.transaction() as session:
-        job = records.job_by_id(session, job_id)
+        job = job_rows.job_by_id(session, job_id)
         assert job is not None
         return billing.job_cost(session, job).operator_credit_state
 

@@ -44,7 +44,7 @@ PATH = ("request", "submit", "key admitted", "placed", "balance reserved", "comm
 @pytest.mark.parametrize("database", ["sqlite"])
 def test_every_process_traces_its_hops_of_a_real_request(tmp_path: Path, tiny_model_dir: Path, database: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.gateway.conftest import MODEL_ID, gateway_network
+    from tests.coordinator.gateway.conftest import MODEL_ID, gateway_network
 
     trace = tmp_path / "hops.trace"
     monkeypatch.setenv(hop_trace.ENVIRONMENT_VARIABLE, str(trace))  # the processes inherit it

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from coordinator.database import Database, upgrade_schema
+from coordinator.storage.database import Database, upgrade_schema
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import new_job_id
 from contracts.models import ModelSpec
 from contracts.signing import register_challenge
-from coordinator import records
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
 from coordinator.errors import InvalidRequest, NotFound, Unplaceable
-from coordinator.node_registry import Registration
-from coordinator.records import JobStatus, TokenChunk
+from coordinator.jobs.submission import Submission
+from coordinator.model import JobRecord, JobStatus, TokenChunk
+from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
-from coordinator.submission import Submission
+from coordinator.storage import job_rows, node_rows
+from coordinator.storage.database import Database, upgrade_schema
 from node_agent.identity import Identity, load_or_create_identity
 
 GIB = 1 << 30
@@ -67,7 +67,7 @@ def _submission(model: str = "small", **changes: object) -> Submission:
 
 def _job_count(service: CoordinatorService) -> int:
     with service.db.transaction() as session:
-        return len(records.queued_jobs(session, 1000))
+        return len(job_rows.queued_jobs(session, 1000))
 
 
 @pytest.mark.parametrize(("changes", "needle"), [
@@ -114,7 +114,7 @@ def test_restarted_node_gets_untouched_jobs_back_and_streamed_ones_fail(
     again = service.get_job(job.job_id).job
     assert again.status is JobStatus.ASSIGNED and again.attempt == 2  # placed again
     with service.db.transaction() as session:
-        node = records.node_by_id(session, node_id)
+        node = node_rows.node_by_id(session, node_id)
     assert node is not None
     service.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2), "ab"))
     _register(service, identity, (SMALL,))
@@ -142,14 +142,14 @@ def test_retried_request_id_returns_the_first_job(service: CoordinatorService, t
 
 def test_a_job_stored_without_a_savepoint_is_still_found_as_a_duplicate(
         service: CoordinatorService) -> None:
-    job = records.JobRecord(job_id=new_job_id(), consumer_id="c", request_id=None, model_id="small",
+    job = JobRecord(job_id=new_job_id(), consumer_id="c", request_id=None, model_id="small",
                             prompt="Hi", max_tokens=8, temperature=0.0, top_p=1.0, seed=0,
                             min_decode_tokens_per_s=0.0, context_tokens=10,
                             status=JobStatus.QUEUED, created_at_ms=0)
     with service.db.transaction() as session:
-        assert records.insert_job(session, job, id_is_new=True)
-        assert not records.insert_job(session, job)  # the guarded insert answers, and rolls back
-        assert records.job_by_id(session, job.job_id) == job  # only its own savepoint
+        assert job_rows.insert_job(session, job, id_is_new=True)
+        assert not job_rows.insert_job(session, job)  # the guarded insert answers, and rolls back
+        assert job_rows.job_by_id(session, job.job_id) == job  # only its own savepoint
 
 
 def test_a_job_placed_at_submit_is_answered_as_stored(service: CoordinatorService,

@@ -10,7 +10,7 @@ import pytest
 from mlx_lm import load, stream_generate
 
 from contracts.ids import OperatorId
-from coordinator.database import Database
+from coordinator.storage.database import Database
 from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
 from ledger.jobs import operator_account_id

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from mlx_lm import load, stream_generate
 
-from coordinator import records
-from coordinator.database import Database
+from coordinator.storage import node_rows
+from coordinator.storage.database import Database
 from mlxnet.cli import main
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.processes import Child, spawn_node, start_coordinator, wait_until_registered
-from node_agent.lending.config import LendingConfig, NodeConfig, BenchmarkConfig, save_config
+from node_agent.lending.config import BenchmarkConfig, LendingConfig, NodeConfig, save_config
 from node_agent.status_file import read_status
 from protos.mlxnet.v1 import job_pb2
 from tests.conftest import fresh_postgres_database
@@ -115,11 +115,11 @@ def test_a_returning_owner_hands_the_job_back_and_it_completes_elsewhere(
     db = Database(net.database_url)
     try:
         with db.transaction() as session:
-            first_node = records.node_by_id(session, first_id)
+            first_node = node_rows.node_by_id(session, first_id)
             assert first_node is not None and first_node.lending.owner_active
             # Signed heartbeats were stored for both nodes while they ran.
-            assert records.heartbeat_times(session, first_id, 0, 2**62)
-            assert records.heartbeat_times(session, second_id, 0, 2**62)
+            assert node_rows.heartbeat_times(session, first_id, 0, 2**62)
+            assert node_rows.heartbeat_times(session, second_id, 0, 2**62)
     finally:
         db.dispose()
 
@@ -136,7 +136,7 @@ def test_node_leave_drains_deregisters_and_stops_the_agent(
     db = Database(net.database_url)
     try:
         with db.transaction() as session:
-            node = records.node_by_id(session, child.extra["node_id"])
+            node = node_rows.node_by_id(session, child.extra["node_id"])
             assert node is not None and node.left_at_ms is not None
             assert not node.lending.accepting_jobs and node.lending.reason == "leaving the network"
     finally:

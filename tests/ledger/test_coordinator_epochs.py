@@ -1,4 +1,4 @@
-"""coordinator/epochs.py over a migrated coordinator database: Ultra-seat availability from signed
+"""coordinator/money/epochs.py over a migrated coordinator database: Ultra-seat availability from signed
 heartbeats, closing the due epoch, anchoring it, and the `mlxnet ledger` commands."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
-from coordinator import records
-from coordinator.database import Database, upgrade_schema
-from coordinator.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
-from coordinator.records import NodeRecord
+from coordinator.model import NodeRecord
+from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
+from coordinator.storage import node_rows
+from coordinator.storage.database import Database, upgrade_schema
 from ledger import epoch_store, epochs, jobs
 from ledger.anchor import PayoutChain
 from ledger.policy import price_job
@@ -32,10 +32,10 @@ def add_seat(db: Database, heartbeat_every_ms: int) -> None:
     node = NodeRecord(ULTRA, b"k" * 32, OperatorId("carol"), "studio", simulated_profile("m3-ultra-512"), (), 1,
                       START_MS, START_MS, lending)
     with db.transaction() as session:
-        records.save_node(session, node, "0" * 64)
+        node_rows.save_node(session, node, "0" * 64)
         for sent_ms in range(START_MS, START_MS + LENGTH_S * 1_000, heartbeat_every_ms):
             beat = Heartbeat(ULTRA, sent_ms, 0, lending)
-            assert records.insert_signed_heartbeat(session, beat, sent_ms, b"s" * 64)
+            assert node_rows.insert_signed_heartbeat(session, beat, sent_ms, b"s" * 64)
         price = price_job(8 * 10**9, 100, 100)
         assert jobs.credit_operator_for_job(session, JobId("job-c"), OperatorId("carol"), price,
                                             now_us=START_MS * 1_000 + 5).ok

@@ -16,21 +16,25 @@ from contracts.ids import JobId, OperatorId
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from contracts.signing import register_challenge
-from coordinator import api_keys, records
-from coordinator.api_keys import Caller, KeyLimits
 from coordinator.config import CoordinatorConfig
-from coordinator.database import Database, upgrade_schema
-from coordinator.node_registry import Registration
-from coordinator.records import JobStatus, TokenChunk
+from coordinator.jobs.submission import Submission
+from coordinator.model import JobStatus, TokenChunk
+from coordinator.money import api_keys
+from coordinator.money.api_keys import Caller, KeyLimits
+from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
-from coordinator.submission import Submission
+from coordinator.storage import job_rows, node_rows
+from coordinator.storage.database import Database, upgrade_schema
 from coordinator.verification import outcomes
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.policy import TrustPolicy
 from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
 from ledger.jobs import (
-    consumer_account_id, deposit_for_consumer, open_consumer_account, operator_account_id,
+    consumer_account_id,
+    deposit_for_consumer,
+    open_consumer_account,
+    operator_account_id,
 )
 from node_agent.identity import Identity, load_or_create_identity
 from tests.proof_helpers import well_formed_commitment
@@ -99,8 +103,8 @@ def _complete(service: CoordinatorService, identity: Identity, draw: float,
                                         api_key_id=caller.key.key_id if caller and caller.key else None),
                              caller).job
     with service.db.transaction() as session:
-        node = records.node_by_id(session, identity.node_id)
-        assert node is not None and records.job_by_id(session, job.job_id).node_ids == (node.node_id,)  # type: ignore[union-attr]
+        node = node_rows.node_by_id(session, identity.node_id)
+        assert node is not None and job_rows.job_by_id(session, job.job_id).node_ids == (node.node_id,)  # type: ignore[union-attr]
     tokens = (5, 6, 7)
     service.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "abc"), prompt_tokens=2)
     now = service.clock.now_ms()
@@ -170,7 +174,7 @@ def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: Coordin
     service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
     assert service.release_due_credits() == []  # a waiting audit is never released unchecked
     with service.db.transaction() as session:
-        rerun = records.job_by_id(session, check.rerun_job_id)  # type: ignore[arg-type]
+        rerun = job_rows.job_by_id(session, check.rerun_job_id)  # type: ignore[arg-type]
     assert rerun is not None and rerun.prompt == "Hello" and rerun.reserved_base_units == 0
     assert _posted(service, "mallory") == 0
 
@@ -190,7 +194,7 @@ def test_repeat_offenders_are_quarantined_and_never_placed(service: CoordinatorS
     _register(service, alice, "alice")
     service.run_scheduler()
     with service.db.transaction() as session:
-        placed = [records.job_by_id(session, c.rerun_job_id) for c in history]  # type: ignore[arg-type]
+        placed = [job_rows.job_by_id(session, c.rerun_job_id) for c in history]  # type: ignore[arg-type]
     assert all(job is not None and job.status is JobStatus.ASSIGNED and job.node_ids == (alice.node_id,)
                for job in placed)
 

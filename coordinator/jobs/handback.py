@@ -1,0 +1,31 @@
+"""Handing a job back when its node goes away.
+
+Before its first token a job goes back to the queue and is placed again; the
+consumer never sees the failure. After tokens were streamed it fails with a
+clear error instead, since a second run would show the consumer other text.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import JobId
+from coordinator.model import ACTIVE_STATUSES, JobStatus
+from coordinator.storage import job_rows
+
+
+def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int) -> list[JobId]:
+    """Release every active job of a node; returns the jobs touched."""
+    touched = []
+    for job in job_rows.active_jobs_for_node(session, node_id):
+        job_rows.release_assignments(session, job.job_id)
+        if job_rows.token_count(session, job.job_id) == 0:
+            job_rows.transition_job(session, job.job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,
+                                   assigned_at_ms=None, started_at_ms=None)
+        else:
+            job_rows.transition_job(
+                session, job.job_id, ACTIVE_STATUSES, status=JobStatus.FAILED,
+                error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job",
+                finished_at_ms=now_ms)
+        touched.append(job.job_id)
+    return touched

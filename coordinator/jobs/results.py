@@ -1,0 +1,151 @@
+"""What nodes report about their jobs: streamed tokens, receipts and failures.
+
+Nothing is credited until the receipt verifies against the job as recorded:
+the signer, the model and its weights, the prompt, the sampling, the very tokens
+the node streamed and the shape of its proof. Even then the operator's credit is
+only held: it is posted when a replay check passes or the check window closes,
+and voided (the consumer refunded) when a check fails (coordinator.verification).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from contracts.ids import JobId
+from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
+from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
+from coordinator.model import ACTIVE_STATUSES, TERMINAL_STATUSES, JobRecord, JobStatus, NodeRecord, TokenChunk
+from coordinator.money import billing
+from coordinator.storage import job_rows
+from coordinator.verification import outcomes
+from coordinator.verification.outcomes import CheckContext
+from coordinator.verification.store import CheckStatus
+from ledger import jobs as ledger_jobs
+
+TOKENS_PER_CHUNK_MAX = 4_096
+
+
+def _refuse_unless_active(job_id: str, node: NodeRecord, status: JobStatus | None, assigned: bool) -> None:
+    """A node reports on a job only while the job is assigned to it and still running."""
+    if status is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if not assigned:
+        raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
+    if status in TERMINAL_STATUSES:
+        raise AlreadyDone(f"job {job_id} is already {status.value}; its result is recorded")
+    if status not in ACTIVE_STATUSES:
+        raise PermissionDenied(f"job {job_id} was handed back and is {status.value}")
+
+
+def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecord:
+    # Locked before the ledger is touched, in the order cancel_job takes them.
+    job = job_rows.job_by_id(session, job_id, for_update=True)
+    _refuse_unless_active(job_id, node, job.status if job else None,
+                          job is not None and node.node_id in job.node_ids)
+    assert job is not None
+    return job
+
+
+def _check_streaming(job: job_rows.StreamingJob | None, node: NodeRecord,
+                     job_id: str) -> job_rows.StreamingJob:
+    """As _own_active_job, over the narrow read the token path makes for every chunk."""
+    _refuse_unless_active(job_id, node, job.status if job else None,
+                          job is not None and job.assigned_to_node)
+    assert job is not None
+    return job
+
+
+def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
+                  now_ms: int, prompt_tokens: int = 0) -> bool:
+    """Store a chunk of a running job; False when it was a harmless re-send.
+
+    prompt_tokens comes with the first chunk, so a job cut off later can still be
+    charged for its prompt (coordinator.money.billing). This runs for every chunk a node
+    streams, so it reads only what it checks.
+    """
+    if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
+        raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
+                             f"{TOKENS_PER_CHUNK_MAX} token ids")
+    # Locked: a cancel that ends the job counts every stored token.
+    job = _check_streaming(job_rows.lock_streaming_job(session, job_id, node.node_id), node, job_id)
+    expected_index = job_rows.token_count(session, job_id)
+    if chunk.first_index > expected_index:
+        raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "
+                             f"has {expected_index} tokens; send chunks in order")
+    if chunk.first_index + len(chunk.token_ids) > job.max_tokens:
+        raise InvalidRequest(f"job {job_id} allows at most {job.max_tokens} tokens")
+    if chunk.logprobs and len(chunk.logprobs) != len(chunk.token_ids):
+        raise InvalidRequest("a token chunk carries one logprob entry per token id, or none")
+    if job.status is JobStatus.ASSIGNED:
+        job_rows.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
+                               status=JobStatus.RUNNING, started_at_ms=now_ms,
+                               prompt_tokens=max(0, prompt_tokens))
+    if chunk.first_index == expected_index:  # chunks are contiguous: none starts at the end
+        job_rows.insert_chunk(session, job_id, chunk)
+        return True
+    if not job_rows.has_chunk_at(session, job_id, chunk.first_index):
+        raise InvalidRequest(f"token chunk at {chunk.first_index} overlaps stored tokens of job "
+                             f"{job_id}; re-send chunks with their original boundaries")
+    return False
+
+
+@dataclass(frozen=True)
+class AcceptedResult:
+    job_id: JobId
+    credited_base_units: int  # held for the operator until the check passes or its window closes
+    check_status: CheckStatus = CheckStatus.UNCHECKED
+
+
+def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
+                   signature: bytes, now_ms: int, context: CheckContext) -> AcceptedResult:
+    """Verify the receipt, complete the job, hold the operator's credit and open its check,
+    all in the caller's transaction."""
+    job = _own_active_job(session, node, job_id)
+    spec = node.model(job.model_id)
+    if spec is None:
+        raise PermissionDenied(f"node {node.node_id} does not serve {job.model_id}")
+    streamed = tuple(t for c in job_rows.token_chunks(session, job_id) for t in c.token_ids)
+    expected = ExpectedJob(
+        job_id=job.job_id, node_id=node.node_id, model_id=job.model_id,
+        weights_digest=spec.weights_digest, prompt=job.prompt, temperature=job.temperature,
+        top_p=job.top_p, seed=job.seed, max_tokens=job.max_tokens, streamed_token_ids=streamed)
+    verdict = check_receipt(body, signature, node.public_key, expected)
+    if not verdict.signature_ok:
+        raise PermissionDenied(f"receipt for job {job_id} is not signed by node {node.node_id}'s key")
+    if verdict.problems:
+        raise InvalidRequest(f"receipt for job {job_id} rejected: " + "; ".join(verdict.problems))
+    assert verdict.receipt is not None
+    price = billing.chargeable_price(job, spec, verdict.receipt.prompt_tokens,
+                                     verdict.receipt.completion_tokens)
+    payment = ledger_jobs.complete_job(session, job.job_id, billing.paying_consumer(job),
+                                       node.operator_id, price,
+                                       hold_s=context.policy.check_window_s)
+    # The job moved out of its active state in this same transaction, so a
+    # second completion for it cannot be attempted; anything but ok is a ledger fault.
+    assert payment.ok, f"ledger refused to complete {job_id}: {payment.failure}"
+    moved = job_rows.transition_job(
+        session, job_id, ACTIVE_STATUSES, status=JobStatus.COMPLETED,
+        prompt_tokens=verdict.receipt.prompt_tokens,
+        completion_tokens=verdict.receipt.completion_tokens, receipt_body=body,
+        receipt_signature=signature, receipt_verified=True,
+        credited_base_units=price.operator_credit, finished_at_ms=now_ms)
+    assert moved, "the job was checked active under this transaction"
+    job_rows.release_assignments(session, job_id)
+    completed = job_rows.job_by_id(session, job_id)
+    assert completed is not None
+    billing.close_job(session, completed, now_ms)
+    check = outcomes.open_check(session, completed, node, spec.weights_digest,
+                                price.operator_credit, context, now_ms)
+    return AcceptedResult(job.job_id, price.operator_credit, check.status)
+
+
+def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,
+                   now_ms: int, error_code: str | None = None) -> None:
+    """The node could not run the job: it fails with the node's reason, nothing is charged."""
+    _own_active_job(session, node, job_id)
+    job_rows.transition_job(session, job_id, ACTIVE_STATUSES, status=JobStatus.FAILED,
+                           error=f"node {node.node_id}: {reason[:1000]}", finished_at_ms=now_ms,
+                           error_code=error_code)
+    job_rows.release_assignments(session, job_id)

@@ -1,0 +1,1 @@
+"""In-process hand-offs after commit: wake-ups, live token chunks, and live assignments."""

@@ -1,0 +1,107 @@
+"""The coordinator's shared vocabulary: job and node records, job states, error codes.
+
+Every layer (storage, scheduling, jobs, money, the edges) speaks in these values;
+this module imports nothing of the coordinator, so any of them may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from contracts.hardware import HardwareReport
+from contracts.ids import JobId, NodeId, OperatorId
+from contracts.lending import LendingState
+from contracts.logprobs import TokenLogprob
+from contracts.models import ModelSpec
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
+PROMPT_TEXT = "text"
+PROMPT_CHAT = "chat"
+# jobs.error_code: why a job failed, for callers that map it (the gateway's HTTP codes).
+ERROR_PROMPT_TOO_LONG = "prompt_too_long"  # the node found prompt + max_tokens over the context
+ERROR_CANCELLED = "cancelled"  # the consumer cancelled it (or went away mid-stream)
+ERROR_STOP_SEQUENCE = "stop_sequence"  # ended at a stop sequence the consumer asked for
+ERROR_NO_CAPACITY = "no_capacity"  # no Mac took it within the gateway's admission wait
+ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node_id: NodeId
+    public_key: bytes
+    operator_id: OperatorId
+    display_name: str
+    hardware: HardwareReport
+    models: tuple[ModelSpec, ...]
+    max_concurrent_jobs: int
+    registered_at_ms: int
+    last_heartbeat_ms: int
+    lending: LendingState = LendingState()
+    warm_models: tuple[str, ...] = ()
+    measured_bandwidth_gb_s: float | None = None  # from the latest self-benchmark
+    benchmark_flag: str | None = None  # why that benchmark does not fit the claimed chip
+    left_at_ms: int | None = None  # the node left the network (Leave) and is not placed on
+
+    def model(self, model_id: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.model_id == model_id), None)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: JobId
+    consumer_id: str
+    request_id: str | None
+    model_id: str
+    prompt: str
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    min_decode_tokens_per_s: float
+    context_tokens: int
+    status: JobStatus
+    created_at_ms: int
+    strategy: str | None = None
+    layer_split: tuple[int, ...] = ()
+    explanation_json: str | None = None
+    attempt: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    receipt_body: bytes | None = None
+    receipt_signature: bytes | None = None
+    receipt_verified: bool = False
+    credited_base_units: int = 0
+    error: str | None = None
+    assigned_at_ms: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    node_ids: tuple[NodeId, ...] = ()  # the current attempt's nodes, from job_assignments
+    # The consumer API's fields (coordinator.gateway, coordinator.money.billing).
+    api_key_id: str | None = None
+    reserved_base_units: int = 0  # the consumer's reservation; 0 when the network pays
+    billing_closed_at_ms: int | None = None
+    prompt_format: str = PROMPT_TEXT  # PROMPT_CHAT: prompt is contracts.chat's canonical text
+    stop: tuple[str, ...] = ()
+    top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's only; k: and the top k
+    error_code: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    first_index: int
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token when the job asked, else none
+
+
+# --- nodes ---------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Nodes: registration and sessions, heartbeats and reports, benchmark checks, the model catalog."""

@@ -1,0 +1,1 @@
+"""The gRPC edge: servicers for nodes and consumers, protobuf <-> domain values, the status table."""

@@ -1,0 +1,222 @@
+"""Protobuf <-> domain values. The only coordinator module that builds messages."""
+
+from __future__ import annotations
+
+import json
+
+from contracts.benchmarks import BenchmarkResult
+from contracts.chat import ChatMessage
+from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
+from contracts.ids import NodeId
+from contracts.lending import LendingMode, LendingState
+from contracts.logprobs import TOP_LOGPROBS_MAX, TokenLogprob, TopLogprob
+from contracts.models import ModelSpec
+from contracts.pods import PodCable, PodDeclaration
+from coordinator.errors import InvalidRequest
+from coordinator.jobs.submission import Submission
+from coordinator.model import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, TokenChunk
+from coordinator.nodes.registry import Registration
+from coordinator.nodes.reports import HeartbeatReport
+from coordinator.placement.decision import Placement, Unplaceable
+from coordinator.service import JobView
+from protos.mlxnet.v1 import common_pb2, job_pb2, node_pb2
+from protos.wire import models as model_wire
+from protos.wire.models import model_spec_to_pb
+
+_STATUS_TO_PB = {
+    JobStatus.QUEUED: job_pb2.JOB_STATUS_QUEUED,
+    JobStatus.ASSIGNED: job_pb2.JOB_STATUS_ASSIGNED,
+    JobStatus.RUNNING: job_pb2.JOB_STATUS_RUNNING,
+    JobStatus.COMPLETED: job_pb2.JOB_STATUS_COMPLETED,
+    JobStatus.FAILED: job_pb2.JOB_STATUS_FAILED,
+}
+
+
+def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
+    try:
+        return model_wire.model_spec_from_pb(message)
+    except AssertionError as error:
+        raise InvalidRequest(f"model spec {message.model_id!r} is incomplete: every size field "
+                             "must be positive") from error
+
+
+def hardware_from_pb(message: node_pb2.Hardware) -> HardwareReport:
+    try:
+        tier = ChipTier(message.chip_tier)
+    except ValueError as error:
+        raise InvalidRequest(f"chip_tier must be one of {[t.value for t in ChipTier]}") from error
+    links = tuple(ThunderboltLink(
+        port=link.port, speed_gbps=link.speed_gbps, thunderbolt_version=link.thunderbolt_version,
+        peer_model_identifier=link.peer_model_identifier, peer_name=link.peer_name,
+        peer_uid=link.peer_uid, peer_rdma_capable=link.peer_rdma_capable,
+        local_domain_uuid=link.local_domain_uuid)
+        for link in message.thunderbolt_links)
+    try:
+        return HardwareReport(
+            chip=message.chip, chip_family=message.chip_family, chip_tier=tier,
+            memory_bytes=message.memory_bytes, gpu_working_set_bytes=message.gpu_working_set_bytes,
+            gpu_cores=message.gpu_cores, memory_bandwidth_gb_s=message.memory_bandwidth_gb_s,
+            os_name=message.os_name, model_identifier=message.model_identifier,
+            thunderbolt_links=links, rdma_enabled=message.rdma_enabled,
+            simulated=message.simulated)
+    except AssertionError as error:
+        raise InvalidRequest("hardware needs positive memory_bytes and a GPU working set no "
+                             "larger than memory") from error
+
+
+def lending_from_pb(message: node_pb2.LendingState) -> LendingState:
+    try:
+        mode = LendingMode(message.mode or LendingMode.IDLE.value)
+    except ValueError as error:
+        raise InvalidRequest(f"lending mode must be one of {[m.value for m in LendingMode]}") from error
+    if message.memory_cap_bytes < 0:
+        raise InvalidRequest("memory_cap_bytes must be 0 (no cap) or positive")
+    return LendingState(mode=mode, owner_active=message.owner_active,
+                        accepting_jobs=message.accepting_jobs, reason=message.reason[:256],
+                        memory_cap_bytes=message.memory_cap_bytes or None)
+
+
+def benchmark_from_pb(message: node_pb2.Benchmark) -> BenchmarkResult:
+    try:
+        return BenchmarkResult(
+            memory_bandwidth_gb_s=message.memory_bandwidth_gb_s,
+            decode_tokens_per_s=message.decode_tokens_per_s,
+            prefill_tokens_per_s=message.prefill_tokens_per_s,
+            reference_model=message.reference_model,
+            reference_weights_bytes=message.reference_weights_bytes,
+            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms)
+    except AssertionError as error:
+        raise InvalidRequest("benchmark needs positive bandwidth, tokens/s, reference weight "
+                             "bytes and times, and a reference model name under 256 "
+                             "characters") from error
+
+
+def pod_from_pb(message: node_pb2.PodDeclaration) -> PodDeclaration:
+    try:
+        cables = tuple(PodCable(NodeId(link.a), NodeId(link.b), LinkKind(link.kind),
+                                link.cables or 1) for link in message.links)
+    except (ValueError, AssertionError) as error:
+        raise InvalidRequest(f"pod links need two different members, a kind among "
+                             f"{[k.value for k in LinkKind]} and cables >= 1") from error
+    members = tuple(NodeId(m) for m in message.member_node_ids)
+    return PodDeclaration(pod_id=message.pod_id, leader=members[0] if members else NodeId(""),
+                          members=members, cables=cables)
+
+
+def heartbeat_report_from_pb(request: node_pb2.HeartbeatRequest) -> HeartbeatReport:
+    return HeartbeatReport(
+        running_jobs=request.running_jobs, sent_at_ms=request.sent_at_ms,
+        lending=lending_from_pb(request.lending) if request.HasField("lending") else None,
+        warm_models=tuple(request.warm_models),
+        benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
+        signature=request.signature)
+
+
+def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
+    return Registration(
+        public_key=request.public_key, signature=request.signature,
+        timestamp_ms=request.timestamp_ms, hardware=hardware_from_pb(request.hardware),
+        models=tuple(model_spec_from_pb(m) for m in request.models),
+        operator_id=request.operator_id, display_name=request.display_name,
+        max_concurrent_jobs=request.max_concurrent_jobs or 1,
+        lending=lending_from_pb(request.lending) if request.HasField("lending") else LendingState(),
+        benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
+        warm_models=tuple(request.warm_models),
+        pod=pod_from_pb(request.pod) if request.HasField("pod") else None)
+
+
+def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str,
+                       api_key_id: str | None = None) -> Submission:
+    sampling = request.sampling
+    if request.top_logprobs and not request.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set", param="top_logprobs")
+    return Submission(
+        consumer_id=consumer_id, model_id=request.model, prompt=request.prompt,
+        max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+        seed=sampling.seed, request_id=request.request_id,
+        min_decode_tokens_per_s=request.min_decode_tokens_per_s,
+        messages=tuple(ChatMessage(m.role, m.content) for m in request.messages),
+        stop=tuple(request.stop), top_logprobs=request.top_logprobs if request.logprobs else -1,
+        api_key_id=api_key_id)
+
+
+def sampling_to_pb(job: JobRecord) -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(max_tokens=job.max_tokens, temperature=job.temperature,
+                                     top_p=job.top_p, seed=job.seed)
+
+
+def assignment_to_pb(job: JobRecord, spec: ModelSpec,
+                     pod: tuple[PodDeclaration, tuple[int, ...]] | None = None,
+                     ) -> node_pb2.ReceiveAssignmentsResponse:
+    message = node_pb2.ReceiveAssignmentsResponse(
+        job_id=job.job_id, model=model_spec_to_pb(spec), prompt=job.prompt,
+        sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
+        strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
+        layer_split=list(job.layer_split), logprobs=job.top_logprobs >= 0,
+        top_logprobs=max(0, job.top_logprobs))
+    if pod is not None:  # members and their layers in the pod's rank order
+        declaration, layers = pod
+        del message.pod_node_ids[:], message.layer_split[:]
+        message.pod_node_ids.extend(declaration.members)
+        message.layer_split.extend(layers)
+        message.pod_id, message.pod_leader_node_id = declaration.pod_id, declaration.leader
+    return message
+
+
+def token_chunk_from_pb(request: node_pb2.StreamTokensRequest) -> TokenChunk:
+    if any(len(entry.top) > TOP_LOGPROBS_MAX for entry in request.logprobs):
+        raise InvalidRequest(f"a token's top logprobs hold at most {TOP_LOGPROBS_MAX} entries")
+    return TokenChunk(request.first_index, tuple(request.token_ids), request.text,
+                      tuple(logprob_from_pb(entry) for entry in request.logprobs))
+
+
+def logprob_from_pb(entry: common_pb2.TokenLogprob) -> TokenLogprob:
+    return TokenLogprob(entry.logprob, tuple(TopLogprob(t.token_id, t.text, t.logprob)
+                                             for t in entry.top), entry.text)
+
+
+def logprob_to_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
+    return common_pb2.TokenLogprob(logprob=entry.logprob, text=entry.text, top=[
+        common_pb2.TopLogprob(token_id=t.token_id, text=t.text, logprob=t.logprob)
+        for t in entry.top])
+
+
+def failure_code_from_pb(failure: int) -> str | None:
+    return ERROR_PROMPT_TOO_LONG if failure == node_pb2.JOB_FAILURE_PROMPT_TOO_LONG else None
+
+
+def job_to_pb(view: JobView) -> job_pb2.Job:
+    job = view.job
+    message = job_pb2.Job(
+        job_id=job.job_id, status=_STATUS_TO_PB[job.status], model=job.model_id,
+        node_ids=list(job.node_ids), strategy=job.strategy or "",
+        placement_explanation_json=job.explanation_json or "", prompt_tokens=job.prompt_tokens,
+        completion_tokens=job.completion_tokens, text=view.text,
+        receipt_verified=job.receipt_verified, credited_base_units=job.credited_base_units,
+        error=job.error or "", created_at_ms=job.created_at_ms,
+        finished_at_ms=job.finished_at_ms or 0, queue_position=view.queue_position,
+        chips=list(view.chips), signer_public_key=view.signer_public_key,
+        error_code=job.error_code or "", reserved_base_units=job.reserved_base_units,
+        prompt_format=job.prompt_format)
+    if job.receipt_body is not None and job.receipt_signature is not None:
+        message.receipt.CopyFrom(common_pb2.SignedReceipt(body=job.receipt_body,
+                                                          signature=job.receipt_signature))
+    return message
+
+
+def placement_to_pb(decision: Placement | Unplaceable) -> job_pb2.ExplainPlacementResponse:
+    explanation = decision.explanation
+    message = job_pb2.ExplainPlacementResponse(
+        explanation_json=json.dumps(explanation.to_dict()), explanation_text=explanation.render())
+    if isinstance(decision, Unplaceable):
+        message.placeable = False
+        message.permanent = decision.permanent
+        message.reason = decision.reason
+        return message
+    message.placeable = True
+    message.node_ids.extend(decision.node_ids)
+    message.strategy = str(decision.strategy)
+    message.layer_split.extend(decision.layer_split)
+    message.predicted_decode_tokens_per_s = decision.predicted_decode_tokens_per_s
+    message.predicted_time_to_first_token_s = decision.predicted_time_to_first_token_s
+    return message

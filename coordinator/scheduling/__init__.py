@@ -1,0 +1,1 @@
+"""Scheduling: fleet reads, the live placement index, the scheduler's passes, live capacity per model."""

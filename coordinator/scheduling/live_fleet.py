@@ -1,0 +1,225 @@
+"""The scheduler's FleetIndex, kept current between passes instead of rebuilt for each one.
+
+Built once from the database, then brought up to date at the start of every pass:
+- Macs the service noted as changed (registered, heartbeat, left, checked) are re-read;
+- Macs whose last heartbeat has since gone stale are re-read (they now count as offline);
+- commitments are compared with the database's, busy Macs only, so a job that ended, or
+  work another coordinator on the same PostgreSQL committed, is picked up;
+- every `fleet_rebuild_interval_ms` the index is rebuilt from scratch anyway, a safety net
+  for anything else another coordinator changed.
+The database stays the source of truth: the scheduler re-reads the chosen Macs under row
+locks before it commits, and refreshes them here when they differ from the index.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from sqlalchemy.orm import Session
+
+from contracts.models import ModelSpec
+from coordinator.config import CoordinatorConfig
+from coordinator.model import NodeRecord
+from coordinator.nodes.catalog import model_catalog
+from coordinator.placement.config import PlacementConfig
+from coordinator.placement.decision import Placement
+from coordinator.placement.index import FleetIndex
+from coordinator.placement.index_sync import apply_macs, apply_pods
+from coordinator.scheduling import fleet_reads
+from coordinator.storage import job_rows, node_rows
+
+log = logging.getLogger(__name__)
+
+
+class LiveFleet:
+    def __init__(self, config: CoordinatorConfig, placement_config: PlacementConfig | None = None) -> None:
+        self._config = config
+        self._placement_config = placement_config or PlacementConfig()
+        self._pass_lock = threading.Lock()  # one scheduling pass at a time reads and changes the index
+        self._notes_lock = threading.Lock()  # guards the notes only; never held during I/O
+        self._noted: set[str] = set()
+        self._pods_noted = False
+        self._rebuild_noted = False
+        # Owned by the pass that holds _pass_lock:
+        self._index: FleetIndex | None = None
+        self._rebuilt_this_pass = False
+        self._rebuild_at_ms = 0
+        self._committed: dict[str, tuple[int, int]] = {}  # as last read, plus our own commits
+        self._heartbeats: dict[str, int] = {}  # indexed node -> the last heartbeat it was read with
+        self._offline_due: list[tuple[int, str]] = []  # heap: (first ms the node counts offline, node)
+        self._declared: dict[str, NodeRecord] = {}  # every node, quarantined too: the model catalog's input
+        self._catalog: dict[str, ModelSpec] | None = None
+        self._first_registered: dict[str, int] = {}  # made with the catalog
+        self._commits_this_pass = 0
+        self._read_this_pass: set[str] = set()  # nodes re-read in this pass's transaction
+
+    # -- notes from the service, after its transaction committed ---------------------------
+
+    def note_changed(self, node_ids: Iterable[str], *, pods: bool = False) -> None:
+        """These nodes' rows or trust changed (pods: a pod may have been declared)."""
+        with self._notes_lock:
+            self._noted.update(node_ids)
+            self._pods_noted |= pods
+
+    def note_rebuild(self) -> None:
+        with self._notes_lock:
+            self._rebuild_noted = True
+
+    # -- within a scheduling pass ----------------------------------------------------------
+
+    @contextmanager
+    def current(self, session: Session, now_ms: int) -> Iterator[FleetIndex]:
+        """The index, up to date with the database as of this transaction; held for the pass."""
+        # The transaction begins first: on SQLite a write transaction's BEGIN takes the write
+        # lock, which must come before the pass lock (a submit holding the write lock waits
+        # for the pass lock; a pass holding it must not then wait for the write lock).
+        session.connection()
+        with self._pass_lock:
+            finished = False
+            try:
+                self._rebuilt_this_pass = False
+                self._commits_this_pass = 0
+                self._read_this_pass = set()
+                self._bring_up_to_date(session, now_ms)
+                assert self._index is not None
+                yield self._index
+                finished = True
+            finally:
+                # What the pass read stays true if its transaction rolls back; what it committed
+                # does not. A refused submit (a bad request) so keeps the index: rebuilding it
+                # costs seconds at 100,000 Macs.
+                if not finished and self._commits_this_pass:
+                    self._index = None
+
+    @property
+    def rebuilt_this_pass(self) -> bool:
+        return self._rebuilt_this_pass
+
+    def read_this_pass(self, node_ids: Iterable[str]) -> bool:
+        """Whether the index holds these nodes as this pass's transaction read them."""
+        assert self._pass_lock.locked()
+        return self._rebuilt_this_pass or self._read_this_pass.issuperset(node_ids)
+
+    def rebuild(self, session: Session, now_ms: int) -> None:
+        """Read the whole fleet again now, within the pass (the index object is replaced)."""
+        assert self._pass_lock.locked()
+        self._rebuild(session, now_ms)
+
+    @property
+    def index(self) -> FleetIndex:
+        assert self._pass_lock.locked() and self._index is not None, "use the index within current()"
+        return self._index
+
+    def catalog(self) -> dict[str, ModelSpec]:
+        assert self._pass_lock.locked()
+        if self._catalog is None:
+            self._catalog = model_catalog(self._declared.values())
+            self._first_registered = {}
+            for node in self._declared.values():
+                for spec in node.models:
+                    earliest = self._first_registered.get(spec.model_id, node.registered_at_ms)
+                    self._first_registered[spec.model_id] = min(earliest, node.registered_at_ms)
+        return self._catalog
+
+    def first_registered_ms(self) -> dict[str, int]:
+        """Each model in the catalog: when the first node serving it registered (kept with it)."""
+        self.catalog()
+        return self._first_registered
+
+    def chips(self, node_ids: Iterable[str]) -> tuple[str, ...]:
+        """The chips of these nodes, as last read (those read)."""
+        assert self._pass_lock.locked()
+        return tuple(self._declared[n].hardware.chip for n in node_ids if n in self._declared)
+
+    def catch_up_on_registrations(self, session: Session, now_ms: int) -> bool:
+        """Rebuild when a node registered that the index has not read (with another coordinator
+        on the same database); True when it did. One cheap read: call it before refusing a job
+        for good, not on every decision."""
+        assert self._pass_lock.locked()
+        if self._rebuilt_this_pass or node_rows.registrations_digest(session) == (
+                len(self._declared), sum(node.registered_at_ms for node in self._declared.values())):
+            return False
+        log.info("a node registered that the placement index has not read; rebuilding it")
+        self._rebuild(session, now_ms)
+        return True
+
+    def refresh(self, session: Session, node_ids: Iterable[str], now_ms: int, *, pods: bool = False) -> None:
+        """Re-read these nodes now (a commit found the index behind the database)."""
+        assert self._pass_lock.locked() and self._index is not None
+        ids = sorted(set(node_ids))
+        fresh = fleet_reads.fresh_macs(session, ids, now_ms, self._config)
+        self._read_this_pass.update(ids)
+        self._remember(fresh.nodes, now_ms)
+        for node_id in ids:  # the index now holds what the database said, commitments included
+            self._committed.pop(node_id, None)
+        self._committed.update(fresh.committed)
+        if apply_macs(self._index, fresh.macs) or pods:
+            self._sync_pods(session)
+
+    def record_commit(self, placement: Placement) -> None:
+        """Our own commit, written to the database in this pass: reserve it in the index too."""
+        assert self._pass_lock.locked() and self._index is not None
+        assert self._index.try_commit(placement), "the commit re-check saw these Macs as the index does"
+        self._commits_this_pass += 1
+        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
+            memory, running = self._committed.get(node_id, (0, 0))
+            self._committed[node_id] = (memory + share, running + 1)
+
+    # -- keeping up ------------------------------------------------------------------------
+
+    def _bring_up_to_date(self, session: Session, now_ms: int) -> None:
+        with self._notes_lock:
+            noted, self._noted = self._noted, set()
+            pods, self._pods_noted = self._pods_noted, False
+            rebuild, self._rebuild_noted = self._rebuild_noted, False
+        if self._index is None or rebuild or now_ms >= self._rebuild_at_ms:
+            self._rebuild(session, now_ms)
+            return
+        noted |= self._gone_offline(now_ms)
+        committed = job_rows.committed_by_node(session)
+        noted.update(node_id for node_id in committed.keys() | self._committed.keys()
+                     if committed.get(node_id) != self._committed.get(node_id))
+        if noted or pods:
+            self.refresh(session, noted, now_ms, pods=pods)
+
+    def _rebuild(self, session: Session, now_ms: int) -> None:
+        fleet, nodes = fleet_reads.snapshot(session, now_ms, self._config)
+        self._index = FleetIndex.build(fleet, self._placement_config)
+        self._committed = job_rows.committed_by_node(session)
+        self._declared, self._catalog = {}, None
+        self._heartbeats, self._offline_due = {}, []
+        self._remember(nodes, now_ms)
+        self._rebuild_at_ms = now_ms + self._config.fleet_rebuild_interval_ms
+        self._rebuilt_this_pass = True
+        log.info("placement index rebuilt: %d Macs, %d pods", self._index.mac_count, self._index.pod_count)
+
+    def _remember(self, nodes: list[NodeRecord], now_ms: int) -> None:
+        """Note what the catalog and the offline clock need from freshly read node records."""
+        offline_after = self._config.node_offline_after_ms
+        for node in nodes:
+            before = self._declared.get(node.node_id)
+            if before is None or (before.registered_at_ms, before.models) != (node.registered_at_ms, node.models):
+                self._catalog = None
+            self._declared[node.node_id] = node
+            self._heartbeats[node.node_id] = node.last_heartbeat_ms
+            if node.left_at_ms is None and now_ms - node.last_heartbeat_ms <= offline_after:
+                heapq.heappush(self._offline_due, (node.last_heartbeat_ms + offline_after + 1, node.node_id))
+
+    def _gone_offline(self, now_ms: int) -> set[str]:
+        """Nodes read while online whose heartbeat has since gone stale."""
+        due, offline_after = set(), self._config.node_offline_after_ms
+        while self._offline_due and self._offline_due[0][0] <= now_ms:
+            at, node_id = heapq.heappop(self._offline_due)
+            if self._heartbeats.get(node_id, at) + offline_after + 1 == at:  # not heard from since
+                due.add(node_id)
+        return due
+
+    def _sync_pods(self, session: Session) -> None:
+        assert self._index is not None
+        declared = node_rows.all_pods(session)
+        indexed = {member for pod in declared for member in pod.members if self._index.has_mac(member)}
+        apply_pods(self._index, fleet_reads.pod_candidates(declared, indexed))

@@ -1,0 +1,174 @@
+"""The one place that creates database engines and sessions.
+
+SQLite (the embedded default) and PostgreSQL are both first-class. On SQLite
+every transaction starts with BEGIN IMMEDIATE, so two writers queue on the
+lock instead of failing to upgrade a read lock; a read_transaction starts with
+a plain BEGIN, so readers (WAL) neither wait for writers nor hold them up.
+
+A transaction is durable when it commits (the disk has it), unless it asks not to be
+(`transaction(durable=False)`): then its commit does not wait for the disk. A machine
+crash or power cut may lose such a transaction, whole, never half of it; a process
+crash loses nothing, and the next durable commit makes it durable too: `make_durable`
+is such a commit, for a caller that must not answer before its earlier commit is durable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+import migrations
+from coordinator.storage.tables import durability_marks
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_READ_ONLY = "mlxnet_read_only"  # execution option: this transaction never writes
+_NOT_DURABLE = "mlxnet_not_durable"  # execution option: the commit need not wait for the disk
+_SQLITE_SYNC = "mlxnet_synchronous"  # connection info: the PRAGMA synchronous it has now
+# A write, so that the commit has something to flush (a transaction that writes nothing
+# makes neither database wait for its disk).
+_NEXT_MARK = update(durability_marks).where(durability_marks.c.id == 1).values(
+    mark=durability_marks.c.mark + 1)
+
+
+def default_sqlite_url(data_dir: Path) -> str:
+    return f"sqlite:///{(data_dir / 'coordinator.db').resolve()}"
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        # Straight to the driver: these statements return nothing, and through SQLAlchemy they
+        # cost about 40,000 more instructions a transaction (callgrind), which every one pays.
+        pooled = connection.connection
+        options = connection.get_execution_options()
+        if options.get(_READ_ONLY, False):
+            pooled.driver_connection.execute("BEGIN")
+            return
+        # WAL with NORMAL skips the fsync at commit; SQLite takes the setting only between
+        # transactions, so it is set here, before BEGIN, and only when it changes.
+        synchronous = "NORMAL" if options.get(_NOT_DURABLE, False) else "FULL"
+        if pooled.info.get(_SQLITE_SYNC) != synchronous:
+            pooled.driver_connection.execute(f"PRAGMA synchronous={synchronous}")
+            pooled.info[_SQLITE_SYNC] = synchronous
+        pooled.driver_connection.execute("BEGIN IMMEDIATE")
+
+
+def create_database_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def writes_serialized(session: Session) -> bool:
+    """Whether this write transaction holds the database's one write lock from its first
+    statement (SQLite, BEGIN IMMEDIATE): nothing it has read can change before it commits."""
+    return session.get_bind().dialect.name == "sqlite"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade_schema(url: str) -> None:
+    """Apply every Alembic migration not yet applied (idempotent)."""
+    log.info("applying migrations to %s", redact_url(url))
+    command.upgrade(alembic_config(url), "head")
+
+
+def redact_url(url: str) -> str:
+    """Hide a password before a URL goes to a log."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    credentials, host = rest.rsplit("@", 1)
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+
+
+class Database:
+    """Owns the engine and hands out one transaction at a time."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_database_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # make_durable's calls are numbered as they come in; every call numbered up to
+        # _durable_through was covered by a durable write that began after it came in.
+        self._calls_lock = threading.Lock()
+        self._calls = 0
+        self._durable_lock = threading.Lock()
+        self._durable_through = 0
+
+    @contextlib.contextmanager
+    def transaction(self, durable: bool = True) -> Iterator[Session]:
+        """A session whose work commits together, or not at all.
+
+        durable=False: the commit does not wait for the disk (see the module docstring),
+        for writes whose loss in a power cut costs no money and breaks no promise."""
+        with self._sessions() as session, session.begin():
+            if not durable:
+                self._not_durable(session)
+            yield session
+
+    def _not_durable(self, session: Session) -> None:
+        if self.engine.dialect.name == "sqlite":
+            session.connection(execution_options={_NOT_DURABLE: True})
+        else:  # PostgreSQL: this transaction's commit returns before its WAL is flushed
+            session.execute(text("SET LOCAL synchronous_commit = off"))
+
+    def make_durable(self) -> None:
+        """Return once every transaction committed before the call is on disk.
+
+        Calls that come in while a durable write is under way share the next one: one disk
+        wait for many concurrent submits, not one each."""
+        with self._calls_lock:
+            self._calls += 1
+            call = self._calls
+        with self._durable_lock:
+            if self._durable_through >= call:
+                return
+            with self._calls_lock:
+                covered = self._calls  # these calls came in, so committed, before this write
+            self._write_durable_mark()
+            self._durable_through = covered
+
+    def _write_durable_mark(self) -> None:
+        with self.transaction() as session:
+            if session.execute(_NEXT_MARK).rowcount != 1:
+                raise RuntimeError("the durability_marks row is missing: run `mlxnet db upgrade`")
+
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[Session]:
+        """A session that only reads (writing in it is a programmer error): one snapshot,
+        and on SQLite no write lock, so a stream's reads never queue behind the writers."""
+        with self._sessions() as session, session.begin():
+            session.connection(execution_options={_READ_ONLY: True})
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()

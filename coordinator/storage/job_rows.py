@@ -1,0 +1,298 @@
+"""Job rows in, JobRecords out: jobs, their assignments and their streamed tokens.
+
+Every function takes the caller's session and never commits, so a caller moves a
+job, its assignments and its ledger entries in one transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, delete, func, insert, or_, select, true, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from contracts.ids import NodeId
+from contracts.logprobs import logprobs_from_json, logprobs_to_json
+from coordinator.model import ACTIVE_STATUSES, JobRecord, JobStatus, TokenChunk
+from coordinator.storage.driver_sql import DriverStatement
+from coordinator.storage.tables import job_assignments, job_tokens, jobs
+
+_JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "max_tokens",
+                "temperature", "top_p", "seed", "min_decode_tokens_per_s", "context_tokens",
+                "created_at_ms", "strategy", "explanation_json", "attempt", "prompt_tokens",
+                "completion_tokens", "receipt_body", "receipt_signature", "receipt_verified",
+                "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms",
+                "api_key_id", "reserved_base_units", "billing_closed_at_ms", "prompt_format",
+                "top_logprobs", "error_code")
+
+
+# Statements on the submit and token paths are built once: a reused statement skips
+# SQLAlchemy's per-call construction and cache-key work (about 0.1 ms a statement). Those
+# that are DriverStatements skip the rest of its work too on SQLite (coordinator.storage.driver_sql).
+_JOB_NODE_IDS = DriverStatement(select(job_assignments.c.node_id).where(
+    job_assignments.c.job_id == bindparam("job_id"), job_assignments.c.attempt == bindparam("attempt")
+).order_by(job_assignments.c.node_id))
+_JOB_BY_ID = select(jobs).where(jobs.c.job_id == bindparam("job_id"))
+_JOB_BY_ID_FOR_UPDATE = _JOB_BY_ID.with_for_update(of=jobs)
+_INSERT_JOB = insert(jobs)
+_QUEUED_AHEAD = DriverStatement(select(func.count()).select_from(jobs).where(
+    jobs.c.status == JobStatus.QUEUED.value,
+    (jobs.c.created_at_ms < bindparam("created_at_ms"))
+    | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id")))))
+_ANY_QUEUED = select(jobs.c.job_id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
+# true(): SQL's own literal, not a Boolean bind, which would need SQLAlchemy's conversion.
+# Parameters end in "_": SQLAlchemy reserves a column's own name in an INSERT's VALUES.
+_INSERT_ASSIGNMENT = DriverStatement(insert(job_assignments).values(
+    {**{name: bindparam(f"{name}_") for name in ("job_id", "node_id", "attempt", "reserved_memory_bytes", "layers")},
+     "active": true()}))
+_COMMITTED_BY_NODE = DriverStatement(select(
+    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
+).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id))
+
+
+def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untyped-def]
+    node_ids = [found[0] for found in _JOB_NODE_IDS.rows(session, {"job_id": row.job_id, "attempt": row.attempt})]
+    values = {name: getattr(row, name) for name in _JOB_SCALARS}
+    values["layer_split"] = tuple(json.loads(row.layer_split_json or "[]"))
+    values["stop"] = tuple(json.loads(row.stop_json))
+    return JobRecord(status=JobStatus(row.status), node_ids=tuple(NodeId(n) for n in node_ids),
+                     **values)
+
+
+def insert_job(session: Session, job: JobRecord, id_is_new: bool = False) -> bool:
+    """Insert a new job; False when its id (a retried request) already exists.
+
+    id_is_new: the id was just drawn at random, so no row can hold it and no savepoint
+    is spent on catching a duplicate (two statements on the submit's path)."""
+    values = {name: getattr(job, name) for name in _JOB_SCALARS}
+    values.update(status=job.status.value, layer_split_json=json.dumps(list(job.layer_split)),
+                  stop_json=json.dumps(list(job.stop)))
+    if id_is_new:
+        session.execute(_INSERT_JOB, values)
+        return True
+    try:
+        with session.begin_nested():
+            session.execute(_INSERT_JOB, values)
+    except IntegrityError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class StreamingJob:
+    """What storing a token chunk needs to know of its job, read in one locking query."""
+
+    status: JobStatus
+    max_tokens: int
+    assigned_to_node: bool  # the node holds an assignment of the job's current attempt
+
+
+# Built once: the token path runs these for every chunk, and a reused statement
+# skips SQLAlchemy's per-call construction and cache-key work.
+_STREAMING_JOB = DriverStatement(select(
+    jobs.c.status, jobs.c.max_tokens,
+    select(job_assignments.c.node_id).where(
+        job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
+        job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
+).where(jobs.c.job_id == bindparam("job_id")).with_for_update(of=jobs))
+
+
+def lock_streaming_job(session: Session, job_id: str, node_id: str) -> StreamingJob | None:
+    """Row-lock a job (PostgreSQL) and read what accepting its tokens checks; None if unknown."""
+    rows = _STREAMING_JOB.rows(session, {"job_id": job_id, "node_id": node_id})
+    if not rows:
+        return None
+    status, max_tokens, assigned = rows[0]
+    return StreamingJob(JobStatus(status), max_tokens, bool(assigned))
+
+
+def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRecord | None:
+    """The job; for_update row-locks it (PostgreSQL), which every path that goes on to
+    the ledger does first: job row, then the ledger's write lock, never the other order."""
+    row = session.execute(_JOB_BY_ID_FOR_UPDATE if for_update else _JOB_BY_ID, {"job_id": job_id}).first()
+    return None if row is None else _job_from_row(session, row)
+
+
+def any_queued(session: Session) -> bool:
+    """Whether some job waits for a Mac: one step down the status index."""
+    return session.execute(_ANY_QUEUED).first() is not None
+
+
+def queued_jobs(session: Session, limit: int) -> list[JobRecord]:
+    rows = session.execute(select(jobs).where(jobs.c.status == JobStatus.QUEUED.value)
+                           .order_by(jobs.c.created_at_ms, jobs.c.job_id).limit(limit))
+    return [_job_from_row(session, r) for r in rows]
+
+
+def queue_position(session: Session, job: JobRecord) -> int:
+    """1 for the oldest queued job; 0 when the job is not queued."""
+    if job.status is not JobStatus.QUEUED:
+        return 0
+    [(ahead,)] = _QUEUED_AHEAD.rows(session, {"created_at_ms": job.created_at_ms, "job_id": job.job_id})
+    return ahead + 1
+
+
+def transition_job(session: Session, job_id: str, from_statuses: frozenset[JobStatus],
+                   **values: object) -> bool:
+    """Compare-and-set on status: True only for the one caller that moved the job."""
+    if "status" in values:
+        values["status"] = JobStatus(values["status"]).value  # type: ignore[arg-type]
+    if "layer_split" in values:
+        values["layer_split_json"] = json.dumps(list(values.pop("layer_split")))  # type: ignore[call-overload]
+    statement = _transition_statement(from_statuses, tuple(values))
+    return statement.execute(session, {"job_id_": job_id, **{f"{k}_": v for k, v in values.items()}}) == 1
+
+
+@functools.lru_cache(maxsize=256)
+def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[str, ...]) -> DriverStatement:
+    """One built statement per (from statuses, columns set): the callers use a handful.
+
+    Parameters end in "_": SQLAlchemy reserves a column's own name in an UPDATE's SET."""
+    # Equalities, not status IN (...): a literal IN list is an expanding parameter, rendered
+    # anew on every execution, and every job's every step runs one of these.
+    statuses = [jobs.c.status == status.value for status in sorted(from_statuses, key=lambda s: s.value)]
+    return DriverStatement(update(jobs).where(
+        jobs.c.job_id == bindparam("job_id_"), or_(*statuses),
+    ).values({column: bindparam(f"{column}_") for column in columns}))
+
+
+# --- assignments ---------------------------------------------------------
+
+def add_assignments(session: Session, job_id: str, attempt: int,
+                    shares: tuple[tuple[str, int, int], ...]) -> None:
+    """shares: (node_id, reserved_memory_bytes, layers) for each node of the placement."""
+    for node_id, memory, layers in shares:  # one Mac's, mostly
+        _INSERT_ASSIGNMENT.execute(session, dict(job_id_=job_id, node_id_=node_id, attempt_=attempt,
+                                                 reserved_memory_bytes_=memory, layers_=layers))
+
+
+def release_assignments(session: Session, job_id: str) -> list[str]:
+    """Deactivate a job's assignments; returns the nodes that were freed."""
+    freed = session.execute(select(job_assignments.c.node_id).where(
+        job_assignments.c.job_id == job_id, job_assignments.c.active.is_(True))).scalars().all()
+    session.execute(update(job_assignments).where(job_assignments.c.job_id == job_id)
+                    .values(active=False))
+    return list(freed)
+
+
+def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
+    """node_id -> (reserved memory bytes, active job count) over active assignments."""
+    rows = _COMMITTED_BY_NODE.rows(session, {})
+    return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
+
+
+_COMMITTED_FOR_NODES = select(
+    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
+).where(job_assignments.c.active.is_(True),
+        job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))).group_by(job_assignments.c.node_id)
+
+
+_COMMITTED_FOR_NODE = DriverStatement(select(
+    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
+).where(job_assignments.c.active.is_(True),
+        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id))
+
+
+def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """committed_by_node for just these nodes."""
+    committed: dict[str, tuple[int, int]] = {}
+    if len(node_ids) == 1:  # as nodes_by_ids: no expanding list for one id
+        rows = _COMMITTED_FOR_NODE.rows(session, {"node_id": node_ids[0]})
+        return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
+    for start in range(0, len(node_ids), 500):
+        rows = session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})
+        committed.update({node_id: (int(memory), int(count)) for node_id, memory, count in rows})
+    return committed
+
+
+def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
+    job_ids = session.execute(select(job_assignments.c.job_id).where(
+        job_assignments.c.node_id == node_id, job_assignments.c.active.is_(True))
+        .order_by(job_assignments.c.job_id)).scalars().all()
+    found = (job_by_id(session, job_id) for job_id in job_ids)
+    return [job for job in found if job is not None and job.status in ACTIVE_STATUSES]
+
+
+# --- tokens --------------------------------------------------------------
+
+_CHUNK_AT = select(job_tokens.c.first_index).where(
+    job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index == bindparam("first_index"))
+_INSERT_CHUNK = DriverStatement(insert(job_tokens))
+_CHUNKS_FROM = select(job_tokens).where(
+    job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index >= bindparam("from_index")
+).order_by(job_tokens.c.first_index)
+_LAST_CHUNK = DriverStatement(select(job_tokens.c.first_index, job_tokens.c.token_ids_json).where(
+    job_tokens.c.job_id == bindparam("job_id")).order_by(job_tokens.c.first_index.desc()).limit(1))
+
+
+def has_chunk_at(session: Session, job_id: str, first_index: int) -> bool:
+    return session.execute(_CHUNK_AT, {"job_id": job_id, "first_index": first_index}
+                           ).first() is not None
+
+
+def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
+    """Store a chunk once; a re-sent chunk (same first index) is ignored."""
+    if has_chunk_at(session, job_id, chunk.first_index):
+        return False
+    insert_chunk(session, job_id, chunk)
+    return True
+
+
+def insert_chunk(session: Session, job_id: str, chunk: TokenChunk) -> None:
+    """Store a chunk known to be new: it starts where the stored tokens end."""
+    logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
+    _INSERT_CHUNK.execute(session, {
+        "job_id": job_id, "first_index": chunk.first_index,
+        "token_ids_json": json.dumps(list(chunk.token_ids)), "text": chunk.text,
+        "logprobs_json": logprobs})
+
+
+def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[TokenChunk]:
+    rows = session.execute(_CHUNKS_FROM, {"job_id": job_id, "from_index": from_index})
+    return [TokenChunk(r.first_index, tuple(json.loads(r.token_ids_json)), r.text,
+                       logprobs_from_json(json.loads(r.logprobs_json)) if r.logprobs_json else ())
+            for r in rows]
+
+
+def token_count(session: Session, job_id: str) -> int:
+    """Tokens stored so far: the end of the last chunk (chunks are contiguous from 0)."""
+    rows = _LAST_CHUNK.rows(session, {"job_id": job_id})
+    if not rows:
+        return 0
+    first_index, token_ids_json = rows[0]
+    return first_index + len(json.loads(token_ids_json))
+
+
+def delete_tokens(session: Session, job_id: str) -> None:
+    session.execute(delete(job_tokens).where(job_tokens.c.job_id == job_id))
+
+
+def chunks_for_reader(session: Session, job_id: str, next_index: int,
+                      delivered_chars: int) -> list[TokenChunk]:
+    """The chunks a reader holding next_index tokens (delivered_chars of text) has not seen.
+
+    Normally these are the chunks from next_index on. After a node handed a job
+    back mid-stream, the next node's chunks may straddle next_index; such a chunk
+    is cut to its unseen tokens, and its text to what follows the characters
+    already delivered (the text of tokens 0..n is the same however they were chunked).
+    """
+    chunks = token_chunks(session, job_id, next_index)
+    if (chunks and chunks[0].first_index == next_index) or token_count(session, job_id) <= next_index:
+        return chunks
+    unseen: list[TokenChunk] = []
+    text = ""
+    for chunk in token_chunks(session, job_id, 0):
+        text += chunk.text
+        end = chunk.first_index + len(chunk.token_ids)
+        if end <= next_index:
+            continue
+        if chunk.first_index >= next_index:
+            unseen.append(chunk)
+            continue
+        cut = next_index - chunk.first_index
+        unseen.append(TokenChunk(next_index, chunk.token_ids[cut:], text[delivered_chars:],
+                                 chunk.logprobs[cut:] if chunk.logprobs else ()))
+    return unseen
