@@ -34,8 +34,8 @@ from node_agent.token_sender import SenderThreads, TokenSender
 log = logging.getLogger(__name__)
 
 QUEUED_ASSIGNMENTS_MAX = 64
-RETRY_DELAY_S_MIN = 0.1
-RETRY_DELAY_S_MAX = 5.0
+RECONNECT_DELAY_S_MIN = 0.1  # between attempts to reach the coordinator (reports retry apart)
+RECONNECT_DELAY_S_MAX = 5.0
 LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
 
 
@@ -77,12 +77,12 @@ class NodeAgent:
         """Run until stop() is called."""
         threading.Thread(target=self._work_forever, name="mlx-worker", daemon=True).start()
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
-        delay_s = RETRY_DELAY_S_MIN
+        delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
             try:
                 if not self.registered.is_set():
                     self._register()
-                delay_s = RETRY_DELAY_S_MIN
+                delay_s = RECONNECT_DELAY_S_MIN
                 for assignment in self._client.assignments():
                     self._accept(assignment)
             except SessionExpired:
@@ -90,7 +90,7 @@ class NodeAgent:
             except CoordinatorUnavailable as error:
                 log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
                 self.stopping.wait(delay_s)
-                delay_s = min(delay_s * 2, RETRY_DELAY_S_MAX)
+                delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
         self._client.close()
 
     def stop(self) -> None:

@@ -23,7 +23,7 @@ from node_agent.job_timeline import JobTimeline
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAY_S_MIN = 0.1
+RETRY_DELAY_S_MIN = 0.1  # between attempts at one report, doubling up to the max
 RETRY_DELAY_S_MAX = 5.0
 REPORT_DEADLINE_S = 600.0  # how long a finished job's result is retried before it is dropped
 T = TypeVar("T")
