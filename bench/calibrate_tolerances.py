@@ -141,7 +141,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace, work: Path) -> None:
     from node_agent.inference.engine import Engine
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
     from tests.adversarial.models import build_cheat_models
 
     honest_dir = build_tiny_model(work / "honest")

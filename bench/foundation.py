@@ -19,7 +19,7 @@ from mlx_lm import load, stream_generate
 
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.processes import start_coordinator, start_nodes
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 
 PROMPTS = ("In the beginning", "And Noah", "And the LORD said", "And Abraham", "And Sarah")
 

@@ -49,7 +49,7 @@ from coordinator.money.api_keys import KeyLimits
 from coordinator.storage.database import Database
 from mlxnet import keys_cli
 from mlxnet.processes import spawn_node, start_coordinator, wait_until_registered
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 
 MODEL_ID = "bench/model"
 # A pause before each measured run, so none starts in the last one's tail: after a direct

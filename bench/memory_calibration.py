@@ -46,7 +46,7 @@ def _fp16_copy(source: Path, target: Path) -> Path:
 
 
 def main() -> None:
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

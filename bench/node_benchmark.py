@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from node_agent.inference.benchmark import run_benchmark
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.processes import spawn_node, start_coordinator, wait_until_registered
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 from node_agent.lending.config import BenchmarkConfig, LendingConfig, NodeConfig, save_config
 from contracts.lending import LendingMode
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from contracts.hardware import LinkKind
 from node_agent.coordinator_client import Assignment
 from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 from node_agent.lending.config import PodConfig, PodLinkConfig
 from node_agent.model_files import describe_model
 from node_agent.pods.runner import PodRun

@@ -103,7 +103,7 @@ def _report_projection(ratios: dict[str, float]) -> None:
 
 def _report_detection(per_job: int) -> None:
     from node_agent.inference.engine import Engine
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
     from tests.adversarial.cheats import CHEAT_JOBS, CHEATS, CheatContext
     from tests.adversarial.harness import Coordinator, HonestNode, new_identity
     from tests.adversarial.models import build_cheat_models
@@ -139,7 +139,7 @@ def main() -> None:
     if args.child is not None:
         args.out.write_text(json.dumps(time_jobs(args.child, args.jobs, args.max_tokens)))
         return
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
 
     modes = [m for m in args.blas.split(",") if m != "openblas" or OPENBLAS.exists()]
     ratios = {}

@@ -94,7 +94,7 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _build_tiny(args: argparse.Namespace) -> int:
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
 
     path = build_tiny_model(args.directory, architecture=args.architecture, seed=args.seed)
     sys.stdout.write(f"built {args.architecture} model in {path}\n")

@@ -111,7 +111,7 @@ def _start_fleet(work_dir: Path, model_dir: Path) -> list[Child]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
 
     out = sys.stdout
     with tempfile.TemporaryDirectory(prefix="mlxnet-demo-") as tmp:

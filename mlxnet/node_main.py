@@ -200,7 +200,7 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
 def _benchmark_runner(reference_dir: Path):  # type: ignore[no-untyped-def]
     def run_once():  # type: ignore[no-untyped-def]
         from node_agent.inference.benchmark import run_benchmark
-        from node_agent.inference.tiny_model import build_tiny_model
+        from node_agent.tiny_model import build_tiny_model
 
         if not (reference_dir / "config.json").exists():
             build_tiny_model(reference_dir)  # the same bytes on every node: a fair yardstick

@@ -11,38 +11,32 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from contracts import hop_trace
 from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
-from contracts.ids import JobId
 from contracts.models import ModelSpec
-from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
     Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
 )
-from node_agent.hooks import AgentHooks, PodJobResult
+from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
-from node_agent.inference.engine import (
-    Engine, GenerationRequest, GenerationResult, PromptTooLong, with_commitment,
-)
+from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong, with_commitment
 from node_agent.job_reporter import Generated, JobReporter
+from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
+from node_agent.pods.leader import lead_pod_job
 from node_agent.token_sender import SenderThreads, TokenSender
 
 log = logging.getLogger(__name__)
 
 QUEUED_ASSIGNMENTS_MAX = 64
-RETRY_DELAY_S_MIN = 0.1
-RETRY_DELAY_S_MAX = 5.0
-REPORT_DEADLINE_S = 600.0  # how long a finished job's result is retried before it is dropped
+RECONNECT_DELAY_S_MIN = 0.1  # between attempts to reach the coordinator (reports retry apart)
+RECONNECT_DELAY_S_MAX = 5.0
 LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,6 +58,9 @@ class NodeAgent:
         self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
         self._heartbeat_wake = threading.Event()
         self._client = CoordinatorClient(settings.coordinator)
+        self.stopping = threading.Event()
+        self._reports = JobReports(self._client, settings.identity, self._hooks.job_finished,
+                                   self.stopping)
         self._paths = {spec.model_id: path for spec, path in settings.models}
         self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
         self._active = ActiveJobs()  # assignments waiting or running here
@@ -72,7 +69,6 @@ class NodeAgent:
         self._reporter = JobReporter(self._finish_generated)
         self._sender_threads = SenderThreads()
         self._heartbeat_interval_s = 2.0
-        self.stopping = threading.Event()
         self.registered = threading.Event()
 
     # --- lifecycle -----------------------------------------------------------
@@ -81,12 +77,12 @@ class NodeAgent:
         """Run until stop() is called."""
         threading.Thread(target=self._work_forever, name="mlx-worker", daemon=True).start()
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
-        delay_s = RETRY_DELAY_S_MIN
+        delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
             try:
                 if not self.registered.is_set():
                     self._register()
-                delay_s = RETRY_DELAY_S_MIN
+                delay_s = RECONNECT_DELAY_S_MIN
                 for assignment in self._client.assignments():
                     self._accept(assignment)
             except SessionExpired:
@@ -94,7 +90,7 @@ class NodeAgent:
             except CoordinatorUnavailable as error:
                 log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
                 self.stopping.wait(delay_s)
-                delay_s = min(delay_s * 2, RETRY_DELAY_S_MAX)
+                delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
         self._client.close()
 
     def stop(self) -> None:
@@ -179,20 +175,17 @@ class NodeAgent:
         with self._running_lock:
             self._running += change
 
-    def _hand_back(self, job_id: str, reason: str) -> None:
-        log.info("handing job %s back: %s", job_id, reason)
-        self._retry(lambda: self._client.report_failure(job_id, reason, handed_back=True))
-        self._hooks.job_finished(job_id, None)
-
     def _run(self, assignment: Assignment, timeline: JobTimeline) -> bool:
         """Run one job; True when it was handed to the reporter to finish."""
         refusal = self._hooks.refusal(assignment)
         if refusal is not None:
-            self._hand_back(assignment.job_id, refusal)
+            self._reports.hand_back(assignment.job_id, refusal)
             return False
         if assignment.pod_id:
             if assignment.pod_leader_node_id == self.settings.identity.node_id:
-                self._run_pod(assignment)
+                self._hooks.job_started(assignment.job_id)
+                sender = TokenSender(self._client, assignment.job_id, threads=self._sender_threads)
+                lead_pod_job(assignment, sender, self._hooks.run_pod_job, self._reports)
             return False  # a member only lends its memory: the leader starts its rank
         self._hooks.job_started(assignment.job_id)
         timeline.mark("started")
@@ -221,10 +214,7 @@ class NodeAgent:
                                            on_end=sender.finish, commit=False)
         except PromptTooLong as error:
             sender.close()
-            reason = str(error)  # the name `error` is unbound once the except block ends
-            self._retry(lambda: self._client.report_failure(assignment.job_id, reason,
-                                                            prompt_too_long=True))
-            self._hooks.job_finished(assignment.job_id, None)
+            self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)
             return False
         timeline.mark("generated")
         if not result.stopped_early:
@@ -232,7 +222,7 @@ class NodeAgent:
             return True
         sender.close()
         if not sender.rejected and not keep_going(assignment.job_id):
-            self._hand_back(assignment.job_id, self._hooks.hand_back_reason())
+            self._reports.hand_back(assignment.job_id, self._hooks.hand_back_reason())
         else:
             log.info("job %s stopped: %s", assignment.job_id, sender.error)
         return False
@@ -247,82 +237,15 @@ class NodeAgent:
                 log.info("job %s stopped: %s", assignment.job_id, sender.error)
                 return
             if sender.error is not None:  # the stream broke: re-send every chunk, harmlessly
-                self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
+                self._reports.resend_tokens(assignment.job_id, chunks)
             try:
                 result = with_commitment(assignment.job_id, job.result)
             except CommitmentError as error:  # NaN or infinity: no honest proof exists
-                reason = f"cannot commit to the job's hidden states: {error}"
-                self._retry(lambda: self._client.report_failure(assignment.job_id, reason))
-                self._hooks.job_finished(assignment.job_id, None)
+                self._reports.failure(assignment.job_id,
+                                      f"cannot commit to the job's hidden states: {error}")
                 return
-            body = encode_receipt(self._receipt(assignment, result))
-            signature = self.settings.identity.sign(body)
-            timeline.mark("receipt_signed")
-            credited = self._retry(lambda: self._client.report_receipt(assignment.job_id, body,
-                                                                       signature))
-            timeline.mark("receipt_reported")
-            log.info("job %s done: %d tokens, credited %s base units", assignment.job_id,
-                     len(result.token_ids), credited)
-            self._hooks.job_finished(assignment.job_id, credited)
+            self._reports.receipt(assignment, result, timeline)
         finally:
             self._active.finish(assignment.job_id)
             self._count_running(-1)
             timeline.log()
-
-    def _run_pod(self, assignment: Assignment) -> None:
-        """Lead a pod job: the hooks start every rank; tokens and the receipt go out as for one Mac."""
-        self._hooks.job_started(assignment.job_id)
-        sender = TokenSender(self._client, assignment.job_id, threads=self._sender_threads)
-        outcome: PodJobResult = self._hooks.run_pod_job(assignment, sender)
-        chunks = sender.close()
-        if outcome.failure_reason is not None:
-            self._retry(lambda: self._client.report_failure(
-                assignment.job_id, outcome.failure_reason, prompt_too_long=outcome.prompt_too_long))
-            self._hooks.job_finished(assignment.job_id, None)
-            return
-        if outcome.handed_back_reason is not None:
-            self._hand_back(assignment.job_id, outcome.handed_back_reason)
-            return
-        result = outcome.result
-        if sender.rejected or result is None or result.stopped_early:
-            log.info("pod job %s stopped: %s", assignment.job_id, sender.error)
-            return
-        if sender.error is not None:
-            self._retry(lambda: self._client.stream_tokens(assignment.job_id, iter(chunks)))
-        body = encode_receipt(self._receipt(assignment, result))
-        credited = self._retry(lambda: self._client.report_receipt(
-            assignment.job_id, body, self.settings.identity.sign(body)))
-        log.info("pod job %s done: %d tokens, credited %s base units", assignment.job_id,
-                 len(result.token_ids), credited)
-        self._hooks.job_finished(assignment.job_id, credited)
-
-    def _receipt(self, assignment: Assignment, result: GenerationResult) -> Receipt:
-        return Receipt(
-            job_id=JobId(assignment.job_id), node_id=self.settings.identity.node_id,
-            model_id=assignment.model.model_id, weights_digest=assignment.model.weights_digest,
-            prompt_digest=prompt_digest(assignment.prompt), temperature=assignment.temperature,
-            top_p=assignment.top_p, seed=assignment.seed, max_tokens=assignment.max_tokens,
-            output_digest=output_digest(result.token_ids), prompt_tokens=result.prompt_tokens,
-            completion_tokens=len(result.token_ids), started_at_ms=result.started_at_ms,
-            finished_at_ms=result.finished_at_ms,
-            # A pod run's result carries these once its leader rank records them too.
-            finish_reason=getattr(result, "finish_reason", FinishReason.LENGTH),
-            first_token_at_ms=getattr(result, "first_token_at_ms", 0),
-            activation_commitment=getattr(result, "activation_commitment", b""))
-
-    def _retry(self, call: Callable[[], T]) -> T | None:
-        """Retry a report while the coordinator is unreachable; give up if it refuses."""
-        delay_s = RETRY_DELAY_S_MIN
-        waited_s = 0.0
-        while waited_s < REPORT_DEADLINE_S and not self.stopping.is_set():
-            try:
-                return call()
-            except CoordinatorUnavailable as error:
-                log.warning("report failed (%s); retrying in %.1fs", error, delay_s)
-            except (CallRejected, SessionExpired) as error:
-                log.warning("coordinator refused the report: %s", error)
-                return None
-            self.stopping.wait(delay_s)
-            waited_s += delay_s
-            delay_s = min(delay_s * 2, RETRY_DELAY_S_MAX)
-        return None

@@ -25,6 +25,7 @@ from contracts.pods import PodDeclaration
 from contracts.signing import register_challenge
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
+from protos.wire.models import model_spec_to_pb
 
 SESSION_METADATA_KEY = "x-mlxnet-session"
 RPC_DEADLINE_S = 15.0
@@ -148,15 +149,6 @@ class NodeStatus:
     benchmark: BenchmarkResult | None = None  # a fresh one, sent once
 
 
-def _model_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
-    return common_pb2.ModelSpec(
-        model_id=spec.model_id, weights_bytes=spec.weights_bytes,
-        parameter_count=spec.parameter_count, num_layers=spec.num_layers,
-        num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim, max_context_tokens=spec.max_context_tokens,
-        kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest)
-
-
 class CoordinatorClient:
     def __init__(self, address: str) -> None:
         self._channel = grpc.insecure_channel(address)
@@ -181,7 +173,7 @@ class CoordinatorClient:
             public_key=identity.public_key_raw,
             signature=identity.sign(register_challenge(identity.node_id, timestamp_ms)),
             timestamp_ms=timestamp_ms, hardware=_hardware_pb(hardware),
-            models=[_model_pb(m) for m in models], operator_id=operator_id,
+            models=[model_spec_to_pb(m) for m in models], operator_id=operator_id,
             display_name=display_name, max_concurrent_jobs=max_concurrent_jobs,
             agent_version="0.1.0")
         if status is not None:

@@ -8,21 +8,9 @@ node_agent.operator_hooks.OperatorHooks is the real one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from node_agent.coordinator_client import Assignment, NodeStatus
-from node_agent.inference.engine import GenerationResult
+from node_agent.pods.outcome import PodJobResult
 from node_agent.token_sender import TokenSender
-
-
-@dataclass(frozen=True)
-class PodJobResult:
-    """How a pod run ended: a result (a receipt is due), a failure, or a reason to hand back."""
-
-    result: GenerationResult | None = None  # rank 0's, as one Mac's Engine.generate returns it
-    handed_back_reason: str | None = None  # put the job back in the queue (a member died)
-    failure_reason: str | None = None  # the job itself cannot run
-    prompt_too_long: bool = False
 
 
 class AgentHooks:
@@ -46,7 +34,7 @@ class AgentHooks:
         return "handed back by the node"
 
     def run_pod_job(self, assignment: Assignment, sender: TokenSender) -> PodJobResult:
-        """Run a pod job as its leader: start every rank, stream rank 0's tokens through sender."""
+        """Hand a pod job this node leads to its runner (node_agent.pods.runner); none here."""
         return PodJobResult(failure_reason="this node runs no pods")
 
     def idle_work(self) -> None:

@@ -19,15 +19,15 @@ from pathlib import Path
 from contracts.benchmarks import BenchmarkResult
 from contracts.pods import PodDeclaration
 from node_agent.coordinator_client import Assignment, NodeStatus
-from node_agent.hooks import AgentHooks, PodJobResult
+from node_agent.hooks import AgentHooks
 from node_agent.lending.monitor import LendingMonitor
+from node_agent.pods.outcome import PodJobResult, PodJobRunner
 from node_agent.status_file import StatusReport, read_status, write_status
 from node_agent.token_sender import TokenSender
 
 log = logging.getLogger(__name__)
 
 BenchmarkRunner = Callable[[], BenchmarkResult]
-PodJobRunner = Callable[[Assignment, TokenSender, Callable[[], bool]], PodJobResult]
 
 
 class OperatorHooks(AgentHooks):
@@ -81,6 +81,7 @@ class OperatorHooks(AgentHooks):
         return f"{self.monitor.state.reason or 'stopped'}; not finished within {bound:.0f}s"
 
     def run_pod_job(self, assignment: Assignment, sender: TokenSender) -> PodJobResult:
+        """Dispatch to the pod's runner, which stops the run once the owner's bound runs out."""
         if self._pod_runner is None:
             return PodJobResult(failure_reason="this node declares no pod it could lead")
         return self._pod_runner(assignment, sender, lambda: self.keep_going(assignment.job_id))

@@ -20,6 +20,8 @@ from coordinator.nodes.reports import HeartbeatReport
 from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.service import JobView
 from protos.mlxnet.v1 import common_pb2, job_pb2, node_pb2
+from protos.wire import models as model_wire
+from protos.wire.models import model_spec_to_pb
 
 _STATUS_TO_PB = {
     JobStatus.QUEUED: job_pb2.JOB_STATUS_QUEUED,
@@ -32,25 +34,10 @@ _STATUS_TO_PB = {
 
 def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
     try:
-        return ModelSpec(
-            model_id=message.model_id, weights_bytes=message.weights_bytes,
-            parameter_count=message.parameter_count, num_layers=message.num_layers,
-            num_attention_heads=message.num_attention_heads, num_kv_heads=message.num_kv_heads,
-            head_dim=message.head_dim, max_context_tokens=message.max_context_tokens,
-            kv_bytes_per_element=message.kv_bytes_per_element or 2,
-            weights_digest=message.weights_digest)
+        return model_wire.model_spec_from_pb(message)
     except AssertionError as error:
         raise InvalidRequest(f"model spec {message.model_id!r} is incomplete: every size field "
                              "must be positive") from error
-
-
-def model_spec_to_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
-    return common_pb2.ModelSpec(
-        model_id=spec.model_id, weights_bytes=spec.weights_bytes,
-        parameter_count=spec.parameter_count, num_layers=spec.num_layers,
-        num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim, max_context_tokens=spec.max_context_tokens,
-        kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest)
 
 
 def hardware_from_pb(message: node_pb2.Hardware) -> HardwareReport:

@@ -33,9 +33,9 @@ from contracts.ids import NodeId
 from contracts.pods import PodCable, PodDeclaration
 from contracts.receipts import FinishReason
 from node_agent.coordinator_client import Assignment
-from node_agent.hooks import PodJobResult
 from node_agent.inference.engine import GenerationResult
 from node_agent.lending.config import PodConfig
+from node_agent.pods.outcome import PodJobResult
 from node_agent.token_sender import TokenSender
 
 log = logging.getLogger(__name__)

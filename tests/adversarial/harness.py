@@ -20,14 +20,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk, encode_commitment
-from contracts.ids import JobId, node_id_from_public_key
-from contracts.receipts import Receipt, encode_receipt, output_digest, prompt_digest
+from contracts.ids import node_id_from_public_key
+from contracts.models import ModelSpec
+from contracts.receipts import Receipt, encode_receipt, output_digest
 from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.replay_check import check_by_replay
 from coordinator.verification.tolerances import DEFAULT_TOLERANCES, Tolerances
+from node_agent.coordinator_client import Assignment
 from node_agent.identity import Identity
 from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, LocalReplayer
+from node_agent.job_reports import job_receipt
 from node_agent.model_files import describe_model
 
 MODEL_ID = "test/tiny-llama"
@@ -81,16 +84,14 @@ class Report:
 
 def receipt_for(job: Job, node: Identity, model_id: str, weights_digest: str,
                 result: GenerationResult) -> Receipt:
-    """What the agent signs for a generation result (as node_agent.agent builds it)."""
-    return Receipt(
-        job_id=JobId(job.job_id), node_id=node.node_id, model_id=model_id,
-        weights_digest=weights_digest, prompt_digest=prompt_digest(job.prompt),
-        temperature=job.temperature, top_p=job.top_p, seed=job.seed, max_tokens=job.max_tokens,
-        output_digest=output_digest(result.token_ids), prompt_tokens=result.prompt_tokens,
-        completion_tokens=len(result.token_ids), started_at_ms=result.started_at_ms,
-        finished_at_ms=result.finished_at_ms, finish_reason=result.finish_reason,
-        first_token_at_ms=result.first_token_at_ms,
-        activation_commitment=result.activation_commitment)
+    """What the agent signs for a generation result: node_agent.job_reports builds it."""
+    # Only the id and digest reach a receipt; the sizes just satisfy ModelSpec.
+    spec = ModelSpec(model_id=model_id, weights_bytes=1, parameter_count=1, num_layers=1,
+                     num_attention_heads=1, num_kv_heads=1, head_dim=1,
+                     max_context_tokens=CONTEXT_TOKENS, weights_digest=weights_digest)
+    assignment = Assignment(job.job_id, spec, job.prompt, job.max_tokens, job.temperature,
+                            job.top_p, job.seed)
+    return job_receipt(assignment, result, node.node_id)
 
 
 def signed(receipt: Receipt, signer: Identity, streamed: tuple[int, ...] | None = None) -> Report:

@@ -15,7 +15,7 @@ import mlx.core as mx
 from mlx_lm import load
 from mlx_lm.utils import load_config, quantize_model, save_config, save_model
 
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 CHEAT_MODELS = ("other-seed", "qwen2", "float16", "bfloat16", "q8", "q4")

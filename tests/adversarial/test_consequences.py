@@ -23,7 +23,7 @@ from mlxnet.consumer import JobClient
 from node_agent.coordinator_client import CoordinatorClient
 from node_agent.identity import Identity
 from node_agent.inference.engine import Engine, LocalReplayer
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 from node_agent.model_files import describe_model
 from tests.adversarial.harness import MODEL_ID, Job, generate, new_identity, receipt_for
 

@@ -23,7 +23,7 @@ from coordinator.placement.memory import estimate_job_memory
 from mlxnet.consumer import JobClient
 from mlxnet.processes import Child, spawn_node, start_coordinator, wait_until_registered
 from node_agent.identity import load_or_create_identity
-from node_agent.inference.tiny_model import build_tiny_model
+from node_agent.tiny_model import build_tiny_model
 from node_agent.lending.config import (
     BenchmarkConfig, LendingConfig, NodeConfig, PodConfig, PodLinkConfig, save_config,
 )

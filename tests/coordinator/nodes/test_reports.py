@@ -149,7 +149,7 @@ def test_lending_state_reaches_the_placement_snapshot(
 def measured_here(tmp_path_factory: pytest.TempPathFactory) -> BenchmarkResult:
     """A real self-benchmark of this machine (MLX on a shared CPU: far below any Ultra)."""
     from node_agent.inference.benchmark import run_benchmark
-    from node_agent.inference.tiny_model import build_tiny_model
+    from node_agent.tiny_model import build_tiny_model
 
     model = build_tiny_model(tmp_path_factory.mktemp("reference") / "tiny")
     return run_benchmark(model, "mlxnet/tiny-llama (reference)", buffer_bytes=64 * 2**20)

@@ -45,9 +45,10 @@ import logging
 import pathlib
 from dataclasses import dataclass
 
-import mlx.core as mx
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from node_agent.inference.weights_file import save_mlx_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -442,11 +443,7 @@ def _canonical(array: np.ndarray) -> np.ndarray:
 
 
 def _write_weights(out_dir: pathlib.Path, weights: dict[str, np.ndarray]) -> None:
-    mx.save_safetensors(
-        str(out_dir / "model.safetensors"),
-        {name: mx.array(value) for name, value in weights.items()},
-        metadata={"format": "mlx"},
-    )
+    save_mlx_safetensors(out_dir / "model.safetensors", weights)
     index = {
         "metadata": {"total_size": int(sum(value.nbytes for value in weights.values()))},
         "weight_map": {name: "model.safetensors" for name in weights},

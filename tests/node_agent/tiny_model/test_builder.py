@@ -13,9 +13,9 @@ import mlx.core as mx
 import mlx_lm
 import pytest
 
-from node_agent.inference.tiny_model import CORPUS_PATH, build_tiny_model
+from node_agent.tiny_model import CORPUS_PATH, build_tiny_model
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 MODEL_FILES = (
     "config.json",
     "model.safetensors",
@@ -95,7 +95,7 @@ def test_same_seed_gives_identical_bytes_in_another_process(
     llama_dir: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     script = (
-        "import pathlib, sys; from node_agent.inference.tiny_model import build_tiny_model; "
+        "import pathlib, sys; from node_agent.tiny_model import build_tiny_model; "
         "build_tiny_model(pathlib.Path(sys.argv[1]))"
     )
     # A different BLAS thread count must not change a bit either.
