@@ -26,7 +26,6 @@ from sqlalchemy.orm import Session
 
 from coordinator.errors import InsufficientBalance, InvalidRequest, NotFound, RateLimited, Unauthenticated
 from coordinator.model import TERMINAL_STATUSES
-from coordinator.storage.driver_sql import DriverStatement
 from coordinator.storage.tables import api_keys, jobs
 
 KEY_PREFIX = "mlxk_"
@@ -133,15 +132,13 @@ def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
     return [_key_from_row(row) for row in session.execute(query)]
 
 
-# Built once: every consumer request runs these (see coordinator.storage.job_rows on why). The last
-# three are on every keyed submit's way to its first token: straight to the driver on SQLite.
+# Built once: every consumer request runs these (see coordinator.storage.job_rows on why).
 _KEY_BY_SECRET = select(api_keys).where(api_keys.c.secret_sha256 == bindparam("secret"))
-_LOCK_KEY = DriverStatement(
-    select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update())
-_KEY_SPEND = DriverStatement(select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
-    api_keys.c.key_id == bindparam("key_id")))
-_ADD_SPEND = DriverStatement(update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
-    spent_base_units=api_keys.c.spent_base_units + bindparam("amount")))
+_LOCK_KEY = select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
+_KEY_SPEND = select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
+    api_keys.c.key_id == bindparam("key_id"))
+_ADD_SPEND = update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
+    spent_base_units=api_keys.c.spent_base_units + bindparam("amount"))
 
 
 def authenticate(session: Session, key: str | None) -> ApiKey:
@@ -211,8 +208,8 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
     """Lock the key's row and refuse one more job from a revoked key, or over its rate or
     concurrency limit. Revocation is read here, under the lock: the caller's key may come
     from KnownKeys."""
-    locked = _LOCK_KEY.rows(session, {"key_id": key.key_id})  # (revoked_at_ms,) or nothing
-    if not locked or locked[0][0] is not None:
+    locked = session.execute(_LOCK_KEY, {"key_id": key.key_id}).first()  # (revoked_at_ms,) or None
+    if locked is None or locked[0] is not None:
         raise Unauthenticated(f"the API key {key.key_id} was revoked; create a new one")
     limits = key.limits
     recent: list[int] = []
@@ -234,13 +231,13 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
 
 def add_spend(session: Session, key_id: str, amount: int) -> None:
     """Count a reservation against the key's spend limit (call after admit: the row is locked)."""
-    [(spent, limit)] = _KEY_SPEND.rows(session, {"key_id": key_id})  # admit locked the one row
+    spent, limit = session.execute(_KEY_SPEND, {"key_id": key_id}).one()  # admit locked the one row
     if limit is not None and spent + amount > limit:
         raise InsufficientBalance(
             f"this job could cost up to {amount} base units and the API key has "
             f"{max(0, limit - spent)} of its {limit} spend limit left; "
             "lower max_tokens or raise the key's limit")
-    _ADD_SPEND.execute(session, {"key": key_id, "amount": amount})
+    session.execute(_ADD_SPEND, {"key": key_id, "amount": amount})
 
 
 def refund_spend(session: Session, key_id: str, amount: int) -> None:
