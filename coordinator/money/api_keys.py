@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from coordinator.errors import InsufficientBalance, InvalidRequest, NotFound, RateLimited, Unauthenticated
+from coordinator.errors import InsufficientBalance, InvalidRequest, RateLimited, Unauthenticated
 from coordinator.model import TERMINAL_STATUSES
+from coordinator.storage import key_rows
 from coordinator.storage.tables import api_keys, jobs
 
 KEY_PREFIX = "mlxk_"
@@ -116,20 +117,12 @@ def create_key(session: Session, consumer_id: str, limits: KeyLimits, label: str
 
 def revoke_key(session: Session, key_id: str, now_ms: int) -> ApiKey:
     """Revoke a key (again is harmless); its jobs already running finish."""
-    session.execute(update(api_keys).where(api_keys.c.key_id == key_id,
-                                           api_keys.c.revoked_at_ms.is_(None))
-                    .values(revoked_at_ms=now_ms))
-    row = session.execute(select(api_keys).where(api_keys.c.key_id == key_id)).first()
-    if row is None:
-        raise NotFound(f"no API key has id {key_id!r}; `mlxnet keys list` shows them")
-    return _key_from_row(row)
+    return key_rows.revoke(session, api_keys, key_id, now_ms, _key_from_row,
+                           f"no API key has id {key_id!r}; `mlxnet keys list` shows them")
 
 
 def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
-    query = select(api_keys).order_by(api_keys.c.consumer_id, api_keys.c.created_at_ms)
-    if consumer_id is not None:
-        query = query.where(api_keys.c.consumer_id == consumer_id)
-    return [_key_from_row(row) for row in session.execute(query)]
+    return key_rows.keys_of(session, api_keys.c.consumer_id, consumer_id, _key_from_row)
 
 
 # Built once: every consumer request runs these (see coordinator.storage.job_rows on why).
