@@ -6,7 +6,7 @@ checks it, and `python -m tests.layers` prints any import that breaks it):
     model.py        the shared vocabulary: JobRecord, NodeRecord, TokenChunk, job states, error codes
     clock.py, errors.py, config.py   injected time, the one error hierarchy, the settings value
     placement/      pure: where a job should run, and why (filters, scores, the fleet index)
-    storage/        the SQL edge: engines and sessions, tables, node and job rows
+    storage/        the SQL edge: engines and sessions, tables, node, job and key rows
     live/           in-process hand-offs: wake-ups, live token chunks, live assignments
     money/          a job's money (billing), API keys, ledger epochs
     verification/   proof checks: pure rules (tolerances, tokens, judge, policy), then their records

@@ -59,9 +59,11 @@ class RunningGateway:
 
 
 def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
-                  port: int = 0) -> RunningGateway:
-    """Listen on host:port (0 picks a free port) and serve until stop()."""
-    bridge = Bridge(service, SERVICE_CALLS_MAX, STREAMS_MAX)
+                  port: int = 0, streams_max: int = STREAMS_MAX) -> RunningGateway:
+    """Listen on host:port (0 picks a free port) and serve until stop().
+
+    streams_max: jobs streamed at once; more are refused with 503."""
+    bridge = Bridge(service, SERVICE_CALLS_MAX, streams_max)
     listener = socket.create_server((host, port), reuse_port=False)
     config = uvicorn.Config(create_app(bridge), log_config=None, access_log=False,
                             timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off")

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from coordinator.errors import InsufficientBalance, InvalidRequest, NotFound, RateLimited, Unauthenticated
+from coordinator.errors import InsufficientBalance, InvalidRequest, RateLimited, Unauthenticated
 from coordinator.model import TERMINAL_STATUSES
-from coordinator.storage.driver_sql import DriverStatement
+from coordinator.storage import key_rows
 from coordinator.storage.tables import api_keys, jobs
 
 KEY_PREFIX = "mlxk_"
@@ -117,31 +117,21 @@ def create_key(session: Session, consumer_id: str, limits: KeyLimits, label: str
 
 def revoke_key(session: Session, key_id: str, now_ms: int) -> ApiKey:
     """Revoke a key (again is harmless); its jobs already running finish."""
-    session.execute(update(api_keys).where(api_keys.c.key_id == key_id,
-                                           api_keys.c.revoked_at_ms.is_(None))
-                    .values(revoked_at_ms=now_ms))
-    row = session.execute(select(api_keys).where(api_keys.c.key_id == key_id)).first()
-    if row is None:
-        raise NotFound(f"no API key has id {key_id!r}; `mlxnet keys list` shows them")
-    return _key_from_row(row)
+    return key_rows.revoke(session, api_keys, key_id, now_ms, _key_from_row,
+                           f"no API key has id {key_id!r}; `mlxnet keys list` shows them")
 
 
 def keys_of(session: Session, consumer_id: str | None = None) -> list[ApiKey]:
-    query = select(api_keys).order_by(api_keys.c.consumer_id, api_keys.c.created_at_ms)
-    if consumer_id is not None:
-        query = query.where(api_keys.c.consumer_id == consumer_id)
-    return [_key_from_row(row) for row in session.execute(query)]
+    return key_rows.keys_of(session, api_keys.c.consumer_id, consumer_id, _key_from_row)
 
 
-# Built once: every consumer request runs these (see coordinator.storage.job_rows on why). The last
-# three are on every keyed submit's way to its first token: straight to the driver on SQLite.
+# Built once: every consumer request runs these (see coordinator.storage.job_rows on why).
 _KEY_BY_SECRET = select(api_keys).where(api_keys.c.secret_sha256 == bindparam("secret"))
-_LOCK_KEY = DriverStatement(
-    select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update())
-_KEY_SPEND = DriverStatement(select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
-    api_keys.c.key_id == bindparam("key_id")))
-_ADD_SPEND = DriverStatement(update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
-    spent_base_units=api_keys.c.spent_base_units + bindparam("amount")))
+_LOCK_KEY = select(api_keys.c.revoked_at_ms).where(api_keys.c.key_id == bindparam("key_id")).with_for_update()
+_KEY_SPEND = select(api_keys.c.spent_base_units, api_keys.c.spend_limit_base_units).where(
+    api_keys.c.key_id == bindparam("key_id"))
+_ADD_SPEND = update(api_keys).where(api_keys.c.key_id == bindparam("key")).values(
+    spent_base_units=api_keys.c.spent_base_units + bindparam("amount"))
 
 
 def authenticate(session: Session, key: str | None) -> ApiKey:
@@ -211,8 +201,8 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
     """Lock the key's row and refuse one more job from a revoked key, or over its rate or
     concurrency limit. Revocation is read here, under the lock: the caller's key may come
     from KnownKeys."""
-    locked = _LOCK_KEY.rows(session, {"key_id": key.key_id})  # (revoked_at_ms,) or nothing
-    if not locked or locked[0][0] is not None:
+    locked = session.execute(_LOCK_KEY, {"key_id": key.key_id}).first()  # (revoked_at_ms,) or None
+    if locked is None or locked[0] is not None:
         raise Unauthenticated(f"the API key {key.key_id} was revoked; create a new one")
     limits = key.limits
     recent: list[int] = []
@@ -234,13 +224,13 @@ def admit(session: Session, key: ApiKey, now_ms: int) -> None:
 
 def add_spend(session: Session, key_id: str, amount: int) -> None:
     """Count a reservation against the key's spend limit (call after admit: the row is locked)."""
-    [(spent, limit)] = _KEY_SPEND.rows(session, {"key_id": key_id})  # admit locked the one row
+    spent, limit = session.execute(_KEY_SPEND, {"key_id": key_id}).one()  # admit locked the one row
     if limit is not None and spent + amount > limit:
         raise InsufficientBalance(
             f"this job could cost up to {amount} base units and the API key has "
             f"{max(0, limit - spent)} of its {limit} spend limit left; "
             "lower max_tokens or raise the key's limit")
-    _ADD_SPEND.execute(session, {"key": key_id, "amount": amount})
+    session.execute(_ADD_SPEND, {"key": key_id, "amount": amount})
 
 
 def refund_spend(session: Session, key_id: str, amount: int) -> None:

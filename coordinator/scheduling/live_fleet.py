@@ -56,6 +56,7 @@ class LiveFleet:
         self._first_registered: dict[str, int] = {}  # made with the catalog
         self._commits_this_pass = 0
         self._read_this_pass: set[str] = set()  # nodes re-read in this pass's transaction
+        self._index_builds = 0
 
     # -- notes from the service, after its transaction committed ---------------------------
 
@@ -98,6 +99,11 @@ class LiveFleet:
     @property
     def rebuilt_this_pass(self) -> bool:
         return self._rebuilt_this_pass
+
+    @property
+    def index_builds(self) -> int:
+        """Whole-fleet reads into a new index so far: each costs seconds at 100,000 Macs."""
+        return self._index_builds
 
     def read_this_pass(self, node_ids: Iterable[str]) -> bool:
         """Whether the index holds these nodes as this pass's transaction read them."""
@@ -189,6 +195,7 @@ class LiveFleet:
     def _rebuild(self, session: Session, now_ms: int) -> None:
         fleet, nodes = fleet_reads.snapshot(session, now_ms, self._config)
         self._index = FleetIndex.build(fleet, self._placement_config)
+        self._index_builds += 1
         self._committed = job_rows.committed_by_node(session)
         self._declared, self._catalog = {}, None
         self._heartbeats, self._offline_due = {}, []

@@ -1,4 +1,4 @@
-"""The SQL edge for nodes and jobs: engines and sessions, the tables, rows in and records out.
+"""The SQL edge for nodes, jobs and keys: engines and sessions, the tables, rows in and records out.
 
 Each function takes the caller's session and never commits.
 """

@@ -45,13 +45,15 @@ def default_sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'coordinator.db').resolve()}"
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    assert type(busy_timeout_ms) is int and busy_timeout_ms >= 0
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
@@ -73,10 +75,11 @@ def _configure_sqlite(engine: Engine) -> None:
         pooled.driver_connection.execute("BEGIN IMMEDIATE")
 
 
-def create_database_engine(url: str) -> Engine:
+def create_database_engine(url: str, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
+    """sqlite_busy_timeout_ms: how long a SQLite writer waits for the write lock before failing."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False})
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, sqlite_busy_timeout_ms)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
@@ -113,10 +116,14 @@ def redact_url(url: str) -> str:
 class Database:
     """Owns the engine and hands out one transaction at a time."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
         self.url = url
-        self.engine = create_database_engine(url)
+        self.engine = create_database_engine(url, sqlite_busy_timeout_ms)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Transactions begun, by kind: how often the process takes SQLite's write lock.
+        self._begun_lock = threading.Lock()
+        self._writes_begun = 0
+        self._reads_begun = 0
         # make_durable's calls are numbered as they come in; every call numbered up to
         # _durable_through was covered by a durable write that began after it came in.
         self._calls_lock = threading.Lock()
@@ -130,6 +137,8 @@ class Database:
 
         durable=False: the commit does not wait for the disk (see the module docstring),
         for writes whose loss in a power cut costs no money and breaks no promise."""
+        with self._begun_lock:
+            self._writes_begun += 1
         with self._sessions() as session, session.begin():
             if not durable:
                 self._not_durable(session)
@@ -166,9 +175,21 @@ class Database:
     def read_transaction(self) -> Iterator[Session]:
         """A session that only reads (writing in it is a programmer error): one snapshot,
         and on SQLite no write lock, so a stream's reads never queue behind the writers."""
+        with self._begun_lock:
+            self._reads_begun += 1
         with self._sessions() as session, session.begin():
             session.connection(execution_options={_READ_ONLY: True})
             yield session
+
+    @property
+    def write_transactions_begun(self) -> int:
+        """transaction() calls so far (make_durable's own writes included)."""
+        return self._writes_begun
+
+    @property
+    def read_transactions_begun(self) -> int:
+        """read_transaction() calls so far."""
+        return self._reads_begun
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -10,14 +10,13 @@ import functools
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, delete, func, insert, or_, select, true, update
+from sqlalchemy import Update, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from contracts.ids import NodeId
 from contracts.logprobs import logprobs_from_json, logprobs_to_json
 from coordinator.model import ACTIVE_STATUSES, JobRecord, JobStatus, TokenChunk
-from coordinator.storage.driver_sql import DriverStatement
 from coordinator.storage.tables import job_assignments, job_tokens, jobs
 
 _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "max_tokens",
@@ -30,31 +29,26 @@ _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "ma
 
 
 # Statements on the submit and token paths are built once: a reused statement skips
-# SQLAlchemy's per-call construction and cache-key work (about 0.1 ms a statement). Those
-# that are DriverStatements skip the rest of its work too on SQLite (coordinator.storage.driver_sql).
-_JOB_NODE_IDS = DriverStatement(select(job_assignments.c.node_id).where(
+# SQLAlchemy's per-call construction and cache-key work (about 0.1 ms a statement).
+_JOB_NODE_IDS = select(job_assignments.c.node_id).where(
     job_assignments.c.job_id == bindparam("job_id"), job_assignments.c.attempt == bindparam("attempt")
-).order_by(job_assignments.c.node_id))
+).order_by(job_assignments.c.node_id)
 _JOB_BY_ID = select(jobs).where(jobs.c.job_id == bindparam("job_id"))
 _JOB_BY_ID_FOR_UPDATE = _JOB_BY_ID.with_for_update(of=jobs)
 _INSERT_JOB = insert(jobs)
-_QUEUED_AHEAD = DriverStatement(select(func.count()).select_from(jobs).where(
+_QUEUED_AHEAD = select(func.count()).select_from(jobs).where(
     jobs.c.status == JobStatus.QUEUED.value,
     (jobs.c.created_at_ms < bindparam("created_at_ms"))
-    | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id")))))
+    | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id"))))
 _ANY_QUEUED = select(jobs.c.job_id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
-# true(): SQL's own literal, not a Boolean bind, which would need SQLAlchemy's conversion.
-# Parameters end in "_": SQLAlchemy reserves a column's own name in an INSERT's VALUES.
-_INSERT_ASSIGNMENT = DriverStatement(insert(job_assignments).values(
-    {**{name: bindparam(f"{name}_") for name in ("job_id", "node_id", "attempt", "reserved_memory_bytes", "layers")},
-     "active": true()}))
-_COMMITTED_BY_NODE = DriverStatement(select(
+_INSERT_ASSIGNMENT = insert(job_assignments)
+_COMMITTED_BY_NODE = select(
     job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
-).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id))
+).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id)
 
 
 def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untyped-def]
-    node_ids = [found[0] for found in _JOB_NODE_IDS.rows(session, {"job_id": row.job_id, "attempt": row.attempt})]
+    node_ids = session.execute(_JOB_NODE_IDS, {"job_id": row.job_id, "attempt": row.attempt}).scalars().all()
     values = {name: getattr(row, name) for name in _JOB_SCALARS}
     values["layer_split"] = tuple(json.loads(row.layer_split_json or "[]"))
     values["stop"] = tuple(json.loads(row.stop_json))
@@ -92,20 +86,20 @@ class StreamingJob:
 
 # Built once: the token path runs these for every chunk, and a reused statement
 # skips SQLAlchemy's per-call construction and cache-key work.
-_STREAMING_JOB = DriverStatement(select(
+_STREAMING_JOB = select(
     jobs.c.status, jobs.c.max_tokens,
     select(job_assignments.c.node_id).where(
         job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
         job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
-).where(jobs.c.job_id == bindparam("job_id")).with_for_update(of=jobs))
+).where(jobs.c.job_id == bindparam("job_id")).with_for_update(of=jobs)
 
 
 def lock_streaming_job(session: Session, job_id: str, node_id: str) -> StreamingJob | None:
     """Row-lock a job (PostgreSQL) and read what accepting its tokens checks; None if unknown."""
-    rows = _STREAMING_JOB.rows(session, {"job_id": job_id, "node_id": node_id})
-    if not rows:
+    row = session.execute(_STREAMING_JOB, {"job_id": job_id, "node_id": node_id}).first()
+    if row is None:
         return None
-    status, max_tokens, assigned = rows[0]
+    status, max_tokens, assigned = row
     return StreamingJob(JobStatus(status), max_tokens, bool(assigned))
 
 
@@ -131,7 +125,7 @@ def queue_position(session: Session, job: JobRecord) -> int:
     """1 for the oldest queued job; 0 when the job is not queued."""
     if job.status is not JobStatus.QUEUED:
         return 0
-    [(ahead,)] = _QUEUED_AHEAD.rows(session, {"created_at_ms": job.created_at_ms, "job_id": job.job_id})
+    ahead = session.execute(_QUEUED_AHEAD, {"created_at_ms": job.created_at_ms, "job_id": job.job_id}).scalar_one()
     return ahead + 1
 
 
@@ -143,20 +137,21 @@ def transition_job(session: Session, job_id: str, from_statuses: frozenset[JobSt
     if "layer_split" in values:
         values["layer_split_json"] = json.dumps(list(values.pop("layer_split")))  # type: ignore[call-overload]
     statement = _transition_statement(from_statuses, tuple(values))
-    return statement.execute(session, {"job_id_": job_id, **{f"{k}_": v for k, v in values.items()}}) == 1
+    result = session.execute(statement, {"job_id_": job_id, **{f"{k}_": v for k, v in values.items()}})
+    return result.rowcount == 1  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=256)
-def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[str, ...]) -> DriverStatement:
+def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[str, ...]) -> Update:
     """One built statement per (from statuses, columns set): the callers use a handful.
 
     Parameters end in "_": SQLAlchemy reserves a column's own name in an UPDATE's SET."""
     # Equalities, not status IN (...): a literal IN list is an expanding parameter, rendered
     # anew on every execution, and every job's every step runs one of these.
     statuses = [jobs.c.status == status.value for status in sorted(from_statuses, key=lambda s: s.value)]
-    return DriverStatement(update(jobs).where(
+    return update(jobs).where(
         jobs.c.job_id == bindparam("job_id_"), or_(*statuses),
-    ).values({column: bindparam(f"{column}_") for column in columns}))
+    ).values({column: bindparam(f"{column}_") for column in columns})
 
 
 # --- assignments ---------------------------------------------------------
@@ -165,8 +160,8 @@ def add_assignments(session: Session, job_id: str, attempt: int,
                     shares: tuple[tuple[str, int, int], ...]) -> None:
     """shares: (node_id, reserved_memory_bytes, layers) for each node of the placement."""
     for node_id, memory, layers in shares:  # one Mac's, mostly
-        _INSERT_ASSIGNMENT.execute(session, dict(job_id_=job_id, node_id_=node_id, attempt_=attempt,
-                                                 reserved_memory_bytes_=memory, layers_=layers))
+        session.execute(_INSERT_ASSIGNMENT, dict(job_id=job_id, node_id=node_id, attempt=attempt,
+                                                 reserved_memory_bytes=memory, layers=layers, active=True))
 
 
 def release_assignments(session: Session, job_id: str) -> list[str]:
@@ -180,7 +175,7 @@ def release_assignments(session: Session, job_id: str) -> list[str]:
 
 def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
     """node_id -> (reserved memory bytes, active job count) over active assignments."""
-    rows = _COMMITTED_BY_NODE.rows(session, {})
+    rows = session.execute(_COMMITTED_BY_NODE)
     return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
 
 
@@ -190,17 +185,17 @@ _COMMITTED_FOR_NODES = select(
         job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))).group_by(job_assignments.c.node_id)
 
 
-_COMMITTED_FOR_NODE = DriverStatement(select(
+_COMMITTED_FOR_NODE = select(
     job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
 ).where(job_assignments.c.active.is_(True),
-        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id))
+        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id)
 
 
 def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
     """committed_by_node for just these nodes."""
     committed: dict[str, tuple[int, int]] = {}
     if len(node_ids) == 1:  # as nodes_by_ids: no expanding list for one id
-        rows = _COMMITTED_FOR_NODE.rows(session, {"node_id": node_ids[0]})
+        rows = session.execute(_COMMITTED_FOR_NODE, {"node_id": node_ids[0]})
         return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
     for start in range(0, len(node_ids), 500):
         rows = session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})
@@ -220,12 +215,12 @@ def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
 
 _CHUNK_AT = select(job_tokens.c.first_index).where(
     job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index == bindparam("first_index"))
-_INSERT_CHUNK = DriverStatement(insert(job_tokens))
+_INSERT_CHUNK = insert(job_tokens)
 _CHUNKS_FROM = select(job_tokens).where(
     job_tokens.c.job_id == bindparam("job_id"), job_tokens.c.first_index >= bindparam("from_index")
 ).order_by(job_tokens.c.first_index)
-_LAST_CHUNK = DriverStatement(select(job_tokens.c.first_index, job_tokens.c.token_ids_json).where(
-    job_tokens.c.job_id == bindparam("job_id")).order_by(job_tokens.c.first_index.desc()).limit(1))
+_LAST_CHUNK = select(job_tokens.c.first_index, job_tokens.c.token_ids_json).where(
+    job_tokens.c.job_id == bindparam("job_id")).order_by(job_tokens.c.first_index.desc()).limit(1)
 
 
 def has_chunk_at(session: Session, job_id: str, first_index: int) -> bool:
@@ -244,7 +239,7 @@ def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
 def insert_chunk(session: Session, job_id: str, chunk: TokenChunk) -> None:
     """Store a chunk known to be new: it starts where the stored tokens end."""
     logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
-    _INSERT_CHUNK.execute(session, {
+    session.execute(_INSERT_CHUNK, {
         "job_id": job_id, "first_index": chunk.first_index,
         "token_ids_json": json.dumps(list(chunk.token_ids)), "text": chunk.text,
         "logprobs_json": logprobs})
@@ -259,10 +254,10 @@ def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[Tok
 
 def token_count(session: Session, job_id: str) -> int:
     """Tokens stored so far: the end of the last chunk (chunks are contiguous from 0)."""
-    rows = _LAST_CHUNK.rows(session, {"job_id": job_id})
-    if not rows:
+    row = session.execute(_LAST_CHUNK, {"job_id": job_id}).first()
+    if row is None:
         return 0
-    first_index, token_ids_json = rows[0]
+    first_index, token_ids_json = row
     return first_index + len(json.loads(token_ids_json))
 
 

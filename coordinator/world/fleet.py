@@ -62,7 +62,8 @@ class FleetQuery:
         return (self.page - 1) * self.page_size
 
 
-def _int_param(params: Mapping[str, str], name: str, default: int, high: int) -> int:
+def int_param(params: Mapping[str, str], name: str, default: int, high: int) -> int:
+    """A query parameter that must be a whole number from 1 to high; default when absent."""
     text = params.get(name, "").strip()
     if not text:
         return default
@@ -93,8 +94,8 @@ def _text_param(params: Mapping[str, str], name: str, chars_max: int) -> str:
 def parse_fleet_query(params: Mapping[str, str]) -> FleetQuery:
     """A FleetQuery from URL parameters; InvalidRequest names the parameter at fault."""
     return FleetQuery(
-        page=_int_param(params, "page", 1, PAGE_MAX),
-        page_size=_int_param(params, "page_size", PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX),
+        page=int_param(params, "page", 1, PAGE_MAX),
+        page_size=int_param(params, "page_size", PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX),
         q=_text_param(params, "q", QUERY_CHARS_MAX),
         status=_enum_param(params, "status", NodeStatus),
         chip=_text_param(params, "chip", FILTER_CHARS_MAX) or None,

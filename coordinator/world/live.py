@@ -63,9 +63,11 @@ class WorldFeed:
     """Reads `snapshot()` each tick and fans the changes out."""
 
     def __init__(self, snapshot: Callable[[], Snapshot], history: TotalsHistory,
-                 tick_s: float = TICK_S_WATCHED, background: bool = True) -> None:
+                 tick_s: float = TICK_S_WATCHED, background: bool = True,
+                 subscribers_max: int = SUBSCRIBERS_MAX) -> None:
         """background=False: no reader thread; the caller ticks (tests drive it that way)."""
-        assert tick_s > 0
+        assert tick_s > 0 and subscribers_max > 0
+        self._subscribers_max = subscribers_max
         self._background = background
         self._snapshot = snapshot
         self.history = history
@@ -106,8 +108,8 @@ class WorldFeed:
     def subscribe(self, loop: asyncio.AbstractEventLoop) -> Subscriber:
         subscriber = Subscriber(loop)
         with self._lock:
-            if self._stopping.is_set() or len(self._subscribers) >= SUBSCRIBERS_MAX:
-                raise TooManySubscribers(f"live updates are full ({SUBSCRIBERS_MAX} open); retry shortly")
+            if self._stopping.is_set() or len(self._subscribers) >= self._subscribers_max:
+                raise TooManySubscribers(f"live updates are full ({self._subscribers_max} open); retry shortly")
             self._subscribers.add(subscriber)
         self.start()
         self._wake.set()  # a new watcher gets the fast tick at once

@@ -13,10 +13,11 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from coordinator.errors import InvalidRequest, NotFound, PermissionDenied, Unauthenticated
+from coordinator.storage import key_rows
 from coordinator.storage.tables import nodes
 from coordinator.world.fleet import REGION_CHARS_MAX
 from coordinator.world.tables import node_regions, operator_keys
@@ -68,21 +69,13 @@ def create_operator_key(session: Session, operator_id: str, label: str,
 
 def revoke_operator_key(session: Session, key_id: str, now_ms: int) -> OperatorKey:
     """Revoke a key (again is harmless); pages open with it stop working at their next request."""
-    session.execute(update(operator_keys).where(operator_keys.c.key_id == key_id,
-                                                operator_keys.c.revoked_at_ms.is_(None))
-                    .values(revoked_at_ms=now_ms))
-    row = session.execute(select(operator_keys).where(operator_keys.c.key_id == key_id)).first()
-    if row is None:
-        raise NotFound(f"no operator key has id {key_id!r}; `mlxnet keys list --operators` shows them")
-    return _key_from_row(row)
+    return key_rows.revoke(session, operator_keys, key_id, now_ms, _key_from_row,
+                           f"no operator key has id {key_id!r}; `mlxnet keys list --operators` shows them")
 
 
 def operator_keys_of(session: Session, operator_id: str | None = None) -> list[OperatorKey]:
-    query = (select(operator_keys).order_by(operator_keys.c.operator_id, operator_keys.c.created_at_ms)
-             .limit(KEYS_LISTED_MAX))
-    if operator_id is not None:
-        query = query.where(operator_keys.c.operator_id == operator_id)
-    return [_key_from_row(row) for row in session.execute(query)]
+    return key_rows.keys_of(session, operator_keys.c.operator_id, operator_id, _key_from_row,
+                            limit=KEYS_LISTED_MAX)
 
 
 def authenticate_operator(session: Session, key: str | None) -> OperatorKey:

@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
-from coordinator.errors import InvalidRequest, NotFound
+from coordinator.errors import NotFound
 from coordinator.service import CoordinatorService
 from coordinator.world import fleet, job_lookup, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
@@ -159,12 +159,12 @@ class World:
         return self.read(lambda s: operator_view.summary_json(s, key.operator_id, live))
 
     def operator_jobs(self, key: OperatorKey, params: dict[str, str]) -> dict[str, object]:
-        page = _positive(params, "page", 1, fleet.PAGE_MAX)
-        size = _positive(params, "page_size", 25, operator_view.JOBS_PAGE_SIZE_MAX)
+        page = fleet.int_param(params, "page", 1, fleet.PAGE_MAX)
+        size = fleet.int_param(params, "page_size", 25, operator_view.JOBS_PAGE_SIZE_MAX)
         return self.read(lambda s: operator_view.jobs_json(s, key.operator_id, page, size))
 
     def operator_epochs(self, key: OperatorKey, params: dict[str, str]) -> dict[str, object]:
-        before = _positive(params, "before", 0, 2**62) or None
+        before = fleet.int_param(params, "before", 0, 2**62) or None
         now_us = self.service.clock.now_ms() * 1000
         return self.read(lambda s: operator_view.epochs_json(s, key.operator_id, now_us, before))
 
@@ -213,12 +213,3 @@ class World:
         if anchors:
             return anchors[0]
         return ChainRoot(ledger_root, "ledger")
-
-
-def _positive(params: dict[str, str], name: str, default: int, high: int) -> int:
-    text = params.get(name, "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or not 1 <= int(text) <= high:
-        raise InvalidRequest(f"{name} must be a whole number from 1 to {high}", param=name)
-    return int(text)

@@ -187,11 +187,10 @@ def test_models_list_their_live_capacity(harness: Harness) -> None:
 
 
 def test_503_when_the_gateway_streams_its_limit_and_no_job_is_made(
-        database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("coordinator.gateway.server.STREAMS_MAX", 1)
+        database_url: str, tmp_path: Path) -> None:
     service = make_service(database_url)
     node = register_node(service, load_or_create_identity(tmp_path / "node.pem"), 2)
-    gateway = start_gateway(service)
+    gateway = start_gateway(service, streams_max=1)
     harness = Harness(service, gateway, node)
     consumer = new_consumer(service, "acme")
     ended: list[openai.APIStatusError] = []

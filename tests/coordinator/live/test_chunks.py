@@ -93,7 +93,7 @@ def _node(service: CoordinatorService, node_id: str):  # type: ignore[no-untyped
 
 
 def test_a_watched_stream_misses_nothing_and_starts_without_a_read(
-        tmp_path: Path, service: CoordinatorService, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+        tmp_path: Path, service: CoordinatorService) -> None:  # noqa: F811
     """The submitter's watch subscribes before the job commits: chunks stored before the
     stream starts still come, and the stream's first look needs no database read."""
     node = _node(service, _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,)))
@@ -101,18 +101,11 @@ def test_a_watched_stream_misses_nothing_and_starts_without_a_read(
     assert watch is not None and view.job.status is JobStatus.ASSIGNED
     job_id = view.job.job_id
     service.nodes.accept_tokens(node, job_id, TokenChunk(0, (1, 2), "ab"))  # before the stream starts
-    reads: list[str] = []
-    read_transaction = service.db.read_transaction
-
-    def counted():  # type: ignore[no-untyped-def]
-        reads.append(threading.current_thread().name)
-        return read_transaction()
-
-    monkeypatch.setattr(service.db, "read_transaction", counted)
+    reads = service.db.read_transactions_begun
     stream = service.jobs.stream(job_id, lambda: True, watch=watch)
-    assert next(stream) == TokenChunk(0, (1, 2), "ab") and reads == []
+    assert next(stream) == TokenChunk(0, (1, 2), "ab") and service.db.read_transactions_begun == reads
     service.nodes.accept_tokens(node, job_id, TokenChunk(2, (3,), "c"))
-    assert next(stream) == TokenChunk(2, (3,), "c") and reads == []
+    assert next(stream) == TokenChunk(2, (3,), "c") and service.db.read_transactions_begun == reads
     service.jobs.cancel(job_id)
     final = list(stream)
     assert isinstance(final[-1], JobView) and final[-1].job.status is JobStatus.FAILED

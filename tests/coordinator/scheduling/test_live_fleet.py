@@ -110,24 +110,16 @@ def test_a_mac_registered_with_another_coordinator_is_found_before_any_job_is_re
 
 
 def test_a_pass_over_an_empty_queue_takes_no_write_lock_and_still_catches_the_index_up(
-        tmp_path: Path, database: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, database: Database) -> None:
     """Every receipt and heartbeat runs a pass; most find no job waiting."""
     clock = FakeClock()
     service = _service(database, clock)
     node = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     service.run_scheduler()
-    write_transactions: list[bool] = []
-    real_transaction = service.db.transaction
-
-    def counted(durable: bool = True):  # type: ignore[no-untyped-def]
-        write_transactions.append(durable)
-        return real_transaction(durable)
-
-    monkeypatch.setattr(service.db, "transaction", counted)
     service.nodes.heartbeat(_node(service, node), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
-    write_transactions.clear()  # the heartbeat's own write; its pass comes after
+    writes = service.db.write_transactions_begun  # the heartbeat's own write; its pass comes after
     assert service.run_scheduler() == scheduler.SchedulingPass((), ())
-    assert write_transactions == []
+    assert service.db.write_transactions_begun == writes
     # The pass read the heartbeat into the index: a decision sees the owner is back.
     with service.db.read_transaction() as session, service.fleet.current(session, clock.now_ms()) as live:
         assert live.mac(node).owner_active
@@ -137,9 +129,9 @@ def test_a_pass_over_an_empty_queue_takes_no_write_lock_and_still_catches_the_in
     waiting = service.jobs.submit(_submission()).job
     assert waiting.status is JobStatus.QUEUED
     record = _node(service, node)
-    write_transactions.clear()
+    writes = service.db.write_transactions_begun
     service.nodes.heartbeat(record, 0, HeartbeatReport(0, lending=LendingState(owner_active=False)))
-    assert len(write_transactions) == 2  # the heartbeat's write, then its pass's
+    assert service.db.write_transactions_begun == writes + 2  # the heartbeat's write, then its pass's
     assert service.jobs.get(waiting.job_id).job.node_ids == (node,)
 
 

@@ -12,80 +12,66 @@ import pytest
 
 from coordinator.errors import InvalidRequest, UnknownModel
 from coordinator.model import JobStatus
-from coordinator.placement import FleetIndex, FleetSnapshot, PlacementConfig
-from coordinator.scheduling import fleet_reads, live_fleet
-from coordinator.storage import database as database_module
-from coordinator.storage import job_rows, node_rows
+from coordinator.service import CoordinatorService
+from coordinator.storage import job_rows
 from coordinator.storage.database import Database, upgrade_schema
 from node_agent.identity import load_or_create_identity
 from tests.coordinator.scheduling.test_live_fleet import _service  # no periodic rebuild: only the submit's
+from tests.coordinator.statements import statements_run, whole_fleet_reads
 from tests.coordinator.test_service import HUGE, SMALL, _register, _submission
 
 
-@pytest.fixture
-def rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts whole-fleet index builds."""
-    built: list[int] = []
-
-    class CountingBuilds:  # FleetIndex as live_fleet uses it; a compiled class cannot be patched itself
-        @staticmethod
-        def build(snapshot: FleetSnapshot, config: PlacementConfig) -> FleetIndex:
-            built.append(len(snapshot.macs))
-            return FleetIndex.build(snapshot, config)
-
-    monkeypatch.setattr(live_fleet, "FleetIndex", CountingBuilds)
-    return built
+def _builds(*services: CoordinatorService) -> int:
+    """Whole-fleet index builds, over these coordinators."""
+    return sum(service.fleet.index_builds for service in services)
 
 
-def test_a_submit_reads_no_whole_fleet(tmp_path: Path, database: Database, rebuilds: list[int],
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_submit_reads_no_whole_fleet(tmp_path: Path, database: Database) -> None:
     service = _service(database)
     for name in "abcd":
         _register(service, load_or_create_identity(tmp_path / f"{name}.pem"), (SMALL,))
     service.run_scheduler()  # the index is built once
-    built = len(rebuilds)
-
-    def whole_fleet(*args: object) -> None:
-        raise AssertionError("a submit read every node")
-
-    monkeypatch.setattr(node_rows, "all_nodes", whole_fleet)
-    monkeypatch.setattr(fleet_reads, "snapshot", whole_fleet)
-    jobs = [service.jobs.submit(_submission()).job for _ in range(3)]
+    built = _builds(service)
+    with statements_run(database.engine) as statements:
+        jobs = [service.jobs.submit(_submission()).job for _ in range(3)]
     assert all(job.status is JobStatus.ASSIGNED for job in jobs)
-    assert len(rebuilds) == built
+    assert whole_fleet_reads(statements) == [] and statements  # the submits ran SQL, none of it a whole read
+    assert _builds(service) == built
     # The index counted each job's commitment: the fourth Mac is the only one still free
     # (max_concurrent_jobs 1), and a fifth job waits for one.
-    fourth = service.jobs.submit(_submission()).job
-    assert fourth.status is JobStatus.ASSIGNED
-    assert len({job.node_ids[0] for job in (*jobs, fourth)}) == 4
-    assert service.jobs.submit(_submission()).job.status is JobStatus.QUEUED
+    with statements_run(database.engine) as statements:
+        fourth = service.jobs.submit(_submission()).job
+        assert fourth.status is JobStatus.ASSIGNED
+        assert len({job.node_ids[0] for job in (*jobs, fourth)}) == 4
+        assert service.jobs.submit(_submission()).job.status is JobStatus.QUEUED
+    assert whole_fleet_reads(statements) == [] and _builds(service) == built
 
 
-def test_a_refused_request_keeps_the_index(tmp_path: Path, database: Database, rebuilds: list[int]) -> None:
+def test_a_refused_request_keeps_the_index(tmp_path: Path, database: Database) -> None:
     service = _service(database)
     _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     service.run_scheduler()
-    built = len(rebuilds)
+    built = _builds(service)
     with pytest.raises(InvalidRequest):
         service.jobs.submit(_submission(prompt="   "))
     with pytest.raises(UnknownModel):
         service.jobs.submit(_submission(model="nobody-serves-this"))
     assert service.jobs.submit(_submission()).job.status is JobStatus.ASSIGNED
     # The unknown model looked for registrations the index had not read (none): no rebuild.
-    assert len(rebuilds) == built
+    assert _builds(service) == built
 
 
 def test_a_mac_registered_with_another_coordinator_is_found_before_a_refusal(
-        tmp_path: Path, database: Database, rebuilds: list[int]) -> None:
+        tmp_path: Path, database: Database) -> None:
     here, there = _service(database), _service(database)
     _register(here, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     assert here.jobs.submit(_submission()).job.status is JobStatus.ASSIGNED  # here's index is built
     # Another coordinator on the same database registers a Mac serving a model unknown here...
     _register(there, load_or_create_identity(tmp_path / "b.pem"), (SMALL, HUGE), memory_gb=4096)
-    built = len(rebuilds)  # there's own index included
+    built = _builds(here, there)  # there's own index included
     job = here.jobs.submit(_submission(model="huge")).job
     assert job.status is JobStatus.ASSIGNED  # ...found, not refused as an unknown model
-    assert len(rebuilds) == built + 1
+    assert _builds(here, there) == built + 1
     with database.transaction() as session:
         stored = job_rows.job_by_id(session, job.job_id)
     assert stored is not None and stored.node_ids == job.node_ids
@@ -102,13 +88,12 @@ def test_a_bigger_mac_registered_elsewhere_is_found_before_a_job_is_refused_for_
 
 
 def test_submits_and_scheduling_passes_never_wait_on_each_other(
-        tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, database_url: str) -> None:
     """A pass used to take the index's lock before its transaction's first statement (on SQLite,
     the write lock): a submit holding the write lock then waited for the pass, which waited for
     the write lock, until SQLite's busy timeout failed the pass."""
-    monkeypatch.setattr(database_module, "SQLITE_BUSY_TIMEOUT_MS", 3_000)  # fail fast, not in 30 s
     upgrade_schema(database_url)
-    db = Database(database_url)
+    db = Database(database_url, sqlite_busy_timeout_ms=3_000)  # fail fast, not in 30 s
     try:
         service = _service(db)
         _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,), memory_gb=512)
@@ -137,25 +122,20 @@ def test_submits_and_scheduling_passes_never_wait_on_each_other(
 
 
 def test_a_dry_run_reads_no_whole_fleet_and_finds_a_mac_registered_elsewhere(
-        tmp_path: Path, database: Database, rebuilds: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, database: Database) -> None:
     here, there = _service(database), _service(database)
     _register(here, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
     here.run_scheduler()  # here's index is built
-    built = len(rebuilds)
-
-    def whole_fleet(*args: object) -> None:
-        raise AssertionError("a dry run read every node")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(node_rows, "all_nodes", whole_fleet)
-        patched.setattr(fleet_reads, "snapshot", whole_fleet)
+    built = _builds(here, there)
+    with statements_run(database.engine) as statements:
         decision = here.jobs.explain_placement("small", 1024, 0.0)
-    assert decision.node_ids and len(rebuilds) == built
+    assert whole_fleet_reads(statements) == [] and statements  # it read, but not every node
+    assert decision.node_ids and _builds(here, there) == built
     # Nothing was placed: the same Mac is still the answer, and a real submit still gets it.
     assert here.jobs.explain_placement("small", 1024, 0.0).node_ids == decision.node_ids
     assert here.jobs.submit(_submission()).job.node_ids == decision.node_ids
     # A Mac serving a model unknown here, registered with another coordinator: found, not refused.
     _register(there, load_or_create_identity(tmp_path / "b.pem"), (HUGE,), memory_gb=4096)
-    built = len(rebuilds)  # there's own index included
+    built = _builds(here, there)  # there's own index included
     assert here.jobs.explain_placement("huge", 1024, 0.0).node_ids
-    assert len(rebuilds) == built + 1
+    assert _builds(here, there) == built + 1

@@ -72,9 +72,8 @@ def test_subscribers_get_events_and_a_stalled_one_is_dropped() -> None:
     assert dropped and leftovers[-1] is None  # the stalled subscriber's stream was ended, not grown
 
 
-def test_subscriptions_are_limited_and_refused_after_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(live, "SUBSCRIBERS_MAX", 2)
-    feed = WorldFeed(Reads(), TotalsHistory(), background=False)
+def test_subscriptions_are_limited_and_refused_after_stop() -> None:
+    feed = WorldFeed(Reads(), TotalsHistory(), background=False, subscribers_max=2)
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
