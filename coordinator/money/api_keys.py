@@ -13,9 +13,7 @@ row lock on the key, so concurrent submits with one key cannot overshoot them:
 
 from __future__ import annotations
 
-import hashlib
 import re
-import secrets
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -32,7 +30,7 @@ from coordinator.storage.tables import api_keys, jobs
 KEY_PREFIX = "mlxk_"
 KEY_ID_HEX_CHARS = 16
 KEY_CHARS_MAX = 128
-LABEL_CHARS_MAX = 128
+LABEL_CHARS_MAX = key_rows.LABEL_CHARS_MAX
 RATE_WINDOW_MS = 60_000
 KNOWN_KEYS_MAX = 10_000  # keys one process remembers as authenticated (see KnownKeys)
 ANONYMOUS_CONSUMER = "anonymous"
@@ -78,10 +76,6 @@ def anonymous_caller(name: str = "") -> Caller:
     return Caller(f"{ANONYMOUS_CONSUMER}:{name}" if name else ANONYMOUS_CONSUMER, None)
 
 
-def key_sha256(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def _key_from_row(row) -> ApiKey:  # type: ignore[no-untyped-def]
     return ApiKey(key_id=row.key_id, consumer_id=row.consumer_id, label=row.label,
                   created_at_ms=row.created_at_ms, revoked_at_ms=row.revoked_at_ms,
@@ -101,13 +95,9 @@ def create_key(session: Session, consumer_id: str, limits: KeyLimits, label: str
                now_ms: int) -> tuple[ApiKey, str]:
     """A new key for the consumer; returns it with the key text, which is never stored."""
     validate_consumer_id(consumer_id)
-    if len(label) > LABEL_CHARS_MAX:
-        raise InvalidRequest(f"label is longer than {LABEL_CHARS_MAX} characters", param="label")
-    key_id = secrets.token_hex(KEY_ID_HEX_CHARS // 2)
-    key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-    assert _KEY_PATTERN.match(key) and len(key) <= KEY_CHARS_MAX
+    key_id, key = key_rows.new_key(KEY_PREFIX, KEY_ID_HEX_CHARS, _KEY_PATTERN, KEY_CHARS_MAX, label)
     session.execute(insert(api_keys).values(
-        key_id=key_id, secret_sha256=key_sha256(key), consumer_id=consumer_id, label=label,
+        key_id=key_id, secret_sha256=key_rows.key_sha256(key), consumer_id=consumer_id, label=label,
         created_at_ms=now_ms, revoked_at_ms=None,
         spend_limit_base_units=limits.spend_limit_base_units,
         requests_per_minute_max=limits.requests_per_minute_max,
@@ -141,7 +131,7 @@ def authenticate(session: Session, key: str | None) -> ApiKey:
                               "(create one with `mlxnet keys create --consumer NAME`)")
     if len(key) > KEY_CHARS_MAX or not _KEY_PATTERN.match(key):
         raise Unauthenticated("the API key is malformed: keys look like mlxk_<id>_<secret>")
-    row = session.execute(_KEY_BY_SECRET, {"secret": key_sha256(key)}).first()
+    row = session.execute(_KEY_BY_SECRET, {"secret": key_rows.key_sha256(key)}).first()
     if row is None:
         raise Unauthenticated("the API key is not valid: check it was copied whole")
     if row.revoked_at_ms is not None:
@@ -164,7 +154,7 @@ class KnownKeys:
     def authenticate(self, session_for: Callable[[], AbstractContextManager[Session]],
                      key: str | None) -> ApiKey:
         """As authenticate, reading the database (in a session_for() session) only for a new key."""
-        digest = key_sha256(key) if key else ""
+        digest = key_rows.key_sha256(key) if key else ""
         with self._lock:
             known = self._keys.get(digest)
         if known is not None:

@@ -1,4 +1,4 @@
-"""Listing and revoking keys, for every table of hashed keys (consumers' API keys, operators').
+"""Making, listing and revoking keys, for every table of hashed keys (consumers' API keys, operators').
 
 Such a table names a key by `key_id` and marks its revocation in `revoked_at_ms`; each store
 keeps its own row type, key pattern and messages, and passes them in.
@@ -6,15 +6,35 @@ keeps its own row type, key pattern and messages, and passes them in.
 
 from __future__ import annotations
 
+import hashlib
+import re
+import secrets
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Column, Table, select, update
 from sqlalchemy.orm import Session
 
-from coordinator.errors import NotFound
+from coordinator.errors import InvalidRequest, NotFound
 
 Key = TypeVar("Key")
+LABEL_CHARS_MAX = 128
+
+
+def key_sha256(key: str) -> str:
+    """What a table stores of a key: its text is shown once and never kept."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key(prefix: str, key_id_hex_chars: int, pattern: re.Pattern[str], chars_max: int,
+            label: str) -> tuple[str, str]:
+    """A fresh key id and the key text that carries it: prefix, id, then 32 random bytes."""
+    if len(label) > LABEL_CHARS_MAX:
+        raise InvalidRequest(f"label is longer than {LABEL_CHARS_MAX} characters", param="label")
+    key_id = secrets.token_hex(key_id_hex_chars // 2)
+    key = f"{prefix}{key_id}_{secrets.token_urlsafe(32)}"
+    assert pattern.match(key) and len(key) <= chars_max
+    return key_id, key
 
 
 def revoke(session: Session, table: Table, key_id: str, now_ms: int,

@@ -8,9 +8,7 @@ declare each Mac's region; it cannot submit jobs or spend anything.
 
 from __future__ import annotations
 
-import hashlib
 import re
-import secrets
 from dataclasses import dataclass
 
 from sqlalchemy import insert, select
@@ -26,7 +24,7 @@ from ledger.rules import valid_id
 KEY_PREFIX = "mlxo_"
 KEY_ID_HEX_CHARS = 16
 KEY_CHARS_MAX = 128
-LABEL_CHARS_MAX = 128
+LABEL_CHARS_MAX = key_rows.LABEL_CHARS_MAX
 KEYS_LISTED_MAX = 1_000
 _KEY_PATTERN = re.compile(r"^mlxo_([0-9a-f]{%d})_[A-Za-z0-9_-]{20,100}$" % KEY_ID_HEX_CHARS)
 _REGION_PATTERN = re.compile(r"^[\w][\w .,/()'-]{0,%d}$" % (REGION_CHARS_MAX - 1))
@@ -41,10 +39,6 @@ class OperatorKey:
     revoked_at_ms: int | None
 
 
-def key_sha256(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def _key_from_row(row) -> OperatorKey:  # type: ignore[no-untyped-def]
     return OperatorKey(row.key_id, row.operator_id, row.label, row.created_at_ms, row.revoked_at_ms)
 
@@ -56,13 +50,9 @@ def create_operator_key(session: Session, operator_id: str, label: str,
         raise InvalidRequest(f"operator id {operator_id[:40]!r} must be 1-128 printable characters "
                              "without spaces (the --operator a node was started with)",
                              param="operator")
-    if len(label) > LABEL_CHARS_MAX:
-        raise InvalidRequest(f"label is longer than {LABEL_CHARS_MAX} characters", param="label")
-    key_id = secrets.token_hex(KEY_ID_HEX_CHARS // 2)
-    key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-    assert _KEY_PATTERN.match(key) and len(key) <= KEY_CHARS_MAX
+    key_id, key = key_rows.new_key(KEY_PREFIX, KEY_ID_HEX_CHARS, _KEY_PATTERN, KEY_CHARS_MAX, label)
     session.execute(insert(operator_keys).values(
-        key_id=key_id, secret_sha256=key_sha256(key), operator_id=operator_id, label=label,
+        key_id=key_id, secret_sha256=key_rows.key_sha256(key), operator_id=operator_id, label=label,
         created_at_ms=now_ms, revoked_at_ms=None))
     return OperatorKey(key_id, operator_id, label, now_ms, None), key
 
@@ -86,7 +76,7 @@ def authenticate_operator(session: Session, key: str | None) -> OperatorKey:
     if len(key) > KEY_CHARS_MAX or not _KEY_PATTERN.match(key):
         raise Unauthenticated("the operator key is malformed: operator keys look like mlxo_<id>_<secret>")
     row = session.execute(select(operator_keys)
-                          .where(operator_keys.c.secret_sha256 == key_sha256(key))).first()
+                          .where(operator_keys.c.secret_sha256 == key_rows.key_sha256(key))).first()
     if row is None:
         raise Unauthenticated("the operator key is not valid: check it was copied whole")
     if row.revoked_at_ms is not None:
