@@ -115,10 +115,11 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
                profile: str | None = None, operator: str | None = None,
-               env: dict[str, str] | None = None, max_concurrent_jobs: int = 1) -> Child:
+               env: dict[str, str] | None = None, max_concurrent_jobs: int = 1,
+               extra_args: tuple[str, ...] = ()) -> Child:
     """Start a node agent without waiting; pass it to wait_until_registered."""
     argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
-            "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs)]
+            "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs), *extra_args]
     for model in models:
         argv += ["--model", model]
     if profile:
