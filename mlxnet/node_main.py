@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
+    parser.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS,
+                        help="text (default), or json: one JSON line per event with job, node "
+                             "and request ids")
     parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                         help="serve this node's Prometheus metrics at http://HOST:PORT/metrics "
                              "(off unless given; 0 picks a free port)")
