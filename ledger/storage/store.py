@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from ledger import tables
+from ledger.storage import tables
 from ledger.errors import LedgerNotInstalledError
 from ledger.model import (
     MICROSECONDS_PER_SECOND,
@@ -75,7 +75,7 @@ def lock_chain_head(session: Session) -> ChainHead:
 def _not_installed() -> LedgerNotInstalledError:
     return LedgerNotInstalledError(
         "the ledger chain head row is missing: run `alembic upgrade head` (revision 0002_ledger)"
-        " or ledger.tables.metadata.create_all(engine)"
+        " or ledger.storage.tables.metadata.create_all(engine)"
     )
 
 
@@ -479,6 +479,14 @@ def insert_account(
             credits_posted=0,
         )
     )
+
+
+def operator_credit_totals(session: Session) -> tuple[int, int]:
+    """(credits posted, credits pending) summed over every operator account: what the network paid and holds."""
+    query = select(func.sum(_ACCOUNTS.c.credits_posted), func.sum(_ACCOUNTS.c.credits_pending)).where(
+        _ACCOUNTS.c.kind == str(AccountKind.OPERATOR))
+    posted, pending = session.execute(query).one()
+    return int(posted or 0), int(pending or 0)
 
 
 def scan_accounts(session: Session, batch_size: int) -> Iterator[Account]:
