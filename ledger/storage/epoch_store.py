@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 from ledger.storage import tables
 from ledger.model import AccountKind, Transfer, TransferKind, TransferState
 from ledger.seats import SeatOutcome
+from ledger.storage.among import among, json_ids
 from ledger.storage.store import _transfer_from_row
 
 OPERATOR_ACCOUNT_PREFIX = "operator:"  # ledger.jobs.operator_account_id
-IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
 
 
 @dataclass(frozen=True)
@@ -152,19 +152,15 @@ def payable_operators(session: Session, limit: int) -> list[tuple[str, str, int]
 def posted_job_credits(session: Session, job_ids: Iterable[str], credit_account: str,
                        after_us: int, until_us: int) -> list[Transfer]:
     """Posted operator credits of these jobs to the account, created in (after_us, until_us]."""
-    wanted = sorted(set(job_ids))
-    found: list[Transfer] = []
     transfers = tables.transfers
-    for start in range(0, len(wanted), IN_CHUNK):
-        query = (select(transfers)
-                 .where(transfers.c.job_id.in_(wanted[start:start + IN_CHUNK]),
-                        transfers.c.kind == str(TransferKind.JOB_OPERATOR_CREDIT),
-                        transfers.c.state == str(TransferState.POSTED),
-                        transfers.c.credit_account == credit_account,
-                        transfers.c.created_at_us > after_us, transfers.c.created_at_us <= until_us)
-                 .order_by(transfers.c.sequence))
-        found.extend(_transfer_from_row(row) for row in session.execute(query))
-    return found
+    query = (select(transfers)
+             .where(among(transfers.c.job_id),
+                    transfers.c.kind == str(TransferKind.JOB_OPERATOR_CREDIT),
+                    transfers.c.state == str(TransferState.POSTED),
+                    transfers.c.credit_account == credit_account,
+                    transfers.c.created_at_us > after_us, transfers.c.created_at_us <= until_us)
+             .order_by(transfers.c.sequence))
+    return [_transfer_from_row(row) for row in session.execute(query, {"among": json_ids(job_ids)})]
 
 
 def transfers_in_window(session: Session, account_id: str, after_us: int, until_us: int,
