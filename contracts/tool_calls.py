@@ -159,8 +159,22 @@ def _lark_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _closed(schema: object) -> object:
+    """The schema with objects closed where it leaves them open: a forced call names only the
+    declared parameters (as OpenAI's strict mode asks), not keys the model makes up."""
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: _closed(value) if key in ("items", "additionalItems") else value
+              for key, value in schema.items()}
+    if isinstance(schema.get("properties"), dict):
+        closed["properties"] = {name: _closed(value) for name, value in schema["properties"].items()}
+        closed.setdefault("additionalProperties", False)
+    return closed
+
+
 def _arguments_schema(definition: dict) -> dict:
-    schema = dict(definition.get("function", {}).get("parameters") or {"type": "object"})
+    schema = _closed(definition.get("function", {}).get("parameters") or {"type": "object"})
+    assert isinstance(schema, dict)
     # Compact JSON: a small model left free to choose spaces may never stop choosing them.
     schema["x-guidance"] = {"whitespace_flexible": False, "item_separator": ", ",
                             "key_separator": ": "}
