@@ -156,7 +156,9 @@ class ChatCompletionRequest(_Generation):
         "tools is refused with a 400"))
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = Field(
         default=None, description="required or a named function: the node decodes under a "
-                                  "grammar that admits only calls to the offered tools")
+                                  "grammar that admits only calls to the offered tools. Both need "
+                                  "tools, and a named function must be one of them (else a 400); "
+                                  "tools must be named once each")
     parallel_tool_calls: bool | None = None
 
 
