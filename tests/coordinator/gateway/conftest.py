@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -36,7 +37,7 @@ class GatewayNetwork:
     coordinator: Child
     nodes: list[Child]
     db: Database
-    clients: list[openai.OpenAI] = field(default_factory=list)  # closed with the network
+    clients: list[openai.OpenAI | httpx.Client] = field(default_factory=list)  # closed with the network
 
     @property
     def base_url(self) -> str:
@@ -63,6 +64,12 @@ class GatewayNetwork:
         _, key = keys_cli.create(self.db, consumer, limits,
                                  deposit_amount=deposit_mlx * BASE_UNITS_PER_MLX)
         return key
+
+    def http_client(self) -> httpx.Client:
+        """An HTTPS client trusting the coordinator's certificate, closed with the network."""
+        client = httpx.Client(verify=self.ssl_context())
+        self.clients.append(client)
+        return client
 
     def client(self, key: str) -> openai.OpenAI:
         """The official client, unchanged, pointed at the gateway (no retries, so errors show)."""

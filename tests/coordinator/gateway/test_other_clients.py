@@ -9,7 +9,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from langchain_openai import ChatOpenAI
 
@@ -40,7 +39,7 @@ def official(network: GatewayNetwork) -> tuple[str, int]:
 def _langchain(network: GatewayNetwork, key: str) -> ChatOpenAI:
     return ChatOpenAI(model=MODEL_ID, base_url=network.base_url, api_key=key, temperature=0,
                       max_tokens=MAX_TOKENS, max_retries=0, timeout=CLIENT_TIMEOUT_S, stream_usage=True,
-                      http_client=httpx.Client(verify=network.ssl_context()))
+                      http_client=network.http_client())
 
 
 def test_langchain_chat_model_invokes_like_the_official_client(
