@@ -98,7 +98,8 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
                       heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
                       http_port: int = 0, allow_anonymous: bool = False,
                       verify_models: tuple[str, ...] = (), tls: bool = True,
-                      certificate: tuple[Path, Path] | None = None) -> Child:
+                      certificate: tuple[Path, Path] | None = None,
+                      extra_args: tuple[str, ...] = ()) -> Child:
     """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's,
     extra["url"] the gateway's base URL; with TLS (its self-signed certificate in its data
     dir), extra["fingerprint"] and extra["certificate"] (the PEM's path) say how to trust it.
@@ -108,7 +109,8 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
     to serve instead of the self-signed one.
     """
     argv = ["coordinator", "--port", str(port), "--data-dir", str(work_dir / "coordinator"),
-            "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port)]
+            "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port),
+            *extra_args]
     if not tls:
         argv.append("--insecure")
     if certificate is not None:
@@ -146,13 +148,13 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
                profile: str | None = None, operator: str | None = None,
                env: dict[str, str] | None = None, max_concurrent_jobs: int = 1,
-               trust: CoordinatorTrust | None = None) -> Child:
+               trust: CoordinatorTrust | None = None, extra_args: tuple[str, ...] = ()) -> Child:
     """Start a node agent without waiting; pass it to wait_until_registered.
 
     trust: the coordinator's pinned fingerprint, or plaintext; None trusts it on first use.
     """
     argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
-            "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs)]
+            "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs), *extra_args]
     if trust is not None and trust.insecure:
         argv.append("--insecure")
     elif trust is not None and trust.fingerprint:
