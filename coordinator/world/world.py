@@ -6,6 +6,7 @@ The HTTP routes (routes.py) call these and only translate to JSON responses.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import threading
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.errors import NotFound
 from coordinator.service import CoordinatorService
-from coordinator.world import fleet, job_lookup, operator_keys, operator_view, queries
+from coordinator.world import fleet, job_lookup, map_view, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
 from coordinator.world.earnings import ChainRoot, proof_json
 from coordinator.world.live import Snapshot, WorldFeed
@@ -119,6 +120,19 @@ class World:
             total, rows = self.read(lambda s: queries.fleet_page(s, query, live))
             return fleet.page_payload(query, total, rows, version)
         return self.cache.get(("fleet", query, version), compute)
+
+    def map(self, params: dict[str, str]) -> dict[str, object]:
+        """Every filtered Mac with a published place, for the map (the fleet's filters)."""
+        query = fleet.parse_fleet_query(params)
+        version = self.feed.version
+
+        def compute() -> dict[str, object]:
+            live = self.live()
+            rows, working, pod_of = self.read(lambda s: queries.map_rows(s, query, live))
+            return map_view.map_payload(rows, working, pod_of, live.fresh_since_ms,
+                                        queries.MAP_MACS_MAX, version)
+        return self.cache.get(("map", dataclasses.replace(query, page=1, page_size=1, sort=fleet.FleetSort.JOINED),
+                               version), compute)
 
     def facets(self) -> dict[str, object]:
         return self.cache.get(("facets", self.feed.version), lambda: self.read(queries.facets))
