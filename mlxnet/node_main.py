@@ -57,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operator", help="operator account credited for this node's work "
                         "(default: node.toml, else the node id)")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
+    parser.add_argument("--region", help="where MLX World's map shows this Mac: coordinates "
+                        "(\"38.72, -9.13\") or a time zone or city (\"Europe/Lisbon\"); "
+                        "default: node.toml's region")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
@@ -106,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         coordinator=coordinator, identity=identity, hardware=hardware, models=tuple(models),
         operator_id=args.operator or config.operator or identity.node_id,
         display_name=args.name or config.name or identity.node_id,
-        max_concurrent_jobs=args.max_concurrent_jobs)
+        max_concurrent_jobs=args.max_concurrent_jobs,
+        region=args.region if args.region is not None else config.region)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     if args.metrics_port is not None:

@@ -6,6 +6,7 @@ The HTTP routes (routes.py) call these and only translate to JSON responses.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import os
@@ -15,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
-from coordinator.errors import NotFound
+from coordinator.errors import InvalidRequest, NotFound
 from coordinator.service import CoordinatorService
 from coordinator.world import fleet, job_lookup, map_view, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
@@ -88,6 +89,16 @@ class World:
         self.cache = AnswerCache(cache_ttl_s)
         self._trees: collections.OrderedDict[int, PayoutTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
+        service.nodes.region_listeners.append(self._node_published_region)
+
+    def _node_published_region(self, node_id: str, operator_id: str, region: str) -> None:
+        """A node registered with a region from its own settings (`mlxnet node config --region`):
+        its map place, until the operator publishes another from their page."""
+        now = self.service.clock.now_ms()
+        try:
+            self.read(lambda s: operator_keys.set_region(s, operator_id, node_id, region, now))
+        except InvalidRequest as error:
+            log.warning("node %s published a region the map cannot use: %s", node_id, error)
 
     def live(self) -> queries.Liveness:
         config = self.service.config
@@ -100,6 +111,8 @@ class World:
     def close(self) -> None:
         """End live streams and the feed's thread; call before stopping the HTTP server."""
         self.feed.stop()
+        with contextlib.suppress(ValueError):  # closed twice
+            self.service.nodes.region_listeners.remove(self._node_published_region)
 
     def snapshot(self) -> Snapshot:
         live = self.live()

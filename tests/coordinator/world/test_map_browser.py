@@ -128,11 +128,12 @@ def test_a_published_region_puts_a_mac_in_its_place(network: MapNetwork, pages) 
 
 
 def test_a_new_mac_appears_live_and_a_filter_hides_it(network: MapNetwork, pages) -> None:  # type: ignore[no-untyped-def]
+    # The node's own setting (`mlxnet node config --region`, or --region for one run) places it.
     child = spawn_node(network.work_dir, "carol-max", network.coordinator.extra["address"],
-                       [f"{MODEL_ID}={network.model_dir}"], profile="m4-max-128", operator="carol")
+                       [f"{MODEL_ID}={network.model_dir}"], profile="m4-max-128", operator="carol",
+                       extra_args=("--region", "Lisbon"))
     network.nodes.append(child)
     carol = wait_until_registered(child).extra["node_id"]
-    network.publish("carol", carol, "Lisbon")
     for page in pages.values():
         drawn = _drawn_at(page, carol)
         assert page.evaluate("window.__sameDocument") is True  # it arrived live: no reload
