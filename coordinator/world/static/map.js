@@ -1,6 +1,6 @@
 // The map: every Mac with a published place, on a world map drawn on a canvas. Macs close
 // together on screen merge into one circle (its size the count, its colour the most common
-// state); zooming in splits them. Pods are drawn as their members, joined by their cables.
+// state); zooming in splits them. Zoomed in, pods are drawn as their members joined by cables.
 // Map data and projection code are vendored from npm (static/vendor/README.md): no network.
 
 import { get } from "./api.js";
@@ -10,8 +10,9 @@ const VENDOR = "/world/static/vendor/";
 const SCRIPTS = ["d3-array.min.js", "d3-geo.min.js", "topojson-client.min.js"];
 export const STATE_LABELS = { working: "working", idle: "idle", owner_back: "owner back", offline: "offline" };
 const COLOURS = { working: "#2b8a3e", idle: "#1971c2", owner_back: "#e8590c", offline: "#868e96" };
-const CLUSTER_PX = 26; // Macs closer than this on screen are drawn as one circle
+const CLUSTER_PX = 36; // Macs in one square this wide on screen are drawn as one circle
 const POD_RING_PX = 8; // pod members at one place sit on a ring this wide
+const POD_ZOOM_MIN = 3; // below this zoom pods join the clusters: 200 rings would hide the map
 const ZOOM_MIN = 1;
 const ZOOM_MAX = 64;
 const PULSE_MS = 1_400; // a job starting: a ring that grows and fades
@@ -218,7 +219,7 @@ export class MapPanel {
     const { states, macs } = this.data;
     const cells = new Map();
     for (let i = 0; i < this.baseX.length; i++) {
-      if (macs.pod[i]) continue; // drawn with its pod
+      if (macs.pod[i] && this.zoom >= POD_ZOOM_MIN) continue; // drawn with its pod
       const [x, y] = this.toScreen(this.baseX[i], this.baseY[i]);
       if (x < -CLUSTER_PX || y < -CLUSTER_PX || x > width + CLUSTER_PX || y > height + CLUSTER_PX) continue;
       const key = `${Math.floor(x / CLUSTER_PX)},${Math.floor(y / CLUSTER_PX)}`;
@@ -237,7 +238,7 @@ export class MapPanel {
       const x = cell.x / n;
       const y = cell.y / n;
       const state = Object.entries(cell.byState).sort((a, b) => b[1] - a[1])[0][0];
-      const r = n === 1 ? 4.5 : Math.min(22, 7 + 3 * Math.log2(n));
+      const r = n === 1 ? 4.5 : Math.min(16, 7 + 2.2 * Math.log2(n));
       context.beginPath();
       context.arc(x, y, r, 0, 2 * Math.PI);
       context.fillStyle = COLOURS[state];
@@ -256,6 +257,7 @@ export class MapPanel {
   }
 
   drawPods(context) {
+    if (this.zoom < POD_ZOOM_MIN) return;
     const { states } = this.data;
     for (const members of this.pods.values()) {
       let cx = 0;
