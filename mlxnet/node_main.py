@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operator", help="operator account credited for this node's work "
                         "(default: node.toml, else the node id)")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
+    parser.add_argument("--region", help="where MLX World's map shows this Mac: coordinates "
+                        "(\"38.72, -9.13\") or a time zone or city (\"Europe/Lisbon\"); "
+                        "default: node.toml's region")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
@@ -121,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         display_name=args.name or config.name or identity.node_id,
         max_concurrent_jobs=args.max_concurrent_jobs, trust=trust,
         on_first_use=lambda fingerprint: remember_coordinator(args.data_dir, coordinator,
-                                                              fingerprint))
+                                                              fingerprint),
+        region=args.region if args.region is not None else config.region)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     if args.metrics_port is not None:
