@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import DBAPIError
 
+from contracts.keyfile import signer_from_file
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
@@ -101,8 +102,9 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
         threading.Thread(target=_verify_forever, args=(service, stopping), daemon=True,
                          name="verifier").start()
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
+    ledger_signer = None if config.ledger_key_path is None else signer_from_file(config.ledger_key_path)
     threading.Thread(target=close_epochs_forever, args=(service.db, stopping, epoch_settings),
-                     daemon=True, name="epochs").start()
+                     kwargs={"signer": ledger_signer}, daemon=True, name="epochs").start()
     service.run_scheduler()  # jobs queued before a restart are placed again
     log.info("coordinator listening on %s:%d", host, bound)
     planner = build_status()  # compiled (setup.py) or plain Python: the same decisions, not the same cost

@@ -62,12 +62,14 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
     from mlxnet.heap import freeze_start_up_heap
+    from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     hop_trace.open_from_environment()
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
-                               allow_anonymous=args.allow_anonymous)
+                               allow_anonymous=args.allow_anonymous,
+                               ledger_key_path=args.data_dir / LEDGER_KEY_FILE)
     running = start(config, args.host, args.port, http_port=args.http_port,
                     replayer=_verifier_replayer(args.verify_model))
     freeze_start_up_heap()

@@ -33,6 +33,7 @@ from ledger.api import (
     EPOCH_LENGTH_S_DEFAULT,
     EpochClose,
     ExpectedCredit,
+    HeadSigner,
     LedgerError,
     PayoutChainLike,
     SeatInput,
@@ -98,15 +99,19 @@ def gather_seats(session: Session, number: int, settings: EpochSettings) -> list
     return seats
 
 
-def close_due_epoch(db: Database, settings: EpochSettings, now_us: int | None = None) -> EpochClose | None:
-    """Close the latest finished epoch if it is not closed yet; None when nothing is due."""
+def close_due_epoch(db: Database, settings: EpochSettings, now_us: int | None = None,
+                    signer: HeadSigner | None = None) -> EpochClose | None:
+    """Close the latest finished epoch if it is not closed yet; None when nothing is due.
+
+    With the coordinator's key (signer), the epoch's journal head is signed in the same transaction.
+    """
     number = due_epoch(now_us if now_us is not None else time.time_ns() // 1_000, settings.length_s)
     with db.transaction() as session:
         last = last_epoch(session)
         if number < 0 or (last is not None and last.number >= number):
             return None
         result = close_epoch(session, number, gather_seats(session, number, settings),
-                             length_s=settings.length_s, now_us=now_us)
+                             length_s=settings.length_s, now_us=now_us, signer=signer)
     log.info("epoch %d: %s (root %s, total %s)", number, result.code,
              result.epoch.root if result.epoch else None, result.epoch.total if result.epoch else None)
     return result
@@ -128,13 +133,14 @@ def anchor_closed_epochs(db: Database, chain: PayoutChainLike) -> int:
 
 
 def close_epochs_forever(db: Database, stopping: threading.Event, settings: EpochSettings,
-                         chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment) -> None:
-    """The coordinator's background loop: close each epoch once it ends, then anchor its root."""
+                         chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
+                         signer: HeadSigner | None = None) -> None:
+    """The coordinator's background loop: close each epoch once it ends (signed), then anchor its root."""
     interval_s = min(CHECK_INTERVAL_S_MAX, settings.length_s / 4)
     chain: PayoutChainLike | None = None
     while not stopping.wait(interval_s):
         try:
-            result = close_due_epoch(db, settings)
+            result = close_due_epoch(db, settings, signer=signer)
             if result is not None and result.epoch is not None and result.epoch.root is not None:
                 chain = chain or chain_factory()
                 anchor_closed_epochs(db, chain)

@@ -64,6 +64,16 @@ class AnchorRecord:
     anchored_at_us: int
 
 
+@dataclass(frozen=True)
+class SignedHead:
+    """The coordinator's signature over an epoch's record (ledger.head_signatures)."""
+
+    epoch: int
+    public_key: str  # hex of the 32-byte Ed25519 public key
+    signature: str  # hex of the 64-byte signature over head_message(epoch record)
+    signed_at_us: int
+
+
 def _epoch(row) -> EpochRecord:  # type: ignore[no-untyped-def]
     return EpochRecord(row.number, row.length_s, row.cutoff_us, row.policy_version, row.root, row.total,
                        row.leaf_count, row.last_sequence, row.last_hash)
@@ -204,3 +214,15 @@ def epochs_progress(session: Session) -> tuple[int, int]:
     last = session.execute(select(func.max(tables.epochs.c.number))).scalar()
     anchored = session.execute(select(func.count()).select_from(tables.epoch_anchors)).scalar_one()
     return (-1 if last is None else int(last), int(anchored))
+
+
+def insert_head_signature(session: Session, signed: SignedHead) -> None:
+    session.execute(insert(tables.head_signatures).values(
+        epoch=signed.epoch, public_key=signed.public_key, signature=signed.signature,
+        signed_at_us=signed.signed_at_us))
+
+
+def head_signatures(session: Session) -> dict[int, SignedHead]:
+    """Every epoch's signed head, by epoch number."""
+    return {row.epoch: SignedHead(row.epoch, row.public_key, row.signature, row.signed_at_us)
+            for row in session.execute(select(tables.head_signatures))}

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
@@ -87,3 +88,28 @@ def test_close_anchor_statement_and_verify_with_the_cli(db: Database, tmp_path: 
         assert chain.verify(bundle["epoch"], bundle["address"], int(bundle["amount"]),
                             [bytes.fromhex(p[2:]) for p in bundle["proof"]])
         assert epoch_store.last_epoch(session) is not None
+
+
+def test_the_cli_signs_each_close_and_statement_and_the_audit_checks_both(
+        db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    add_seat(db, 5_000)
+    url, data_dir = db.url, tmp_path / "coordinator"
+    common = ["--database-url", url, "--data-dir", str(data_dir)]
+    assert cli.main(["ledger", "close-epoch", *common]) == 0  # the real clock's due epoch, signed
+    assert "epoch close: created" in capsys.readouterr().out
+    assert cli.main(["ledger", "key", "--data-dir", str(data_dir)]) == 0
+    key = capsys.readouterr().out.strip()
+    assert len(bytes.fromhex(key)) == 32 and (data_dir / "ledger_key.pem").stat().st_mode & 0o077 == 0
+    assert cli.main(["ledger", "statement", *common, "--operator", "carol", "--signed"]) == 0
+    kept = tmp_path / "carol.json"
+    kept.write_text(capsys.readouterr().out)
+    assert json.loads(kept.read_text())["public_key"] == key
+    # job-c's credit has no receipt (exit 1), but the heads and the kept statement hold.
+    assert cli.main(["ledger", "audit", *common, "--statement", str(kept)]) == 1
+    out = capsys.readouterr().out
+    assert f"head signatures: checked against {key}" in out and "kept statements: 1" in out
+    assert "[signature]" not in out and "[statement]" not in out
+    with db.transaction() as session:
+        session.execute(text("UPDATE ledger_epochs SET policy_version = 'forged'"))
+    assert cli.main(["ledger", "audit", "--database-url", url, "--coordinator-key", key]) == 1
+    assert "DIFFERENCE [signature] epoch" in capsys.readouterr().out
