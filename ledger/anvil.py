@@ -126,7 +126,7 @@ def _drain(process: subprocess.Popen[str]) -> threading.Thread:
     return thread
 
 
-CONTRACTS_FILE = "contracts.json"  # beside the state: the chain id and the addresses deployed once
+CONTRACTS_FILE = "contracts.json"  # beside the state: the RPC URL, chain id and addresses deployed once
 
 
 def embedded_chain(directory: Path, *, port: int = 0):  # type: ignore[no-untyped-def]
@@ -137,15 +137,18 @@ def embedded_chain(directory: Path, *, port: int = 0):  # type: ignore[no-untype
     process = start_anvil(directory / "state.json", port=port)
     record_path = directory / CONTRACTS_FILE
     try:
+        chain = None
         if record_path.exists():
-            record = json.loads(record_path.read_text(encoding="utf-8"))
-            chain = PayoutChain.connect(process.rpc_url, record["distributor"])
-            if chain.is_deployed():
-                return process, chain
-            log.warning("the recorded distributor %s is not on the restarted chain (its state was lost): "
-                        "deploying again", record["distributor"])
-        chain = PayoutChain.deploy(process.rpc_url)
-        record = {"chain_id": chain.chain_id, "distributor": chain.distributor_address, "token": chain.token_address}
+            recorded = json.loads(record_path.read_text(encoding="utf-8"))
+            chain = PayoutChain.connect(process.rpc_url, recorded["distributor"])
+            if not chain.is_deployed():
+                log.warning("the recorded distributor %s is not on the restarted chain (its state was lost): "
+                            "deploying again", recorded["distributor"])
+                chain = None
+        if chain is None:
+            chain = PayoutChain.deploy(process.rpc_url)
+        record = {"rpc_url": process.rpc_url, "chain_id": chain.chain_id, "distributor": chain.distributor_address,
+                  "token": chain.token_address}
         temporary = record_path.with_suffix(".tmp")
         temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         temporary.replace(record_path)

@@ -12,7 +12,8 @@ this module only, so the ledger can move its insides without touching them.
     reads for the pages     transfers of a job or an account's window, seat results, anchors
     audits and proofs       audit (with signed heads and kept statements), operator statements
                             (signed_statement), proof bundles
-    the payout chain        anchor_epochs, in_process_chain / connect_chain (web3 loads lazily)
+    the payout chain        anchor_epochs, embedded_chain (an anvil process), connect_chain,
+                            in_process_chain (eth-tester, for tests); web3 loads lazily
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledger.anchoring import AnchorMismatchError, PayoutChainLike, anchor_epochs, check_anchors
+from ledger.anvil import AnvilProcess, anvil_binary, embedded_chain
 from ledger.book import (
     JobStep,
     balance,
@@ -110,15 +112,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_UNITS_PER_MLX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
-    "AccountKind", "AnchorMismatchError", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
+    "AccountKind", "AnchorMismatchError", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
     "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "HeadSigner", "JobCompletion",
     "JobPayment",
     "JobPrice", "JobReservation", "JobStep", "LedgerError", "LedgerNotInstalledError", "PayoutChainLike",
     "PayoutLeaf", "PayoutRecord", "PayoutTree", "ResultCode", "SeatInput", "SeatOutcome", "Statement", "Transfer",
     "TransferKind", "TransferResult", "TransferState",
-    "anchor_epochs", "anchors_of_epoch", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
+    "anchor_epochs", "anchors_of_epoch", "anvil_binary", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
     "chain_head", "check_anchors", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
-    "consumer_account_id", "deposit_for_consumer", "due_epoch", "ensure_system_accounts", "epoch_payouts",
+    "consumer_account_id", "deposit_for_consumer", "due_epoch", "embedded_chain", "ensure_system_accounts", "epoch_payouts",
     "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "head_message", "in_process_chain",
     "job_transfer_id",
     "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata",

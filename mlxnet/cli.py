@@ -69,7 +69,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
                                allow_anonymous=args.allow_anonymous,
-                               ledger_key_path=args.data_dir / LEDGER_KEY_FILE)
+                               ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
+                               chain_dir=args.data_dir / "anvil")
     running = start(config, args.host, args.port, http_port=args.http_port,
                     replayer=_verifier_replayer(args.verify_model))
     freeze_start_up_heap()

@@ -4,6 +4,8 @@
     mlxnet ledger statement --operator X [--epoch N] [--json | --signed]
     mlxnet ledger key
     mlxnet ledger verify-proof --proof FILE --rpc-url URL --distributor ADDR
+    mlxnet ledger claim --proof FILE --rpc-url URL --distributor ADDR   (sends from $MLXNET_CLAIM_KEY)
+    mlxnet ledger chain                  the coordinator's own anvil: its RPC URL and contract addresses
     mlxnet ledger close-epoch [--rpc-url URL --distributor ADDR]
     mlxnet ledger set-payout-address --operator X --address 0x...
 
@@ -26,6 +28,7 @@ EXIT_DIFFERENCES = 1
 EXIT_USAGE = 2
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 LEDGER_KEY_FILE = "ledger_key.pem"  # in the coordinator's --data-dir
+CLAIM_KEY_ENV = "MLXNET_CLAIM_KEY"  # the payout address's private key (hex); without it, the node's first account
 
 
 def add_subcommands(commands: argparse._SubParsersAction) -> None:
@@ -56,6 +59,13 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
                         help="a proof bundle (statement --json's `proof`, or the whole statement); - for stdin")
     _chain_flags(verify, required=True)
     verify.set_defaults(handler=_verify_proof)
+    claim = sub.add_parser("claim", help="claim a payout on chain with its proof (MLX tokens to the leaf's address)")
+    claim.add_argument("--proof", type=Path, required=True, help="a proof bundle, or the whole statement; - for stdin")
+    _chain_flags(claim, required=True)
+    claim.set_defaults(handler=_claim)
+    chain = sub.add_parser("chain", help="where the coordinator's own anvil chain listens, and its contracts")
+    chain.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
+    chain.set_defaults(handler=_chain_info)
     close = sub.add_parser("close-epoch", help="close the latest finished epoch and anchor its root")
     _database_flags(close)
     _chain_flags(close, required=False)
@@ -227,12 +237,47 @@ def _statement_text(statement, tokens) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines) + "\n"
 
 
+def _read_bundle(path: Path) -> dict[str, Any]:
+    """A proof bundle from a file (or - for stdin), or the bundle inside a whole statement."""
+    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    bundle = json.loads(text)
+    return bundle.get("proof", bundle) if isinstance(bundle, dict) and "lines" in bundle else bundle
+
+
+def _claim(args: argparse.Namespace) -> int:
+    from ledger.api import ChainError, connect_chain, leaf_from_bundle
+
+    try:
+        leaf, proof, _ = leaf_from_bundle(_read_bundle(args.proof))
+    except ValueError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_USAGE
+    chain = connect_chain(args.rpc_url, args.distributor, os.environ.get(CLAIM_KEY_ENV))
+    try:
+        receipt = chain.claim(leaf.epoch, leaf.address, leaf.amount, proof)
+    except ChainError as error:
+        sys.stderr.write(f"claim refused: {error}\n")
+        return EXIT_DIFFERENCES
+    sys.stdout.write(f"claimed {leaf.amount} base units of MLX for {leaf.address} (epoch {leaf.epoch}) in "
+                     f"{receipt.tx_hash}, block {receipt.block_number}, gas {receipt.gas_used}; "
+                     f"balance now {chain.token_balance(leaf.address)}\n")
+    return 0
+
+
+def _chain_info(args: argparse.Namespace) -> int:
+    record = args.data_dir / "anvil" / "contracts.json"
+    if not record.exists():
+        sys.stderr.write(f"no embedded chain in {args.data_dir} yet: the coordinator starts one when it first "
+                         "anchors an epoch's root\n")
+        return EXIT_USAGE
+    sys.stdout.write(record.read_text(encoding="utf-8"))
+    return 0
+
+
 def _verify_proof(args: argparse.Namespace) -> int:
     from ledger.api import bundle_root, leaf_from_bundle
 
-    text = sys.stdin.read() if str(args.proof) == "-" else args.proof.read_text(encoding="utf-8")
-    bundle = json.loads(text)
-    bundle = bundle.get("proof", bundle) if isinstance(bundle, dict) and "lines" in bundle else bundle
+    bundle = _read_bundle(args.proof)
     try:
         leaf, proof, claimed_root = leaf_from_bundle(bundle)
     except ValueError as error:

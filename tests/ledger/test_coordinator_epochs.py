@@ -18,6 +18,7 @@ from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
 from ledger.storage import epoch_store
 from ledger.anchor import PayoutChain
+from ledger.anvil import anvil_binary, embedded_chain
 from ledger.policy import price_job
 from mlxnet import cli
 from node_agent.hardware import simulated_profile
@@ -113,3 +114,33 @@ def test_the_cli_signs_each_close_and_statement_and_the_audit_checks_both(
         session.execute(text("UPDATE ledger_epochs SET policy_version = 'forged'"))
     assert cli.main(["ledger", "audit", "--database-url", url, "--coordinator-key", key]) == 1
     assert "DIFFERENCE [signature] epoch" in capsys.readouterr().out
+
+
+def test_verify_and_claim_with_the_cli_against_a_real_anvil(db: Database, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    if anvil_binary() is None:
+        pytest.fail("this test needs anvil: `make anvil` installs @foundry-rs/anvil into .tools/")
+    add_seat(db, 5_000)
+    close_due_epoch(db, SETTINGS, now_us=(START_MS + LENGTH_S * 1_000) * 1_000 + 1)
+    process, chain = embedded_chain(tmp_path / "anvil")
+    try:
+        assert anchor_closed_epochs(db, chain) == 1
+        url, on_chain = db.url, ["--rpc-url", process.rpc_url, "--distributor", chain.distributor_address]
+        assert cli.main(["ledger", "statement", "--database-url", url, "--operator", "carol",
+                         "--epoch", str(EPOCH), "--json"]) == 0
+        kept = tmp_path / "carol.json"
+        kept.write_text(capsys.readouterr().out)
+        assert cli.main(["ledger", "verify-proof", "--proof", str(kept), *on_chain]) == 0
+        assert "proof VERIFIED on chain" in capsys.readouterr().out
+        assert cli.main(["ledger", "claim", "--proof", str(kept), *on_chain]) == 0
+        amount = json.loads(kept.read_text())["proof"]["amount"]
+        assert f"claimed {amount} base units" in capsys.readouterr().out
+        assert cli.main(["ledger", "claim", "--proof", str(kept), *on_chain]) == 1  # the second claim
+        assert "claim refused" in capsys.readouterr().err
+        assert cli.main(["ledger", "audit", "--database-url", url, *on_chain]) == 1  # job-c has no receipt
+        out = capsys.readouterr().out
+        assert "anchored roots: checked on chain" in out and "[anchor]" not in out
+        assert cli.main(["ledger", "chain", "--data-dir", str(tmp_path)]) == 0
+        assert chain.distributor_address in capsys.readouterr().out
+    finally:
+        process.stop()
