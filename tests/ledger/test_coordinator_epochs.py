@@ -4,6 +4,7 @@ heartbeats, closing the due epoch, anchoring it, and the `mlxnet ledger` command
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,13 @@ from sqlalchemy import text
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
 from coordinator.model import NodeRecord
-from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
+from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch, close_epochs_forever
 from coordinator.storage import node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
 from ledger.storage import epoch_store
-from ledger.anchor import PayoutChain
+from ledger.anchor import ChainReceipt, PayoutChain
+from ledger.errors import ChainError
 from ledger.anvil import anvil_binary, embedded_chain
 from ledger.policy import price_job
 from mlxnet import cli
@@ -144,3 +146,44 @@ def test_verify_and_claim_with_the_cli_against_a_real_anvil(db: Database, tmp_pa
         assert chain.distributor_address in capsys.readouterr().out
     finally:
         process.stop()
+
+
+class FlakyChain:
+    """A payout chain that is unreachable for its first publish, then works (a fake: unit test)."""
+
+    chain_id = 1
+    distributor_address = "0x" + "d" * 40
+
+    def __init__(self) -> None:
+        self.roots: dict[int, bytes] = {}
+        self.failures_left = 1
+        self.published = threading.Event()
+
+    def epoch_root(self, epoch: int) -> bytes | None:
+        return self.roots.get(epoch)
+
+    def publish(self, epoch: int, root: bytes, total: int) -> ChainReceipt:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise ChainError("the RPC is unreachable")
+        self.roots[epoch] = root
+        self.published.set()
+        return ChainReceipt("0x" + "1" * 64, 1, 21_000)
+
+
+def test_the_epochs_loop_retries_anchoring_after_an_outage_until_it_lands(db: Database) -> None:
+    add_seat(db, 5_000)
+    chain, stopping = FlakyChain(), threading.Event()
+    settings = EpochSettings(length_s=4, heartbeat_credit_ms=10_000)  # a tick a second
+    loop = threading.Thread(target=close_epochs_forever, args=(db, stopping, settings, lambda: chain))
+    loop.start()
+    try:
+        assert chain.published.wait(60), "the anchor never landed after the outage"
+    finally:
+        stopping.set()
+        loop.join()
+    assert chain.failures_left == 0
+    with db.transaction() as session:
+        closed = [epoch for epoch in epoch_store.all_epochs(session) if epoch.root is not None]
+        anchored = epoch_store.anchors(session, chain.chain_id, chain.distributor_address)
+    assert closed and closed[0].number in anchored
