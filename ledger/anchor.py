@@ -107,9 +107,14 @@ class PayoutChain:
         root = bytes(self._call(self._distributor.functions.epochRoot(epoch)))
         return None if root == ZERO_ROOT else root
 
-    def publish(self, epoch: int, root: bytes, total: int) -> ChainReceipt:
-        assert len(root) == 32 and root != ZERO_ROOT and total > 0
-        return self._send(self._distributor.functions.publishEpoch(epoch, root, total))
+    def epoch_head(self, epoch: int) -> bytes | None:
+        """The digest of the epoch's signed record anchored with its root, or None."""
+        head = bytes(self._call(self._distributor.functions.epochHead(epoch)))
+        return None if head == ZERO_ROOT else head
+
+    def publish(self, epoch: int, root: bytes, total: int, head: bytes) -> ChainReceipt:
+        assert len(root) == 32 and root != ZERO_ROOT and total > 0 and len(head) == 32 and head != ZERO_ROOT
+        return self._send(self._distributor.functions.publishEpoch(epoch, root, total, head))
 
     def verify(self, epoch: int, address: str, amount: int, proof: Sequence[bytes]) -> bool:
         """The contract's own check of a proof against the anchored root."""

@@ -13,6 +13,7 @@ Pure: the signer is injected, and verification is contracts.signing's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Protocol
 
@@ -36,6 +37,11 @@ def head_message(epoch: EpochRecord) -> bytes:
     fields = [HEAD_FORMAT, epoch.number, epoch.length_s, epoch.cutoff_us, epoch.policy_version, epoch.root,
               str(epoch.total), epoch.leaf_count, epoch.last_sequence, epoch.last_hash]
     return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def head_digest(epoch: EpochRecord) -> bytes:
+    """What is anchored on chain beside the epoch's root: sha256 of head_message."""
+    return hashlib.sha256(head_message(epoch)).digest()
 
 
 def sign_head(epoch: EpochRecord, signer: HeadSigner, now_us: int) -> SignedHead:

@@ -4,6 +4,7 @@ chain, claims an operator makes with a statement's proof, and the audit reading 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from ledger.full_audit import audit
 from ledger.statements import leaf_from_bundle, operator_statement
 from ledger.storage import tables
 from tests.ledger.test_payout_chain import EPOCH, closed_epoch
+from tests.ledger.test_tamper_evidence import rewrite
 
 
 @pytest.fixture
@@ -99,5 +101,21 @@ def test_a_rewritten_root_is_caught_by_the_audit_through_the_chain(session: Sess
         anchors = [d for d in audit(session, chain=chain).differences if d.check == "anchor"]
         assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
         assert "the chain holds" in anchors[0].detail
+    finally:
+        _stopped(process)
+
+
+def test_a_rewritten_journal_is_caught_through_the_anchored_head_without_any_key(
+        session: Session, anvil_dir: Path) -> None:
+    process, chain = embedded_chain(anvil_dir)
+    try:
+        closed_epoch(session, EPOCH)
+        anchor_epochs(session, chain)
+        rewrite(session, lambda rows: [replace(t, job_id="forged") if t.job_id == f"job-{EPOCH}-1" else t
+                                       for t in rows])
+        assert audit(session).ok  # re-hashed rows, fixed balances and recorded head: nothing local shows it
+        anchors = [d for d in audit(session, chain=chain).differences if d.check == "anchor"]
+        assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
+        assert "differs from the digest anchored on chain" in anchors[0].detail
     finally:
         _stopped(process)

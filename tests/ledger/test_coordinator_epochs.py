@@ -156,17 +156,21 @@ class FlakyChain:
 
     def __init__(self) -> None:
         self.roots: dict[int, bytes] = {}
+        self.heads: dict[int, bytes] = {}
         self.failures_left = 1
         self.published = threading.Event()
 
     def epoch_root(self, epoch: int) -> bytes | None:
         return self.roots.get(epoch)
 
-    def publish(self, epoch: int, root: bytes, total: int) -> ChainReceipt:
+    def epoch_head(self, epoch: int) -> bytes | None:
+        return self.heads.get(epoch)
+
+    def publish(self, epoch: int, root: bytes, total: int, head: bytes) -> ChainReceipt:
         if self.failures_left:
             self.failures_left -= 1
             raise ChainError("the RPC is unreachable")
-        self.roots[epoch] = root
+        self.roots[epoch], self.heads[epoch] = root, head
         self.published.set()
         return ChainReceipt("0x" + "1" * 64, 1, 21_000)
 
