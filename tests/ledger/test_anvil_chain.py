@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
+from ledger.anchor import PayoutChain
 from ledger.anchoring import anchor_epochs, check_anchors
 from ledger.anvil import AnvilProcess, anvil_binary, embedded_chain
 from ledger.errors import ChainError
@@ -26,6 +27,18 @@ def anvil_dir(tmp_path: Path) -> Iterator[Path]:
     if anvil_binary() is None:
         pytest.fail("the payout chain's e2e tests need anvil: `make anvil` installs @foundry-rs/anvil into .tools/")
     yield tmp_path / "anvil"
+
+
+@pytest.fixture
+def anchored(session: Session, anvil_dir: Path) -> Iterator[PayoutChain]:
+    """A real anvil with epoch EPOCH closed in the ledger and anchored on it."""
+    process, chain = embedded_chain(anvil_dir)
+    try:
+        closed_epoch(session, EPOCH)
+        anchor_epochs(session, chain)
+        yield chain
+    finally:
+        _stopped(process)
 
 
 def _stopped(process: AnvilProcess) -> None:
@@ -71,51 +84,34 @@ def test_an_unreachable_chain_delays_anchoring_and_loses_nothing(session: Sessio
 
 
 def test_claim_once_with_the_statement_proof_and_a_forged_proof_is_refused(
-        session: Session, anvil_dir: Path) -> None:
-    process, chain = embedded_chain(anvil_dir)
-    try:
-        closed_epoch(session, EPOCH)
-        anchor_epochs(session, chain)
-        statement = operator_statement(session, "alice", EPOCH)
-        assert statement is not None and statement.proof is not None
-        leaf, proof, root = leaf_from_bundle(statement.proof)
-        assert chain.epoch_root(EPOCH) == root
-        with pytest.raises(ChainError):
-            chain.claim(EPOCH, leaf.address, leaf.amount + 1, proof)  # a forged amount
-        receipt = chain.claim(EPOCH, leaf.address, leaf.amount, proof)
-        assert receipt.gas_used > 0 and chain.token_balance(leaf.address) == leaf.amount
-        with pytest.raises(ChainError):
-            chain.claim(EPOCH, leaf.address, leaf.amount, proof)  # the second claim
-        assert chain.is_claimed(EPOCH, leaf.address) and chain.token_balance(leaf.address) == leaf.amount
-    finally:
-        _stopped(process)
+        session: Session, anchored: PayoutChain) -> None:
+    chain = anchored
+    statement = operator_statement(session, "alice", EPOCH)
+    assert statement is not None and statement.proof is not None
+    leaf, proof, root = leaf_from_bundle(statement.proof)
+    assert chain.epoch_root(EPOCH) == root
+    with pytest.raises(ChainError):
+        chain.claim(EPOCH, leaf.address, leaf.amount + 1, proof)  # a forged amount
+    receipt = chain.claim(EPOCH, leaf.address, leaf.amount, proof)
+    assert receipt.gas_used > 0 and chain.token_balance(leaf.address) == leaf.amount
+    with pytest.raises(ChainError):
+        chain.claim(EPOCH, leaf.address, leaf.amount, proof)  # the second claim
+    assert chain.is_claimed(EPOCH, leaf.address) and chain.token_balance(leaf.address) == leaf.amount
 
 
-def test_a_rewritten_root_is_caught_by_the_audit_through_the_chain(session: Session, anvil_dir: Path) -> None:
-    process, chain = embedded_chain(anvil_dir)
-    try:
-        closed_epoch(session, EPOCH)
-        anchor_epochs(session, chain)
-        assert audit(session, chain=chain).ok
-        session.execute(update(tables.epochs).values(root="0x" + "ab" * 32))
-        anchors = [d for d in audit(session, chain=chain).differences if d.check == "anchor"]
-        assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
-        assert "the chain holds" in anchors[0].detail
-    finally:
-        _stopped(process)
+def test_a_rewritten_root_is_caught_by_the_audit_through_the_chain(session: Session, anchored: PayoutChain) -> None:
+    assert audit(session, chain=anchored).ok
+    session.execute(update(tables.epochs).values(root="0x" + "ab" * 32))
+    anchors = [d for d in audit(session, chain=anchored).differences if d.check == "anchor"]
+    assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
+    assert "the chain holds" in anchors[0].detail
 
 
 def test_a_rewritten_journal_is_caught_through_the_anchored_head_without_any_key(
-        session: Session, anvil_dir: Path) -> None:
-    process, chain = embedded_chain(anvil_dir)
-    try:
-        closed_epoch(session, EPOCH)
-        anchor_epochs(session, chain)
-        rewrite(session, lambda rows: [replace(t, job_id="forged") if t.job_id == f"job-{EPOCH}-1" else t
-                                       for t in rows])
-        assert audit(session).ok  # re-hashed rows, fixed balances and recorded head: nothing local shows it
-        anchors = [d for d in audit(session, chain=chain).differences if d.check == "anchor"]
-        assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
-        assert "differs from the digest anchored on chain" in anchors[0].detail
-    finally:
-        _stopped(process)
+        session: Session, anchored: PayoutChain) -> None:
+    rewrite(session, lambda rows: [replace(t, job_id="forged") if t.job_id == f"job-{EPOCH}-1" else t
+                                   for t in rows])
+    assert audit(session).ok  # re-hashed rows, fixed balances and recorded head: nothing local shows it
+    anchors = [d for d in audit(session, chain=anchored).differences if d.check == "anchor"]
+    assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
+    assert "differs from the digest anchored on chain" in anchors[0].detail
