@@ -10,6 +10,7 @@ only recorded, so a crash between publishing and committing never publishes twic
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,6 +23,8 @@ from ledger.errors import LedgerError
 from ledger.head_signatures import head_digest
 
 ANCHORS_PER_CALL_MAX = 100
+REORG_CHECKED_MAX = 16  # recent anchors looked up on chain each call: deeper reorgs are not expected
+log = logging.getLogger(__name__)
 
 
 class PayoutChainLike(Protocol):
@@ -53,9 +56,18 @@ class AnchorProblem:
 
 def anchor_epochs(session: Session, chain: PayoutChainLike, *, limit: int = ANCHORS_PER_CALL_MAX,
                   now_us: int | None = None) -> list[AnchorRecord]:
-    """Publish every closed epoch with payouts that this distributor lacks, oldest first; caller commits."""
+    """Publish every closed epoch with payouts that this distributor lacks, oldest first; caller commits.
+
+    The newest REORG_CHECKED_MAX anchors recorded are looked up on chain first: one whose root
+    is gone (a reorg dropped its transaction) loses its record and is published again.
+    """
     assert 0 < limit <= ANCHORS_PER_CALL_MAX
     done = epoch_store.anchors(session, chain.chain_id, chain.distributor_address)
+    for number in sorted(done)[-REORG_CHECKED_MAX:]:
+        if chain.epoch_root(number) is None:
+            log.warning("epoch %d: its anchor (tx %s) is no longer on chain: publishing it again",
+                        number, done[number].tx_hash)
+            epoch_store.delete_anchor(session, done.pop(number))
     anchored: list[AnchorRecord] = []
     for epoch in epoch_store.all_epochs(session):
         if epoch.root is None or epoch.number in done:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, insert, literal, select, update
+from sqlalchemy import delete, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
 from ledger.storage import tables
@@ -189,6 +189,13 @@ def insert_anchor(session: Session, anchor: AnchorRecord) -> None:
         epoch=anchor.epoch, chain_id=anchor.chain_id, distributor=anchor.distributor, root=anchor.root,
         tx_hash=anchor.tx_hash, block_number=anchor.block_number, gas_used=anchor.gas_used,
         anchored_at_us=anchor.anchored_at_us))
+
+
+def delete_anchor(session: Session, anchor: AnchorRecord) -> None:
+    """Forget an anchor the chain no longer holds (a reorg dropped it), so it is published again."""
+    table = tables.epoch_anchors
+    session.execute(delete(table).where(table.c.epoch == anchor.epoch, table.c.chain_id == anchor.chain_id,
+                                        table.c.distributor == anchor.distributor))
 
 
 def anchors(session: Session, chain_id: int, distributor: str) -> dict[int, AnchorRecord]:

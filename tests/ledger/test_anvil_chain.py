@@ -3,6 +3,8 @@ chain, claims an operator makes with a statement's proof, and the audit reading 
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -115,3 +117,26 @@ def test_a_rewritten_journal_is_caught_through_the_anchored_head_without_any_key
     anchors = [d for d in audit(session, chain=anchored).differences if d.check == "anchor"]
     assert [d.subject for d in anchors] == [f"epoch {EPOCH}"]
     assert "differs from the digest anchored on chain" in anchors[0].detail
+
+
+def _rpc(url: str, method: str, params: list[object]) -> object:
+    request = urllib.request.Request(url, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                                                      "params": params}).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["result"]
+
+
+def test_an_anchor_dropped_by_a_reorg_is_noticed_and_sent_again(session: Session, anvil_dir: Path) -> None:
+    process, chain = embedded_chain(anvil_dir)
+    try:
+        closed_epoch(session, EPOCH)
+        snapshot = _rpc(process.rpc_url, "evm_snapshot", [])
+        (first,) = anchor_epochs(session, chain)
+        assert _rpc(process.rpc_url, "evm_revert", [snapshot]) is True  # the block holding it is gone
+        assert chain.epoch_root(EPOCH) is None
+        (again,) = anchor_epochs(session, chain)
+        assert again.epoch == EPOCH and again.gas_used > 0  # published again, not just recorded
+        assert check_anchors(session, chain) == [] and anchor_epochs(session, chain) == []
+    finally:
+        _stopped(process)
