@@ -68,6 +68,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.tls import TlsSetupError
     from mlxnet.coordinator_tls import server_tls
     from mlxnet.heap import freeze_start_up_heap
+    from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     hop_trace.open_from_environment()
     try:
@@ -78,7 +79,9 @@ def _coordinator(args: argparse.Namespace) -> int:
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
-                               allow_anonymous=args.allow_anonymous)
+                               allow_anonymous=args.allow_anonymous,
+                               ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
+                               chain_dir=args.data_dir / "anvil")
     running = start(config, args.host, args.port, http_port=args.http_port,
                     replayer=_verifier_replayer(args.verify_model), tls=tls)
     freeze_start_up_heap()
