@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mlxnet import log_format
+from mlxnet import log_format, tracing
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 
@@ -66,6 +66,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     from mlxnet.heap import freeze_start_up_heap
 
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-coordinator")
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
