@@ -71,8 +71,9 @@ def test_a_jobs_spans_from_coordinator_and_node_share_its_trace(tmp_path: Path, 
     try:
         nodes = [wait_until_registered(spawn_node(tmp_path, "mini", coordinator.extra["address"],
                                                   [f"test/tiny={tiny_model_dir}"], profile="m4-pro-64",
-                                                  operator="alice", env=env))]
-        with JobClient(coordinator.extra["address"]) as client:
+                                                  operator="alice", env=env,
+                                                  trust=coordinator.trust))]
+        with JobClient(coordinator.extra["address"], trust=coordinator.trust) as client:
             job = client.submit("test/tiny", "In the beginning", max_tokens=4)
             list(client.stream(job.job_id))
         assert collector.done.wait(WAIT_S), f"spans seen: {sorted({s[3] for s in collector.spans})}"
