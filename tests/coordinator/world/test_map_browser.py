@@ -19,7 +19,7 @@ import pytest
 from coordinator.storage.database import Database
 from coordinator.world import operator_keys
 from mlxnet.processes import Child, spawn_node, start_coordinator, start_nodes, wait_until_registered
-from tests.coordinator.world.test_browser import _spki_pin
+from tests.coordinator.world.conftest import spki_pin
 
 pytestmark = pytest.mark.e2e
 
@@ -79,7 +79,7 @@ def network(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
 @pytest.fixture(scope="module")
 def browser_args(network: MapNetwork) -> list[str]:
     """Chromium trusts the coordinator's self-signed certificate by its pinned key, nothing else."""
-    return [f"--ignore-certificate-errors-spki-list={_spki_pin(network.coordinator.extra['certificate'])}"]
+    return [f"--ignore-certificate-errors-spki-list={spki_pin(network.coordinator.extra['certificate'])}"]
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def test_a_new_mac_appears_live_and_a_filter_hides_it(network: MapNetwork, pages
     # The node's own setting (`mlxnet node config --region`, or --region for one run) places it.
     child = spawn_node(network.work_dir, "carol-max", network.coordinator.extra["address"],
                        [f"{MODEL_ID}={network.model_dir}"], profile="m4-max-128", operator="carol",
-                       extra_args=("--region", "Lisbon"), trust=network.coordinator.trust)
+                       trust=network.coordinator.trust, extra_args=("--region", "Lisbon"))
     network.nodes.append(child)
     carol = wait_until_registered(child).extra["node_id"]
     for page in pages.values():
