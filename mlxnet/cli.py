@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mlxnet import log_format
+from mlxnet import log_format, tracing
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 log = logging.getLogger("mlxnet")
@@ -71,6 +71,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-coordinator")
     try:
         tls = server_tls(args)
     except (TransportRefused, TlsSetupError) as error:
