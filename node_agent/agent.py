@@ -27,7 +27,13 @@ from node_agent.coordinator_client import (
 )
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
-from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong, with_commitment
+from node_agent.inference.engine import (
+    Engine,
+    GenerationRequest,
+    PromptRefused,
+    PromptTooLong,
+    with_commitment,
+)
 from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
@@ -245,6 +251,10 @@ class NodeAgent:
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)
+            return False
+        except PromptRefused as error:
+            sender.close()
+            self._reports.failure(assignment.job_id, str(error))
             return False
         timeline.mark("generated")
         if not result.stopped_early:
