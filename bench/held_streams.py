@@ -67,7 +67,8 @@ def _p99(values: list[float]) -> float:
 
 def _line(label: str, latencies: list[float], cpu_s: float, wall_s: float) -> str:
     return (f"  {label:<28} heartbeat p50 {statistics.median(latencies):6.2f} ms, "
-            f"p99 {_p99(latencies):6.2f} ms; "
+            f"p99 {_p99(latencies):6.2f} ms; {1000 * cpu_s / len(latencies):5.2f} ms coordinator CPU "
+            "per heartbeat; "
             f"coordinator CPU {cpu_s:6.2f} s over {wall_s:5.1f} s ({100 * cpu_s / wall_s:5.1f}% of a core)")
 
 
