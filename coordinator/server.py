@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import DBAPIError
 
 from contracts.keyfile import KeySigner, signer_from_file
@@ -18,27 +15,20 @@ from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.money.epochs import EpochSettings, PayoutChains, close_epochs_forever
 from coordinator.placement.compiled import build_status
-from coordinator.rpc.job_servicer import JobServicer
-from coordinator.rpc.node_servicer import NodeServicer
+from coordinator.rpc.grpc_server import GrpcServer
+from coordinator.rpc.stream_limits import StreamLimits
 from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.tls import ServerTls
 from coordinator.verification.replay_check import Replayer
 from contracts.tls import PlaintextRefused, is_loopback
-from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-RPC_WORKERS_MAX = 128  # every open stream (node assignments, consumer streams) holds one
-SERVICE_NAMES = (
-    job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
-    node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
-)
 
 
 @dataclass
 class RunningCoordinator:
-    server: grpc.Server
+    server: GrpcServer  # grpc.aio on its own loop: open streams hold no thread
     service: CoordinatorService
     port: int
     stopping: threading.Event
@@ -80,16 +70,18 @@ def _close_epochs(db: Database, stopping: threading.Event, settings: EpochSettin
         chains.close()
 
 
-def _listen(server: grpc.Server, host: str, port: int, tls: ServerTls | None) -> int:
-    if tls is None:
-        return server.add_insecure_port(f"{host}:{port}")
-    credentials = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
-    return server.add_secure_port(f"{host}:{port}", credentials)
+def _listener(tls: ServerTls | None):  # type: ignore[no-untyped-def]
+    def listen(server: grpc.aio.Server, address: str) -> int:
+        if tls is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)]))
+    return listen
 
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
           migrate: bool = True, http_port: int | None = None,
-          replayer: Replayer | None = None, tls: ServerTls | None = None) -> RunningCoordinator:
+          replayer: Replayer | None = None, tls: ServerTls | None = None,
+          stream_limits: StreamLimits = StreamLimits()) -> RunningCoordinator:
     """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port).
 
     Both over TLS with tls; without it, plaintext, which only a loopback host may serve.
@@ -104,20 +96,8 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
     if replayer is not None:
         service.checks.attach_verifier(replayer)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX))
-    job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(service), server)
-    node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in (*SERVICE_NAMES, ""):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME), server)
-    bound = _listen(server, host, port, tls)
-    if bound == 0:
-        raise OSError(f"could not listen on {host}:{port}; is the port in use?")
-    server.start()
+    server = GrpcServer(service, f"{host}:{port}", _listener(tls), stream_limits)
+    bound = server.start()
     stopping = threading.Event()
     threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
                      name="reaper").start()

@@ -185,6 +185,11 @@ class CoordinatorClient:
         return self._trust
 
     @property
+    def session_token(self) -> str:
+        """The session's token since register() ("" before), sent as x-mlxnet-session."""
+        return self._session
+
+    @property
     def _stub(self) -> node_pb2_grpc.NodeServiceStub:
         with self._lock:
             if self._closed:

@@ -24,7 +24,7 @@ from coordinator.errors import (
 )
 from coordinator.jobs import ending, submission
 from coordinator.live.chunks import LiveReader
-from coordinator.live.notifier import job_topic, node_topic
+from coordinator.live.notifier import Wait, job_topic, node_topic
 from coordinator.metrics.names import STREAM_CONSUMER
 from coordinator.model import (
     ERROR_CANCELLED,
@@ -294,14 +294,27 @@ class ConsumerJobs:
             self._core.notifier.wait(topic, seen, min(remaining, self._core.config.stream_poll_interval_s))
 
     def stream(self, job_id: str, is_active: Callable[[], bool],
-                   caller: Caller | None = None,
-                   watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
-        """Every token chunk from the first, as stored, then the final job view (_stream)."""
-        with self._core.metrics.stream_open(STREAM_CONSUMER):
-            yield from self._stream(job_id, is_active, caller, watch)
+               caller: Caller | None = None,
+               watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
+        """Every token chunk from the first, as stored, then the final job view; waits on this thread."""
+        for step in self.stream_steps(job_id, caller, watch):
+            if not isinstance(step, Wait):
+                yield step
+            elif not is_active():
+                return
+            else:
+                self._core.notifier.wait(step.topic, step.seen_version, step.timeout_s)
+                if not is_active():
+                    return
 
-    def _stream(self, job_id: str, is_active: Callable[[], bool], caller: Caller | None,
-                watch: Watch | None) -> Iterator[TokenChunk | JobView]:
+    def stream_steps(self, job_id: str, caller: Caller | None = None,
+                     watch: Watch | None = None) -> Iterator[TokenChunk | JobView | Wait]:
+        """stream's steps: chunks and the final view, with a Wait wherever it would wait."""
+        with self._core.metrics.stream_open(STREAM_CONSUMER):
+            yield from self._stream_steps(job_id, caller, watch)
+
+    def _stream_steps(self, job_id: str, caller: Caller | None,
+                      watch: Watch | None) -> Iterator[TokenChunk | JobView | Wait]:
         """Every token chunk from the first, as stored, then the final job view.
 
         Chunks this process stores come straight from the node's stream once committed;
@@ -317,7 +330,7 @@ class ConsumerJobs:
         subscription = (contextlib.closing(watch) if watch is not None
                         else self._core.live_chunks.subscribe(job_id))
         with subscription as live:
-            while is_active():
+            while True:
                 # A watch's first wait counts from its subscription: a wake-up since is not missed.
                 seen = watch.version if nothing_unread and watch else self._core.notifier.version(topic)
                 chunks = [] if read_database else live.take(next_index)
@@ -337,7 +350,7 @@ class ConsumerJobs:
                 if job.status in TERMINAL_STATUSES:
                     yield self.get(job_id, caller)
                     return
-                self._core.notifier.wait(topic, seen, self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, self._core.config.stream_poll_interval_s)
 
     def explain_placement(self, model_id: str, context_tokens: int,
                           min_decode_tokens_per_s: float) -> Placement | PlacementRefusal:

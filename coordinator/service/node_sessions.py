@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import job_topic, node_topic
+from coordinator.live.notifier import Wait, job_topic, node_topic
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -91,15 +91,27 @@ class NodeSessions:
             return node_rows.pod_assignment(session, job)
 
     def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
-        """Jobs assigned to the node and not yet started, each sent once per stream."""
-        with self._core.metrics.stream_open(STREAM_NODE):
-            yield from self._assignments(node, is_active)
+        """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
+        for step in self.assignment_steps(node):
+            if not isinstance(step, Wait):
+                yield step
+            elif not is_active():
+                return
+            else:
+                self._core.notifier.wait(step.topic, step.seen_version, step.timeout_s)
+                if not is_active():
+                    return
 
-    def _assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+        """assignments' steps, with a Wait wherever it would wait."""
+        with self._core.metrics.stream_open(STREAM_NODE):
+            yield from self._assignment_steps(node)
+
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
-            while is_active():
+            while True:
                 seen = self._core.notifier.version(topic)
                 # Jobs just committed go before the read, which finds them again (and any other).
                 for job in self._unsent(inbox.take(), sent):
@@ -108,7 +120,7 @@ class NodeSessions:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
-                self._core.notifier.wait(topic, seen, self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, self._core.config.stream_poll_interval_s)
 
     @staticmethod
     def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:
