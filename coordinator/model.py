@@ -56,6 +56,13 @@ class NodeRecord:
         return next((m for m in self.models if m.model_id == model_id), None)
 
 
+# How a job's consumer reads its output. A stream (gRPC, an HTTP stream) sees each token as
+# it is stored; a whole answer (a non-streaming HTTP request) sees nothing unless the job ends
+# well, so a failed whole-answer job delivered nothing and costs nothing.
+DELIVERY_STREAM = "stream"
+DELIVERY_WHOLE = "whole"
+
+
 @dataclass(frozen=True)
 class JobRecord:
     job_id: JobId
@@ -94,6 +101,19 @@ class JobRecord:
     stop: tuple[str, ...] = ()
     top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's only; k: and the top k
     error_code: str | None = None
+    # A failed job's money (coordinator.jobs.ending): the latest partial receipt its node
+    # signed, unchecked until the job ends, and how its consumer reads the output.
+    partial_receipt_body: bytes | None = None
+    partial_receipt_signature: bytes | None = None
+    delivery: str = DELIVERY_STREAM
+
+
+@dataclass(frozen=True)
+class SignedReceipt:
+    """A receipt's canonical bytes (contracts.receipts) and the node's signature over them."""
+
+    body: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,11 @@ from contracts.ids import JobId
 from coordinator.jobs import ending
 from coordinator.model import ACTIVE_STATUSES, JobStatus
 from coordinator.storage import job_rows
+from coordinator.verification.outcomes import CheckContext
 
 
-def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int) -> list[JobId]:
+def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int,
+                   context: CheckContext) -> list[JobId]:
     """Release every active job of a node; returns the jobs touched."""
     touched = []
     for job in job_rows.active_jobs_for_node(session, node_id):
@@ -25,6 +27,7 @@ def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int) -> 
                                    assigned_at_ms=None, started_at_ms=None)
         else:
             ending.fail_job(session, job.job_id, now_ms,
-                            error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job")
+                            error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job",
+                            context=context)
         touched.append(job.job_id)
     return touched

@@ -17,7 +17,7 @@ from contracts.logprobs import TOP_LOGPROBS_MAX
 from contracts.models import ModelSpec
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest, UnknownModel
-from coordinator.model import PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus
+from coordinator.model import DELIVERY_STREAM, PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus
 from coordinator.storage import job_rows
 
 SEED_MAX = (1 << 63) - 1  # stored in a signed 64-bit column
@@ -41,6 +41,9 @@ class Submission:
     stop: tuple[str, ...] = ()
     top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's; k: and the top k
     api_key_id: str | None = None
+    # How the consumer reads the output: a stream, or a whole answer only when the job ends
+    # well (then a failed job delivered nothing, and costs nothing; coordinator.jobs.ending).
+    delivery: str = DELIVERY_STREAM
 
     @property
     def prompt_text(self) -> str:
@@ -154,7 +157,7 @@ def prepare(session: Session, sub: Submission, config: CoordinatorConfig, now_ms
         min_decode_tokens_per_s=sub.min_decode_tokens_per_s, context_tokens=context_tokens,
         status=JobStatus.QUEUED, created_at_ms=now_ms, api_key_id=sub.api_key_id,
         prompt_format=PROMPT_CHAT if sub.messages else PROMPT_TEXT, stop=sub.stop,
-        top_logprobs=sub.top_logprobs)
+        top_logprobs=sub.top_logprobs, delivery=sub.delivery)
     return job, True
 
 

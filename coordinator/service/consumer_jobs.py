@@ -271,7 +271,8 @@ class ConsumerJobs:
             job = self._own_job(session, job_id, caller)
             if job.status in TERMINAL_STATUSES:
                 raise AlreadyDone(f"job {job_id} is already {job.status.value}")
-            if ending.fail_job(session, job_id, now, error=error, error_code=code) is None:
+            if ending.fail_job(session, job_id, now, error=error, error_code=code,
+                               context=self._core.check_context()) is None:
                 raise AlreadyDone(f"job {job_id} ended meanwhile")
             freed = job_rows.release_assignments(session, job_id)
         self._core.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
@@ -18,6 +19,7 @@ from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
 from coordinator.storage import job_rows
 from coordinator.storage.database import Database
+from coordinator.verification.outcomes import CheckContext
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,12 @@ class ServiceCore:
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self.draws = draws or random.SystemRandom()
+        # The (model id, weights digest) pairs this coordinator's verifier replays (service.checks).
+        self.replayable: Callable[[], frozenset[tuple[str, str]]] = frozenset
+
+    def check_context(self) -> CheckContext:
+        """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
+        return CheckContext(self.config.trust, self.draws.random(), self.replayable())
 
     def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
         """After commit: readers of these jobs, and streams of these nodes, look again."""
