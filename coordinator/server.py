@@ -1,4 +1,5 @@
-"""The coordinator process: gRPC services, health, reflection and the reaper."""
+"""The coordinator process: gRPC services, health, reflection and the background loops
+(coordinator.background, each supervised; gRPC health follows their health)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,15 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from sqlalchemy.exc import DBAPIError
-
+from coordinator.background import coordinator_loops, start_loops
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
-from coordinator.money.epochs import EpochSettings, close_epochs_forever
+from coordinator.money.epochs import EpochSettings
 from coordinator.placement.compiled import build_status
 from coordinator.rpc.job_servicer import JobServicer
 from coordinator.rpc.node_servicer import NodeServicer
-from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
+from coordinator.service import CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.verification.replay_check import Replayer
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
@@ -49,23 +49,20 @@ class RunningCoordinator:
         self.service.db.dispose()
 
 
-def _reap_forever(service: CoordinatorService, stopping: threading.Event) -> None:
-    interval_s = service.config.heartbeat_interval_ms / 1000
-    while not stopping.wait(interval_s):
-        service.nodes.reap_offline()
-        service.money.close_ended()
-        service.money.release_due_credits()
+def _follow_health(service: CoordinatorService, health_servicer: health.HealthServicer) -> None:
+    """gRPC health says NOT_SERVING while a background loop cannot do its work."""
+    def show(healthy: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if healthy
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in (*SERVICE_NAMES, ""):
+            health_servicer.set(name, status)
+        if not healthy:
+            log.warning("coordinator unhealthy: %s", "; ".join(
+                f"{loop.name}: {loop.last_error}" for loop in service.health.loops() if not loop.healthy))
+        else:
+            log.info("coordinator healthy")
 
-
-def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> None:
-    """The verifier worker's thread: wakes when a check is opened (or to poll another coordinator's)."""
-    while not stopping.is_set():
-        seen = service.notifier.version(VERIFICATION_TOPIC)
-        try:
-            service.checks.run()
-        except DBAPIError as error:  # the database blinked: the checks wait in it for the next pass
-            log.warning("verifier pass failed: %s", error)
-        service.notifier.wait(VERIFICATION_TOPIC, seen, service.config.stream_poll_interval_s)
+    service.health.on_change(show)
 
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
@@ -85,8 +82,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in (*SERVICE_NAMES, ""):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    _follow_health(service, health_servicer)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME), server)
@@ -95,15 +91,9 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
         raise OSError(f"could not listen on {host}:{port}; is the port in use?")
     server.start()
     stopping = threading.Event()
-    threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
-                     name="reaper").start()
-    if service.checks.verifier is not None:
-        threading.Thread(target=_verify_forever, args=(service, stopping), daemon=True,
-                         name="verifier").start()
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
-    threading.Thread(target=close_epochs_forever, args=(service.db, stopping, epoch_settings),
-                     daemon=True, name="epochs").start()
-    service.run_scheduler()  # jobs queued before a restart are placed again
+    # The scheduler's loop places the jobs queued before a restart at once.
+    start_loops(coordinator_loops(service, stopping, epoch_settings), stopping, service.health)
     log.info("coordinator listening on %s:%d", host, bound)
     planner = build_status()  # compiled (setup.py) or plain Python: the same decisions, not the same cost
     if planner.stale:

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service",),
     ("rpc", "world"),
     ("gateway",),
+    ("background",),
     ("server",),
 )
 

@@ -14,6 +14,7 @@ from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
 from coordinator.live.chunks import LiveChunks
+from coordinator.live.health import HealthBoard
 from coordinator.live.notifier import Notifier, job_topic, node_topic
 from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
@@ -34,6 +35,10 @@ class ServiceCore:
         self.live_chunks = LiveChunks()
         self.live_assignments = LiveAssignments()
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
+        self.health = HealthBoard()  # the background loops' health (coordinator.background)
+        # Heartbeats count from here at the earliest: a node's last one before a restart says
+        # nothing about whether it is gone (see NodeSessions.reap_offline).
+        self.started_at_ms = clock.now_ms()
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self.draws = draws or random.SystemRandom()
         # The (model id, weights digest) pairs this coordinator's verifier replays (service.checks).

@@ -149,13 +149,20 @@ class NodeSessions:
         self._core.run_scheduler()
 
     def reap_offline(self) -> list[str]:
-        """Hand back the jobs of nodes whose heartbeats stopped."""
+        """Hand back the jobs of nodes whose heartbeats stopped.
+
+        A lease, not a guess: a node is gone only once the offline limit has passed since its
+        last heartbeat and since this coordinator started, so after a restart every node has
+        the full limit to reconnect, and a node that does keeps its jobs."""
         now = self._core.clock.now_ms()
+        offline_after = self._core.config.node_offline_after_ms
+        if now - self._core.started_at_ms <= offline_after:
+            return []  # the restart grace: nobody can have missed a heartbeat to this process
         touched: list[str] = []
         with self._core.db.transaction() as session:
             reports.prune_heartbeats_now_and_then(session, now)
             for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > self._core.config.node_offline_after_ms:
+                if now - node.last_heartbeat_ms > offline_after:
                     touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
                                                       self._core.check_context())
         if touched:
