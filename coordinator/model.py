@@ -33,6 +33,16 @@ ERROR_CANCELLED = "cancelled"  # the consumer cancelled it (or went away mid-str
 ERROR_STOP_SEQUENCE = "stop_sequence"  # ended at a stop sequence the consumer asked for
 ERROR_NO_CAPACITY = "no_capacity"  # no Mac took it within the gateway's admission wait
 ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
+# Failures a retry would only repeat: a retried request id returns them rather than run again.
+FINAL_FAILURES = frozenset({ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE})
+
+
+def retry_runs_again(job: JobRecord) -> bool:
+    """Whether a retry of the job's request id (an Idempotency-Key) starts a new attempt: the
+    job failed (its node died, the network or the database failed, no Mac took it, the client
+    went away or cancelled) for a reason a retry need not repeat. A completed, queued or
+    running job is returned as it is, and so is a failure a retry would repeat."""
+    return job.status is JobStatus.FAILED and job.error_code not in FINAL_FAILURES
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from node_agent.coordinator_client import (
 )
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
+from node_agent.inference.activations import Decoded
 from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong, with_commitment
 from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
@@ -196,8 +198,14 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
             top_logprobs=assignment.top_logprobs)
+        started_at_ms, first_token_at_ms = time.time_ns() // 1_000_000, [0]
+
+        def prove(token_ids: tuple[int, ...], recorded: Decoded) -> tuple[bytes, bytes]:
+            return self._reports.partial_receipt(assignment, token_ids, recorded, started_at_ms,
+                                                 first_token_at_ms[0])
+
         sender = TokenSender(self._client, assignment.job_id, timeline=timeline,
-                             threads=self._sender_threads)
+                             threads=self._sender_threads, prover=prove)
         keep_going = self._hooks.keep_going
         timeline.mark("generating")
         hop_trace.job_hop(assignment.job_id, "node started")
@@ -205,13 +213,15 @@ class NodeAgent:
         def on_token(index: int, token_id: int, text: str) -> bool:
             if index == 0:
                 timeline.mark("first_token")
+                first_token_at_ms[0] = time.time_ns() // 1_000_000
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
         try:
             # The commitment is arithmetic over recorded values: the reporter makes it.
             result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
                                            sender.note_prompt_tokens, sender.note_logprob,
-                                           on_end=sender.finish, commit=False)
+                                           on_end=sender.finish, commit=False,
+                                           on_proven=sender.note_proven)
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)
