@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,6 +26,7 @@ from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+LOOP_STOP_WAIT_S = 30.0  # the longest stop waits for a background loop's pass to finish
 RPC_WORKERS_MAX = 128  # every open stream (node assignments, consumer streams) holds one
 SERVICE_NAMES = (
     job_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
@@ -40,12 +41,15 @@ class RunningCoordinator:
     port: int
     stopping: threading.Event
     gateway: RunningGateway | None = None  # the HTTP API, when started with an http_port
+    loops: list[threading.Thread] = field(default_factory=list)  # coordinator.background
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
         if self.gateway is not None:
             self.gateway.stop()
         self.server.stop(grace_s).wait()
+        for loop in self.loops:  # a pass under way finishes before its database goes
+            loop.join(LOOP_STOP_WAIT_S)
         self.service.db.dispose()
 
 
@@ -93,7 +97,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     stopping = threading.Event()
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
     # The scheduler's loop places the jobs queued before a restart at once.
-    start_loops(coordinator_loops(service, stopping, epoch_settings), stopping, service.health)
+    loops = start_loops(coordinator_loops(service, stopping, epoch_settings), stopping, service.health)
     log.info("coordinator listening on %s:%d", host, bound)
     planner = build_status()  # compiled (setup.py) or plain Python: the same decisions, not the same cost
     if planner.stale:
@@ -101,5 +105,5 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     else:
         log.info("placement planner: %s", planner.describe())
     gateway = start_gateway(service, host, http_port) if http_port is not None else None
-    return RunningCoordinator(server, service, bound, stopping, gateway)
+    return RunningCoordinator(server, service, bound, stopping, gateway, loops)
 

@@ -24,7 +24,8 @@ def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int,
         job_rows.release_assignments(session, job.job_id)
         if job_rows.token_count(session, job.job_id) == 0:
             job_rows.transition_job(session, job.job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,
-                                   assigned_at_ms=None, started_at_ms=None)
+                                   assigned_at_ms=None, started_at_ms=None,
+                                   partial_receipt_body=None, partial_receipt_signature=None)
         else:
             ending.fail_job(session, job.job_id, now_ms,
                             error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job",
