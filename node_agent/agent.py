@@ -83,15 +83,20 @@ class NodeAgent:
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
         delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
+            opened = time.monotonic()
             try:
                 if not self.registered.is_set():
                     self._register()
-                delay_s = RECONNECT_DELAY_S_MIN
                 for assignment in self._client.assignments():
                     self._accept(assignment)
             except SessionExpired:
                 self.registered.clear()
             except CoordinatorUnavailable as error:
+                # Back off while every try fails at once (a coordinator restarting, a cut link
+                # that accepts and drops): only a stream that stayed up starts again from the
+                # shortest delay, so a fleet does not hammer a coordinator as it comes back.
+                if time.monotonic() - opened > RECONNECT_DELAY_S_MAX:
+                    delay_s = RECONNECT_DELAY_S_MIN
                 log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
                 self.stopping.wait(delay_s)
                 delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
