@@ -40,6 +40,7 @@ from pathlib import Path
 import httpx
 
 from contracts.ids import job_id_for_request
+from contracts.tls import CoordinatorTrust
 from mlxnet.processes import Child, spawn_node, start_coordinator, wait_until_registered
 
 log = logging.getLogger("bench.chaos")
@@ -225,7 +226,8 @@ class Network:
     def start_coordinator(self) -> None:
         self.coordinator = start_coordinator(
             self.work_dir, database_url=self.database_url, port=self.grpc_port,
-            http_port=self.http_port, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+            http_port=self.http_port, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            tls=False)  # plaintext on loopback: the faults are the subject here, not TLS
 
     def kill_coordinator(self) -> None:
         assert self.coordinator is not None
@@ -235,7 +237,7 @@ class Network:
         assert self.proxy is not None
         child = spawn_node(self.work_dir, name, f"127.0.0.1:{self.proxy.port}",
                            [f"{MODEL_ID}={self.model_dir}"], profile=profile, operator=f"op-{name}",
-                           max_concurrent_jobs=2)
+                           max_concurrent_jobs=2, trust=CoordinatorTrust(insecure=True))
         self.nodes[name] = wait_until_registered(child)
 
     @property

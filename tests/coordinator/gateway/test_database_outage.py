@@ -13,6 +13,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import DatabaseUnavailable
 from coordinator.model import JobStatus, TokenChunk
@@ -52,7 +53,8 @@ def test_http_and_grpc_answer_retryable_errors_while_the_database_is_away(
     address = f"127.0.0.1:{coordinator.port}"
     body = {"model": "test/none", "prompt": "Hi", "max_tokens": 4}
     with httpx.Client(base_url=base, timeout=WAIT_S) as http, \
-            grpc.insecure_channel(address) as channel, JobClient(address) as client:
+            grpc.insecure_channel(address) as channel, \
+            JobClient(address, trust=CoordinatorTrust(insecure=True)) as client:
         assert http.get("/healthz").status_code == 200
         with database_outage(coordinator.service.db.url):
             _health_is(coordinator, False)
