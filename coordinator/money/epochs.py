@@ -163,29 +163,45 @@ def anchor_closed_epochs(db: Database, chain: PayoutChainLike) -> int:
         return len(anchor_epochs(session, chain))
 
 
+class EpochCloser:
+    """One pass of the epochs loop: close the epoch that ended (signed), then anchor any root not yet
+    anchored. Anchoring is retried every pass until it succeeds, so an unreachable chain delays it and
+    never loses an epoch; jobs never wait on it (it runs outside their transactions)."""
+
+    def __init__(self, db: Database, settings: EpochSettings,
+                 chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
+                 signer: HeadSigner | None = None) -> None:
+        self._db, self._settings, self._signer = db, settings, signer
+        self._chain_factory = chain_factory
+        self._chain: PayoutChainLike | None = None
+        self._anchoring_due: bool | None = None  # unknown until the first pass reads the epochs
+
+    @property
+    def interval_s(self) -> float:
+        return min(CHECK_INTERVAL_S_MAX, self._settings.length_s / 4)
+
+    def step(self) -> None:
+        if self._anchoring_due is None:
+            with self._db.transaction() as session:  # a restart may find roots not anchored yet
+                self._anchoring_due = last_epoch(session) is not None
+        result = close_due_epoch(self._db, self._settings, signer=self._signer)
+        self._anchoring_due = self._anchoring_due or (result is not None and result.epoch is not None
+                                                      and result.epoch.root is not None)
+        if self._anchoring_due:
+            self._chain = self._chain or self._chain_factory()
+            anchor_closed_epochs(self._db, self._chain)
+            self._anchoring_due = False
+
+
 def close_epochs_forever(db: Database, stopping: threading.Event, settings: EpochSettings,
                          chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
                          signer: HeadSigner | None = None) -> None:
-    """The coordinator's background loop: close each epoch once it ends (signed), then anchor its root.
-
-    Anchoring is retried every tick until it succeeds, so an unreachable chain delays it and never
-    loses an epoch; jobs never wait on it (it runs here, outside their transactions).
-    """
-    interval_s = min(CHECK_INTERVAL_S_MAX, settings.length_s / 4)
-    chain: PayoutChainLike | None = None
-    anchoring_due: bool | None = None  # unknown until the first tick reads the epochs
-    while not stopping.wait(interval_s):
+    """EpochCloser's passes until stopping, logging a failed pass (for one-off tools and tests; the
+    coordinator runs the same passes under coordinator.background's supervisor)."""
+    closer = EpochCloser(db, settings, chain_factory, signer)
+    while not stopping.wait(closer.interval_s):
         try:
-            if anchoring_due is None:
-                with db.transaction() as session:  # a restart may find roots not anchored yet
-                    anchoring_due = last_epoch(session) is not None
-            result = close_due_epoch(db, settings, signer=signer)
-            anchoring_due = anchoring_due or (result is not None and result.epoch is not None
-                                              and result.epoch.root is not None)
-            if anchoring_due:
-                chain = chain or chain_factory()
-                anchor_closed_epochs(db, chain)
-                anchoring_due = False
+            closer.step()
         except (LedgerError, OSError, ValueError) as error:
             # The next tick retries; a close is one transaction and anchoring is idempotent.
             log.error("epoch close or anchoring failed, will retry: %s", error)

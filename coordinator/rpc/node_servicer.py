@@ -81,7 +81,9 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                               request.job_id, opened_ms, time.time_ns() // 1_000_000)
                 if await self._offload.step(self._service.nodes.accept_tokens, node, request.job_id,
                                             convert.token_chunk_from_pb(request),
-                                            request.prompt_tokens):
+                                            request.prompt_tokens,
+                                            convert.partial_receipt_from_pb(request),
+                                            request.attempt):
                     accepted += len(request.token_ids)
         return node_pb2.StreamTokensResponse(tokens_accepted=accepted)
 
@@ -96,12 +98,14 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             return node_pb2.ReportResultResponse()
         if request.failure_reason:
             self._service.nodes.accept_failure(node, request.job_id, request.failure_reason,
-                                               convert.failure_code_from_pb(request.failure))
+                                               convert.failure_code_from_pb(request.failure),
+                                               convert.partial_receipt_from_pb(request),
+                                               request.attempt)
             return node_pb2.ReportResultResponse()
         if not request.HasField("receipt"):
             raise InvalidRequest("ReportResult needs a receipt or a failure_reason")
         result = self._service.nodes.accept_receipt(node, request.job_id, request.receipt.body,
-                                                    request.receipt.signature)
+                                                    request.receipt.signature, request.attempt)
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
 
     @translate_errors

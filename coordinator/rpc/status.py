@@ -23,6 +23,7 @@ STATUS_FOR_ERROR: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.InsufficientBalance: grpc.StatusCode.FAILED_PRECONDITION,
     errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.NoCapacityNow: grpc.StatusCode.UNAVAILABLE,
+    errors.DatabaseUnavailable: grpc.StatusCode.UNAVAILABLE,
     errors.JobFailed: grpc.StatusCode.ABORTED,
 }
 

@@ -18,13 +18,13 @@ from coordinator.model import (
     JobRecord,
     JobStatus,
     NodeRecord,
+    SignedReceipt,
     TokenChunk,
 )
 from coordinator.nodes import registry, reports
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, node_rows
-from coordinator.verification import outcomes as check_outcomes
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,8 @@ class NodeSessions:
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms())
+            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
+                                               self._core.check_context())
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
                  registration.operator_id)
@@ -132,12 +133,13 @@ class NodeSessions:
                 yield job
 
     def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
-                      prompt_tokens: int = 0) -> bool:
+                      prompt_tokens: int = 0, partial: SignedReceipt | None = None,
+                      attempt: int = 0) -> bool:
         # Not durable: a chunk lost to a power cut is only charged for less, and every
         # transaction that moves money on its count (cancel, receipt) commits durably.
         with self._core.db.transaction(durable=False) as session:
             stored = results.accept_tokens(session, node, job_id, chunk, self._core.clock.now_ms(),
-                                               prompt_tokens)
+                                           prompt_tokens, partial, attempt)
         if stored:  # committed: the job's live readers may have it now
             if chunk.first_index == 0:
                 hop_trace.job_hop(job_id, "first chunk stored")
@@ -147,13 +149,11 @@ class NodeSessions:
         return stored
 
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
-                       signature: bytes) -> results.AcceptedResult:
-        context = check_outcomes.CheckContext(
-            self._core.config.trust, self._core.draws.random(),
-            self._checks.held_models())
+                       signature: bytes, attempt: int = 0) -> results.AcceptedResult:
+        context = self._core.check_context()
         with self._core.db.transaction() as session:
             result = results.accept_receipt(session, node, job_id, body, signature,
-                                                self._core.clock.now_ms(), context)
+                                            self._core.clock.now_ms(), context, attempt)
         self._core.fleet.note_changed([node.node_id])
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)
@@ -163,10 +163,11 @@ class NodeSessions:
         return result
 
     def accept_failure(self, node: NodeRecord, job_id: str, reason: str,
-                       error_code: str | None = None) -> None:
+                       error_code: str | None = None, partial: SignedReceipt | None = None,
+                       attempt: int = 0) -> None:
         with self._core.db.transaction() as session:
             results.accept_failure(session, node, job_id, reason, self._core.clock.now_ms(),
-                                       error_code)
+                                   self._core.check_context(), error_code, partial, attempt)
         self._core.fleet.note_changed([node.node_id])
         log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
         self._core.notifier.notify(job_topic(job_id))
@@ -174,14 +175,22 @@ class NodeSessions:
         self._core.run_scheduler()
 
     def reap_offline(self) -> list[str]:
-        """Hand back the jobs of nodes whose heartbeats stopped."""
+        """Hand back the jobs of nodes whose heartbeats stopped.
+
+        A lease, not a guess: a node is gone only once the offline limit has passed since its
+        last heartbeat and since this coordinator started, so after a restart every node has
+        the full limit to reconnect, and a node that does keeps its jobs."""
         now = self._core.clock.now_ms()
+        offline_after = self._core.config.node_offline_after_ms
+        if now - self._core.started_at_ms <= offline_after:
+            return []  # the restart grace: nobody can have missed a heartbeat to this process
         touched: list[str] = []
         with self._core.db.transaction() as session:
             reports.prune_heartbeats_now_and_then(session, now)
             for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > self._core.config.node_offline_after_ms:
-                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now)
+                if now - node.last_heartbeat_ms > offline_after:
+                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
+                                                      self._core.check_context())
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
             self._core.record_ended(touched)
