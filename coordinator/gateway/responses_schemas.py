@@ -95,6 +95,7 @@ class ResponsesRequest(_Request):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stream: bool | None = False
     previous_response_id: str | None = Field(default=None, max_length=TOOL_CALL_ID_CHARS_MAX,
+                                             pattern="^resp_",
                                              description="one of your own earlier responses")
     text: TextOptions | None = None
     user: Hint = None

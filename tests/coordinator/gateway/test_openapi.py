@@ -33,7 +33,7 @@ def _expressible(case) -> bool:  # type: ignore[no-untyped-def]
     """Leaves out the one rule of the tool-calling bodies JSON Schema cannot state: a tool choice
     that asks for a call needs tools and may name only one of them, and tools are named once
     each (published in the descriptions; test_tools_e2e.py and test_anthropic_e2e.py check
-    the 400s). Covers both shapes: OpenAI's chat and Anthropic's messages."""
+    the 400s). Covers every shape: chat's, Anthropic's messages and the Responses API's."""
     body = case.body if isinstance(case.body, dict) else {}
     choice, tools = body.get("tool_choice"), body.get("tools")
     tools = tools if isinstance(tools, list) and all(isinstance(t, dict) for t in tools) else []
@@ -44,7 +44,7 @@ def _expressible(case) -> bool:  # type: ignore[no-untyped-def]
     if isinstance(choice, dict):
         if isinstance(choice.get("function"), dict):  # OpenAI's named function
             return str(choice["function"].get("name")) in names
-        if choice.get("type") == "tool":  # Anthropic's named tool
+        if choice.get("type") in ("tool", "function"):  # Anthropic's or the Responses API's
             return str(choice.get("name")) in names
         return choice.get("type") != "any" or bool(names)
     return choice != "required" or bool(names)
