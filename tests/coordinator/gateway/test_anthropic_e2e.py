@@ -35,8 +35,9 @@ def _client(network: GatewayNetwork, key: str | None = None, **options: object) 
     base_url = network.base_url.removesuffix("/v1")  # the client adds /v1/messages itself
     if "auth_token" not in options:
         key = key or network.new_key("claude-user")
-    client = anthropic.Anthropic(base_url=base_url, api_key=key,
-                                 max_retries=0, timeout=120, **options)  # type: ignore[arg-type]
+    client = anthropic.Anthropic(base_url=base_url, api_key=key, max_retries=0, timeout=120,
+                                 http_client=anthropic.DefaultHttpxClient(verify=network.ssl_context()),
+                                 **options)  # type: ignore[arg-type]
     network.clients.append(client)  # type: ignore[arg-type]  # closed with the network
     return client
 
