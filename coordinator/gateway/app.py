@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP API, as a FastAPI app over the coordinator's service.
 
-    POST /v1/chat/completions      POST /v1/completions
+    POST /v1/chat/completions      POST /v1/completions          POST /v1/messages (Anthropic's)
+    POST /v1/responses (OpenAI's Responses API)
     GET  /v1/models                GET  /v1/models/{model}
     GET  /v1/jobs/{id}             GET  /v1/jobs/{id}/receipt      POST /v1/jobs/{id}/cancel
 
@@ -21,6 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.errors import CoordinatorError, Unauthenticated, UnknownModel
 from coordinator.gateway import jobs as views
+from coordinator.gateway.anthropic import add_messages_route
+from coordinator.gateway.responses import add_responses_route
 from coordinator.gateway.bridge import Bridge
 from coordinator.gateway.completions import run_completion
 from coordinator.gateway.errors import (
@@ -163,5 +166,7 @@ def create_app(bridge: Bridge) -> FastAPI:
         body = await bridge.call(service.core.metrics.exposition)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
+    add_messages_route(app, bridge, _GENERATION_ERRORS)  # POST /v1/messages, Anthropic's API
+    add_responses_route(app, bridge, _GENERATION_ERRORS, _key_text)  # POST /v1/responses
     mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app

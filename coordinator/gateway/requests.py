@@ -44,7 +44,7 @@ def _content(message: ChatMessageIn) -> str:
     return "".join(part.text for part in message.content)
 
 
-def _seed(seed: int | None) -> int:
+def seed_for(seed: int | None) -> int:
     """A fresh seed when none is asked for, so repeated requests sample differently."""
     return secrets.randbelow(SEED_MAX + 1) if seed is None else seed
 
@@ -67,7 +67,7 @@ def chat_submission(body: ChatCompletionRequest, caller: Caller,
         consumer_id=caller.consumer_id, model_id=body.model, prompt="",
         max_tokens=body.max_completion_tokens or body.max_tokens or 0,
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
-        top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
+        top_p=body.top_p or 1.0, seed=seed_for(body.seed), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=messages, stop=stops, top_logprobs=top_logprobs,
         api_key_id=caller.key.key_id if caller.key else None, tools=tools,
         delivery=_delivery(body.stream))
@@ -97,7 +97,7 @@ def completion_submission(body: CompletionRequest, caller: Caller,
         consumer_id=caller.consumer_id, model_id=body.model, prompt=prompt,
         max_tokens=body.max_tokens or 0,
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
-        top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
+        top_p=body.top_p or 1.0, seed=seed_for(body.seed), request_id=request_id,
         min_decode_tokens_per_s=0.0, stop=stops, top_logprobs=top_logprobs,
         api_key_id=caller.key.key_id if caller.key else None, delivery=_delivery(body.stream))
     plan = ResponsePlan("text", body.model, bool(body.stream),
