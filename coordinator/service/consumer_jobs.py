@@ -100,16 +100,18 @@ class _Outage:
         self._delay_s = self._delay_s_min
         self._deadline: float | None = None
 
-    def wait_or_raise(self, is_active: Callable[[], bool]) -> None:
+    def next_wait_s(self) -> float:
+        """How long to wait before reading again; raises once the outage outlasts its limit."""
         now = time.monotonic()
         if self._deadline is None:
             self._deadline = now + STREAM_OUTAGE_S_MAX
-        if now >= self._deadline or not is_active():
+        if now >= self._deadline:
             raise DatabaseUnavailable(
                 f"the coordinator's database has been unavailable for {STREAM_OUTAGE_S_MAX:g} s; "
                 "read the job again later", retry_after_s=5)
-        time.sleep(min(self._delay_s, self._deadline - now))
+        wait_s = min(self._delay_s, self._deadline - now)
         self._delay_s = min(self._delay_s * 2, 5.0)
+        return wait_s
 
 
 class ConsumerJobs:
@@ -374,7 +376,7 @@ class ConsumerJobs:
                     except DatabaseUnavailable:
                         # The reader outlives a database outage (up to its limit): the job runs
                         # on, and its tokens wait in the database or the live hand-off.
-                        outage.wait_or_raise(is_active)
+                        yield Wait(topic, seen, outage.next_wait_s())
                         read_database = job is None
                         continue
                     outage.reset()
