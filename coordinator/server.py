@@ -13,6 +13,7 @@ from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.money.epochs import EpochSettings, close_epochs_forever
+from coordinator.live.pg_relay import PostgresRelay
 from coordinator.placement.compiled import build_status
 from coordinator.rpc.grpc_server import GrpcServer
 from coordinator.rpc.stream_limits import StreamLimits
@@ -57,7 +58,7 @@ def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> N
             service.checks.run()
         except DBAPIError as error:  # the database blinked: the checks wait in it for the next pass
             log.warning("verifier pass failed: %s", error)
-        service.notifier.wait(VERIFICATION_TOPIC, seen, service.config.stream_poll_interval_s)
+        service.notifier.wait(VERIFICATION_TOPIC, seen, service.core.poll_interval_s())
 
 
 def _listener(tls: ServerTls | None):  # type: ignore[no-untyped-def]
@@ -66,6 +67,17 @@ def _listener(tls: ServerTls | None):  # type: ignore[no-untyped-def]
             return server.add_insecure_port(address)
         return server.add_secure_port(address, grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)]))
     return listen
+
+
+def _relay_across_coordinators(service: CoordinatorService, stopping: threading.Event) -> None:
+    """On PostgreSQL, wake-ups go to every coordinator sharing the database (live/pg_relay.py)."""
+    if not service.config.database_url.startswith("postgresql"):
+        service.notifier.set_relayed(True)  # SQLite: one coordinator; its own wake-ups are all
+        return
+    relay = PostgresRelay(service.config.database_url, service.notifier.notify_local,
+                          service.notifier.set_relayed)
+    service.notifier.relay_to(relay.publish)
+    relay.start(stopping)
 
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
@@ -89,6 +101,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     server = GrpcServer(service, f"{host}:{port}", _listener(tls), stream_limits)
     bound = server.start()
     stopping = threading.Event()
+    _relay_across_coordinators(service, stopping)
     threading.Thread(target=_reap_forever, args=(service, stopping), daemon=True,
                      name="reaper").start()
     if service.checks.verifier is not None:

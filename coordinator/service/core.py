@@ -40,6 +40,11 @@ class ServiceCore:
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
         self.metrics.watch(readings.NetworkCollector(self.read_network))
 
+    def poll_interval_s(self) -> float:
+        """How long a stream or a waiter goes without news before it reads the database anyway."""
+        return self.notifier.poll_interval_s(self.config.stream_poll_interval_s,
+                                             self.config.relayed_poll_interval_s)
+
     def read_network(self) -> readings.NetworkReading:
         """The network's figures for a metrics scrape, in one read transaction."""
         with self.db.read_transaction() as session:
