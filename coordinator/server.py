@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import grpc
 from sqlalchemy.exc import DBAPIError
 
+from contracts.keyfile import KeySigner, signer_from_file
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
-from coordinator.money.epochs import EpochSettings, close_epochs_forever
 from coordinator.live.pg_relay import PostgresRelay
+from coordinator.money.epochs import EpochSettings, PayoutChains, close_epochs_forever
 from coordinator.placement.compiled import build_status
 from coordinator.rpc.grpc_server import GrpcServer
 from coordinator.rpc.stream_limits import StreamLimits
@@ -59,6 +60,15 @@ def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> N
         except DBAPIError as error:  # the database blinked: the checks wait in it for the next pass
             log.warning("verifier pass failed: %s", error)
         service.notifier.wait(VERIFICATION_TOPIC, seen, service.core.poll_interval_s())
+
+
+def _close_epochs(db: Database, stopping: threading.Event, settings: EpochSettings, chains: PayoutChains,
+                  signer: KeySigner | None) -> None:
+    """The epochs loop; the coordinator's own anvil, if it started one, stops with it."""
+    try:
+        close_epochs_forever(db, stopping, settings, chains.get, signer=signer)
+    finally:
+        chains.close()
 
 
 def _listener(tls: ServerTls | None):  # type: ignore[no-untyped-def]
@@ -108,7 +118,9 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
         threading.Thread(target=_verify_forever, args=(service, stopping), daemon=True,
                          name="verifier").start()
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
-    threading.Thread(target=close_epochs_forever, args=(service.db, stopping, epoch_settings),
+    ledger_signer = None if config.ledger_key_path is None else signer_from_file(config.ledger_key_path)
+    chains = PayoutChains(config.chain_dir)
+    threading.Thread(target=_close_epochs, args=(service.db, stopping, epoch_settings, chains, ledger_signer),
                      daemon=True, name="epochs").start()
     service.run_scheduler()  # jobs queued before a restart are placed again
     log.info("coordinator listening on %s:%d", host, bound)

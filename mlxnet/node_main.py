@@ -21,6 +21,7 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
 from contracts.tls import CoordinatorTrust, is_loopback, normalize_fingerprint
+from mlxnet import tracing
 from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
 from node_agent.hardware.discover import discover_host, simulated_profile
@@ -67,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operator", help="operator account credited for this node's work "
                         "(default: node.toml, else the node id)")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
+    parser.add_argument("--region", help="where MLX World's map shows this Mac: coordinates "
+                        "(\"38.72, -9.13\") or a time zone or city (\"Europe/Lisbon\"); "
+                        "default: node.toml's region")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
@@ -121,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         display_name=args.name or config.name or identity.node_id,
         max_concurrent_jobs=args.max_concurrent_jobs, trust=trust,
         on_first_use=lambda fingerprint: remember_coordinator(args.data_dir, coordinator,
-                                                              fingerprint))
+                                                              fingerprint),
+        region=args.region if args.region is not None else config.region)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     if args.metrics_port is not None:
@@ -142,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
              hardware.chip, hardware.memory_bytes >> 30, hooks.monitor.state.mode.value,
              ", ".join(spec.model_id for spec, _ in models))
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-node")
     freeze_start_up_heap()
     try:
         agent.run()
@@ -150,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
     # MLX's and gRPC's native threads may still be winding down; tearing the interpreter
     # down under them can abort the process, so a finished agent exits here, cleanly.
+    tracing.flush()
     logging.shutdown()
     sys.stdout.flush()
     os._exit(EXIT_UNTRUSTED if agent.untrusted is not None else 0)

@@ -241,7 +241,8 @@ class CoordinatorClient:
 
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,
-                 status: NodeStatus | None = None, pod: PodDeclaration | None = None) -> int:
+                 status: NodeStatus | None = None, pod: PodDeclaration | None = None,
+                 region: str = "") -> int:
         """Register and keep the session; returns the heartbeat interval in ms."""
         timestamp_ms = time.time_ns() // 1_000_000
         request = node_pb2.RegisterRequest(
@@ -250,7 +251,7 @@ class CoordinatorClient:
             timestamp_ms=timestamp_ms, hardware=_hardware_pb(hardware),
             models=[model_spec_to_pb(m) for m in models], operator_id=operator_id,
             display_name=display_name, max_concurrent_jobs=max_concurrent_jobs,
-            agent_version="0.1.0")
+            agent_version="0.1.0", region=region)
         if status is not None:
             request.lending.CopyFrom(_lending_pb(status.lending))
             request.warm_models.extend(status.warm_models)

@@ -79,11 +79,15 @@ class PodConfig:
     rdma_devices: tuple[tuple[str | None, ...], ...] = ()  # jaccl: [i][j] device from i to j
 
 
+REGION_CHARS_MAX = 64  # as MLX World's regions
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     coordinator: str = ""
     operator: str = ""
     name: str = ""
+    region: str = ""  # published on MLX World's map: "Europe/Lisbon", "Lisbon" or "38.72, -9.13"
     models: tuple[str, ...] = ()  # "[ID=]PATH" or a Hugging Face hub id
     lending: LendingConfig = LendingConfig()
     benchmark: BenchmarkConfig = BenchmarkConfig()
@@ -124,6 +128,7 @@ def validate(config: NodeConfig) -> NodeConfig:
            f"benchmark.enabled must be one of {', '.join(BENCHMARK_MODES)}")
     _check(config.benchmark.interval_minutes >= 1, "benchmark.interval_minutes must be at least 1")
     _check(config.cache.quota_gb > 0, "cache.quota_gb must be positive")
+    _check(len(config.region) <= REGION_CHARS_MAX, f"region must be at most {REGION_CHARS_MAX} characters")
     _check(len(config.models) <= MODELS_MAX, f"at most {MODELS_MAX} models")
     if config.pod is not None:
         _validate_pod(config.pod)
@@ -252,6 +257,8 @@ def dump_config(config: NodeConfig) -> str:
              "# the agent reads this when it starts.", ""]
     for name in ("coordinator", "operator", "name", "models"):
         lines.append(f"{name} = {_value(getattr(config, name))}")
+    lines.append(f"region = {_value(config.region)}  # MLX World's map: \"Europe/Lisbon\", \"Lisbon\" "
+                 "or \"38.72, -9.13\"; empty: not shown")
     lending = config.lending
     lines += ["", "[lending]",
               f"mode = {_value(lending.mode.value)}  # idle, dedicated or ultra_seat",
