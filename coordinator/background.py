@@ -100,7 +100,7 @@ def _verifier_loop(service: CoordinatorService, stopping: threading.Event) -> Lo
 
     def pause() -> None:
         if not stopping.is_set():
-            service.notifier.wait(VERIFICATION_TOPIC, seen[0], service.config.stream_poll_interval_s)
+            service.notifier.wait(VERIFICATION_TOPIC, seen[0], service.core.poll_interval_s())
 
     return Loop("verifier", step, pause)
 

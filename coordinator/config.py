@@ -19,6 +19,9 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 2_000
     node_offline_after_ms: int = 10_000  # missed heartbeats before a node counts as offline
     stream_poll_interval_s: float = 1.0  # fallback wake-up when another coordinator wrote
+    # With PostgreSQL the coordinators relay their wake-ups (live/pg_relay.py), so streams
+    # wait for news and read the database only this often, as a safety net.
+    relayed_poll_interval_s: float = 60.0
     queued_jobs_scan_max: int = 256  # jobs considered per scheduling pass
     # The scheduler keeps one placement index across passes and re-reads only Macs that
     # changed; it is rebuilt from scratch this often anyway, as a safety net.

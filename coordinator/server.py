@@ -14,6 +14,7 @@ from coordinator.background import coordinator_loops, start_loops
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
+from coordinator.live.pg_relay import PostgresRelay
 from coordinator.money.epochs import EpochSettings, PayoutChains
 from coordinator.placement.compiled import build_status
 from coordinator.rpc.grpc_server import SERVICE_NAMES, GrpcServer
@@ -75,6 +76,17 @@ def _listener(tls: ServerTls | None):  # type: ignore[no-untyped-def]
     return listen
 
 
+def _relay_across_coordinators(service: CoordinatorService, stopping: threading.Event) -> None:
+    """On PostgreSQL, wake-ups go to every coordinator sharing the database (live/pg_relay.py)."""
+    if not service.config.database_url.startswith("postgresql"):
+        service.notifier.set_relayed(True)  # SQLite: one coordinator; its own wake-ups are all
+        return
+    relay = PostgresRelay(service.config.database_url, service.notifier.notify_local,
+                          service.notifier.set_relayed)
+    service.notifier.relay_to(relay.publish)
+    relay.start(stopping)
+
+
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
           migrate: bool = True, http_port: int | None = None,
           replayer: Replayer | None = None, tls: ServerTls | None = None,
@@ -97,6 +109,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     bound = server.start()
     _follow_health(service, server)
     stopping = threading.Event()
+    _relay_across_coordinators(service, stopping)
     epoch_settings = EpochSettings.from_environment(config.node_offline_after_ms)
     ledger_signer = None if config.ledger_key_path is None else signer_from_file(config.ledger_key_path)
     chains = PayoutChains(config.chain_dir)

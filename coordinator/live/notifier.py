@@ -33,12 +33,44 @@ class Notifier:
         self._lock = threading.Lock()
         self._versions: defaultdict[str, int] = defaultdict(int)
         self._waiters: dict[str, list[Callable[[], None]]] = {}  # each wakes one waiter
+        self._relay: Callable[[tuple[str, ...]], None] | None = None  # to other coordinators
+        self._relayed = threading.Event()  # the relay works: other coordinators' news arrives too
+
+    def relay_to(self, publish: Callable[[tuple[str, ...]], None]) -> None:
+        """Every notify also goes to publish (e.g. live.pg_relay, to other coordinators)."""
+        self._relay = publish
+
+    def set_relayed(self, relayed: bool) -> None:
+        """Whether other coordinators' news arrives now; a change wakes every waiter, so each
+        looks again and waits with the poll interval that now applies."""
+        if relayed:
+            self._relayed.set()
+        else:
+            self._relayed.clear()
+        with self._lock:
+            topics = tuple(self._waiters)
+        self.notify_local(*topics)
+
+    def poll_interval_s(self, polling_s: float, relayed_s: float) -> float:
+        """How long a waiter may go without news: polling_s unless a working relay brings
+        other coordinators' writes, then relayed_s (a safety net)."""
+        return relayed_s if self._relayed.is_set() else polling_s
+
+    def wait_relayed(self, timeout_s: float) -> bool:
+        """Block until the relay works (for tests and start-up checks); False on the timeout."""
+        return self._relayed.wait(timeout_s)
 
     def version(self, topic: str) -> int:
         with self._lock:
             return self._versions.get(topic, 0)
 
     def notify(self, *topics: str) -> None:
+        """Wake this process's waiters of these topics, and relay them to other coordinators."""
+        self.notify_local(*topics)
+        if self._relay is not None and topics:
+            self._relay(topics)
+
+    def notify_local(self, *topics: str) -> None:
         with self._lock:
             woken = [wake for topic in topics for wake in self._waiters.pop(topic, ())]
             for topic in topics:

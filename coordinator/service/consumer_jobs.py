@@ -321,7 +321,7 @@ class ConsumerJobs:
             remaining = deadline - time.monotonic()
             if view.job.status is not JobStatus.QUEUED or remaining <= 0:
                 return view
-            self._core.notifier.wait(topic, seen, min(remaining, self._core.config.stream_poll_interval_s))
+            self._core.notifier.wait(topic, seen, min(remaining, self._core.poll_interval_s()))
 
     def stream(self, job_id: str, is_active: Callable[[], bool],
                caller: Caller | None = None,
@@ -389,7 +389,7 @@ class ConsumerJobs:
                 if job.status in TERMINAL_STATUSES:
                     yield self.get(job_id, caller)
                     return
-                yield Wait(topic, seen, self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, self._core.poll_interval_s())
 
     def explain_placement(self, model_id: str, context_tokens: int,
                           min_decode_tokens_per_s: float) -> Placement | PlacementRefusal:

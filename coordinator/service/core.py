@@ -53,6 +53,11 @@ class ServiceCore:
         """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
         return CheckContext(self.config.trust, self.draws.random(), self.replayable())
 
+    def poll_interval_s(self) -> float:
+        """How long a stream or a waiter goes without news before it reads the database anyway."""
+        return self.notifier.poll_interval_s(self.config.stream_poll_interval_s,
+                                             self.config.relayed_poll_interval_s)
+
     def read_network(self) -> readings.NetworkReading:
         """The network's figures for a metrics scrape, in one read transaction."""
         with self.db.read_transaction() as session:

@@ -121,7 +121,7 @@ class NodeSessions:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
-                yield Wait(topic, seen, self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, self._core.poll_interval_s())
 
     @staticmethod
     def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:
