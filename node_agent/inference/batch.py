@@ -17,13 +17,18 @@ tolerances cover it (bench/concurrency.py and tests/adversarial run honest batch
 
 Memory: the model's weights are counted once, and each job adds its KV cache. The batch's cache
 is padded on the left to its longest row, so n jobs hold n x the longest context among them.
+
+Prompt cache: each model's batch keeps the KV caches of its last few prompts (PromptCache). A job
+whose prompt shares whole blocks of PROMPT_CACHE_BLOCK tokens with one (a system prompt, a chat
+history) starts from them, with the prompt's recorded states as they were after those blocks, so
+its prompt commitment is the one a full prefill gives. The cache gives its memory way to jobs.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +50,8 @@ from node_agent.inference.engine import (
 log = logging.getLogger(__name__)
 
 PREFILL_TOKENS_PER_STEP = PREFILL_STEP  # prompt tokens prefilled between two decode steps, at most
+PROMPT_CACHE_BLOCK = 256  # shared prefixes are reused in whole blocks of this many tokens
+PROMPT_CACHE_ENTRIES_MAX = 10  # prompts kept per model, least recently used out (as mlx_lm.server's)
 
 
 def kv_bytes_per_token(model: Any) -> int:  # type: ignore[misc]
@@ -67,6 +74,71 @@ def _leaves(tree: Any) -> list[mx.array]:  # type: ignore[misc]
         return [tree]
     values = tree.values() if isinstance(tree, dict) else tree
     return [leaf for value in values for leaf in _leaves(value)]
+
+
+@dataclass(frozen=True)
+class CachedPrompt:
+    """A prefilled prompt kept for the jobs that share a prefix of it (a system prompt, a chat history)."""
+
+    tokens: tuple[int, ...]
+    layers: tuple[tuple[mx.array, mx.array], ...]  # each layer's keys and values for those tokens
+    # The prompt's strongest hidden-state values after each whole block, as its recorder held them:
+    # a job that reuses n blocks starts its own prompt commitment from the n-th.
+    strongest: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(keys.nbytes + values.nbytes for keys, values in self.layers)
+
+
+def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PromptCache:
+    """KV caches of recent prompts, reused for shared prefixes; least recently used out."""
+
+    def __init__(self, entries_max: int = PROMPT_CACHE_ENTRIES_MAX) -> None:
+        self.entries_max = entries_max
+        self._entries: OrderedDict[tuple[int, ...], CachedPrompt] = OrderedDict()
+        self.lookups = self.hits = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(entry.nbytes for entry in self._entries.values())
+
+    def longest(self, prompt_ids: list[int]) -> tuple[CachedPrompt, int] | None:
+        """The entry sharing the longest prefix with this prompt, and how many whole blocks of it
+        (in tokens) the job can reuse: never its last token, which the batch's first step feeds."""
+        self.lookups += 1
+        best: tuple[CachedPrompt, int] | None = None
+        for entry in self._entries.values():
+            shared = min(_common_prefix(entry.tokens, prompt_ids), len(prompt_ids) - 1)
+            usable = min(shared // PROMPT_CACHE_BLOCK, len(entry.strongest)) * PROMPT_CACHE_BLOCK
+            if usable and (best is None or usable > best[1]):
+                best = (entry, usable)
+        if best is not None:
+            self.hits += 1
+            self._entries.move_to_end(best[0].tokens)
+        return best
+
+    def store(self, entry: CachedPrompt) -> None:
+        if not entry.strongest:
+            return
+        self._entries[entry.tokens] = entry
+        self._entries.move_to_end(entry.tokens)
+        while len(self._entries) > self.entries_max:
+            self._entries.popitem(last=False)
+
+    def evict_oldest(self) -> bool:
+        if not self._entries:
+            return False
+        self._entries.popitem(last=False)
+        return True
 
 
 @dataclass(frozen=True)
@@ -93,6 +165,9 @@ class BatchJob:
         self._tokenizer, self._end_token_ids = tokenizer, end_token_ids
         self.cache: list[Any] | None = make_prompt_cache(model)  # until it joins the batch
         self.prefilled = 0  # prompt tokens in its cache; all but the last before it joins
+        self.cached_prompt_tokens = 0  # of those, reused from the prompt cache
+        self.looked_up = False
+        self.snapshots: list[tuple[np.ndarray, np.ndarray]] = []  # its recorder's prompt state per block
         self.recorder = activations._Recorder(len(prompt_ids))
         self.fed = 0  # tokens through the batch: the last prompt token, then each generated one
         self.next_input = prompt_ids[-1]
@@ -120,6 +195,17 @@ class BatchJob:
 
     # -- prefill, alone in its own cache -------------------------------------------------
 
+    def reuse(self, cached: CachedPrompt, tokens: int) -> None:
+        """Start from a cached prompt's first `tokens` (whole blocks): its KV cache and its prompt states."""
+        assert self.prefilled == 0 and tokens % PROMPT_CACHE_BLOCK == 0 and tokens <= len(self.prompt_ids) - 1
+        assert self.cache is not None
+        for layer, (keys, values) in zip(self.cache, cached.layers):
+            layer.keys, layer.values, layer.offset = keys[..., :tokens, :], values[..., :tokens, :], tokens
+        blocks = tokens // PROMPT_CACHE_BLOCK
+        self.snapshots = list(cached.strongest[:blocks])
+        self.recorder.prompt.restore(*self.snapshots[-1])
+        self.prefilled = self.cached_prompt_tokens = tokens
+
     def prefill(self, model: Any, most: int) -> int:  # type: ignore[misc]
         """Prefill up to `most` more prompt tokens, in unbatched decoding's chunks; returns how many."""
         count = min(most, self.prompt_left, PREFILL_STEP - self.prefilled % PREFILL_STEP)
@@ -127,10 +213,26 @@ class BatchJob:
             return 0
         start = self.prefilled
         ids = mx.array(self.prompt_ids[start:start + count])
-        hidden = model.model(ids[None], cache=self.cache)
-        self.recorder.prompt_rows(hidden[0], start)
+        hidden = model.model(ids[None], cache=self.cache)[0]
+        # Recorded a block at a time, so the prompt cache keeps the state after each whole block.
+        row = start
+        while row < start + count:
+            end = min(start + count, (row // PROMPT_CACHE_BLOCK + 1) * PROMPT_CACHE_BLOCK)
+            self.recorder.prompt_rows(hidden[row - start:end - start], row)
+            if end % PROMPT_CACHE_BLOCK == 0:
+                self.snapshots.append(self.recorder.prompt.snapshot())
+            row = end
         self.prefilled += count
         return count
+
+    def cached_prompt(self) -> CachedPrompt:
+        """Its prefilled prompt, for later jobs sharing a prefix (before its cache joins the batch)."""
+        assert self.cache is not None and self.prompt_left == 0
+        n = self.prefilled
+        return CachedPrompt(tuple(self.prompt_ids[:n]),
+                            tuple((layer.keys[..., :n, :], layer.values[..., :n, :]) for layer in self.cache
+                                  if layer.keys is not None),
+                            tuple(self.snapshots))
 
     # -- one decode step's row -----------------------------------------------------------
 
@@ -204,7 +306,8 @@ class BatchJob:
         decoded = Decoded(tuple(self._generated), reason, len(self.prompt_ids), self.recorder.prompt.result(),
                           tuple(c.result() for c in self.recorder.chunks))
         result = GenerationResult(tokens, text, len(self.prompt_ids), self.started_at_ms, _now_ms(), False,
-                                  reason, self.first_token_at_ms, recorded=decoded)
+                                  reason, self.first_token_at_ms, recorded=decoded,
+                                  cached_prompt_tokens=self.cached_prompt_tokens)
         self.result = with_commitment(self.job_id, result) if self.commit else result
 
     def stop(self) -> None:
@@ -229,6 +332,7 @@ class ModelBatch:
         self.weights_bytes = weights_bytes(model)
         self.kv_bytes_per_token = kv_bytes_per_token(model)
         self.memory_budget_bytes = memory_budget_bytes  # None: no cap (slots only)
+        self.prompt_cache = PromptCache()
         self.waiting: deque[BatchJob] = deque()  # admitted to the node, not yet prefilling
         self.joining: list[BatchJob] = []  # prefilling, in arrival order
         self.running: list[BatchJob] = []  # in the batch, row by row
@@ -240,13 +344,27 @@ class ModelBatch:
         return len(job.prompt_ids) + job.request.max_tokens
 
     def memory_with(self, jobs: list[BatchJob]) -> int:
-        """Weights once, plus the padded KV cache these jobs hold together at their longest."""
+        """Weights once, the prompt cache, and the padded KV cache these jobs hold together at their longest."""
+        held = self.weights_bytes + self.prompt_cache.nbytes
         if not jobs:
-            return self.weights_bytes
-        return self.weights_bytes + len(jobs) * max(map(self.job_context, jobs)) * self.kv_bytes_per_token
+            return held
+        return held + len(jobs) * max(map(self.job_context, jobs)) * self.kv_bytes_per_token
 
     def fits_alone(self, job: BatchJob) -> bool:
-        return self.memory_budget_bytes is None or self.memory_with([job]) <= self.memory_budget_bytes
+        """With no other job and no prompt cache: whether it could ever run here."""
+        if self.memory_budget_bytes is None:
+            return True
+        kv = self.job_context(job) * self.kv_bytes_per_token
+        return self.weights_bytes + kv <= self.memory_budget_bytes
+
+    def _fits(self, jobs: list[BatchJob]) -> bool:
+        """Whether these jobs fit together; the prompt cache gives way first, oldest entry first."""
+        if self.memory_budget_bytes is None:
+            return True
+        while self.memory_with(jobs) > self.memory_budget_bytes:
+            if not self.prompt_cache.evict_oldest():
+                return False
+        return True
 
     def _admit_waiting(self) -> None:
         """Waiting jobs start their prefill while a slot and the memory for them are free, oldest first."""
@@ -256,9 +374,7 @@ class ModelBatch:
                 self.waiting.popleft()
                 self._leave(head, None)
                 continue
-            holding = self.joining + self.running
-            if self.memory_budget_bytes is not None and holding and \
-                    self.memory_with([*holding, head]) > self.memory_budget_bytes:
+            if not self._fits([*self.joining, *self.running, head]):
                 return  # waits for memory: jobs leave at every step
             self.joining.append(self.waiting.popleft())
 
@@ -293,6 +409,11 @@ class ModelBatch:
             if budget <= 0:
                 break
             try:
+                if not job.looked_up:
+                    job.looked_up = True
+                    found = self.prompt_cache.longest(job.prompt_ids)
+                    if found is not None:
+                        job.reuse(*found)
                 while budget > 0 and job.prompt_left > 0:
                     done = job.prefill(self.model, budget)
                     budget -= done
@@ -307,6 +428,8 @@ class ModelBatch:
         for job in ready:
             self.joining.remove(job)
             hop_trace.job_hop(job.job_id, "joined the batch")
+            if job.prefilled >= PROMPT_CACHE_BLOCK:
+                self.prompt_cache.store(job.cached_prompt())
         merged = [BatchKVCache.merge(list(layer)) for layer in zip(*(job.cache for job in ready))]
         for job in ready:
             job.cache = None
@@ -420,7 +543,8 @@ class Batches:
         job = BatchJob(request, prompt_ids, batch.tokenizer, batch.end_token_ids, sink, batch.model, commit)
         if not batch.fits_alone(job):
             raise PromptTooLong(f"the model and {len(prompt_ids) + request.max_tokens} tokens of KV cache "
-                                f"need {batch.memory_with([job]):,} bytes; this node lends "
+                                f"need {batch.weights_bytes + batch.job_context(job) * batch.kv_bytes_per_token:,} "
+                                f"bytes; this node lends "
                                 f"{batch.memory_budget_bytes:,}")
         if sink.on_prompt is not None:
             sink.on_prompt(len(prompt_ids))

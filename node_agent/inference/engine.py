@@ -56,6 +56,7 @@ class GenerationResult:
     first_token_at_ms: int = 0
     activation_commitment: bytes = b""  # contracts.commitments encoding; empty when stopped early
     recorded: Decoded | None = None  # the states to commit to, while the commitment is not made yet
+    cached_prompt_tokens: int = 0  # prompt tokens reused from the node's prompt cache (a shared prefix)
 
 
 # on_token(index, token_id, text) -> keep going?

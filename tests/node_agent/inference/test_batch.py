@@ -153,3 +153,42 @@ def test_no_token_of_one_job_reaches_another_under_random_arrivals(tiny_model_di
     report = json.loads(child.stdout.splitlines()[-1])
     assert report["schedules"] == 6 and report["jobs"] >= 30 and report["cancelled"] >= 1
     assert report["mismatches"] == [], report["mismatches"][:5]
+
+
+SYSTEM = " ".join(["In the beginning God created the heaven and the earth."] * 40)  # some 500 tokens
+
+
+def test_a_shared_prefix_is_reused_from_the_prompt_cache_with_the_same_tokens_and_proof(
+        engine: Engine, tiny_model_dir: Path) -> None:
+    batches = Batches(engine, slots=4)
+    first = GenerationRequest(str(tiny_model_dir), SYSTEM + " And Noah", 16, 0.0, 1.0, 0, "job-first")
+    second = GenerationRequest(str(tiny_model_dir), SYSTEM + " And the LORD said", 16, 0.7, 0.9, 3, "job-second")
+    jobs = [batches.add(first, CONTEXT, Stream(batches).sink())]
+    batches.run_until_idle()
+    jobs.append(batches.add(second, CONTEXT, Stream(batches).sink()))
+    batches.run_until_idle()
+    assert jobs[0].result.cached_prompt_tokens == 0  # type: ignore[union-attr]
+    assert jobs[1].result.cached_prompt_tokens >= 256  # type: ignore[union-attr]
+    assert jobs[1].result.cached_prompt_tokens % 256 == 0  # type: ignore[union-attr]
+    cache = batches.batch_for(str(tiny_model_dir)).prompt_cache
+    assert (cache.lookups, cache.hits) == (2, 1)
+    for job, request in zip(jobs, (first, second)):
+        alone = _alone(engine, request)
+        assert job.result.token_ids == alone.token_ids  # type: ignore[union-attr]
+        assert job.result.activation_commitment == alone.activation_commitment  # type: ignore[union-attr]
+
+
+def test_the_prompt_cache_gives_its_memory_way_to_jobs(engine: Engine, tiny_model_dir: Path) -> None:
+    probe = Batches(engine, slots=2).batch_for(str(tiny_model_dir))
+    job_tokens = 600  # the system prompt (some 560 tokens), a few words and 16 new tokens
+    batches = Batches(engine, slots=2, memory_budget_bytes=probe.weights_bytes + job_tokens * probe.kv_bytes_per_token)
+    batch = batches.batch_for(str(tiny_model_dir))
+    batches.add(GenerationRequest(str(tiny_model_dir), SYSTEM + " And Noah", 16, 0.0, 1.0, 0, "a"), CONTEXT,
+                Stream(batches).sink())
+    batches.run_until_idle()
+    assert batch.prompt_cache.nbytes > 0
+    done = Stream(batches)
+    # 100 tokens: it fits beside the weights, not beside the cached prompt too.
+    batches.add(GenerationRequest(str(tiny_model_dir), "Isaac", 100, 0.0, 1.0, 0, "b"), CONTEXT, done.sink())
+    batches.run_until_idle()
+    assert done.done and batch.prompt_cache.nbytes == 0  # evicted, so the job could run
