@@ -44,6 +44,9 @@ class ExhaustiveView:
         pod = self.snapshot.pods[position]
         return pod, tuple(self._by_node[node_id][0] for node_id in pod.members)
 
+    def running_at(self, node_ids: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(self._by_node[node_id][0].running_jobs for node_id in node_ids)
+
     def pod_free_bytes(self, position: int) -> tuple[int, ...]:
         rows = [self._by_node[node_id] for node_id in self.snapshot.pods[position].members]
         return tuple(ceiling - mac.committed_memory_bytes for mac, ceiling, _, _ in rows)
