@@ -40,6 +40,7 @@ class Registration:
     benchmark: BenchmarkResult | None = None
     warm_models: tuple[str, ...] = ()
     pod: PodDeclaration | None = None  # declared by the pod's leader; its leader field is ignored
+    region: str = ""  # where the operator publishes the Mac on MLX World's map (world.places)
 
 
 def token_sha256(token: str) -> str:

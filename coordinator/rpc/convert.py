@@ -122,7 +122,8 @@ def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
         lending=lending_from_pb(request.lending) if request.HasField("lending") else LendingState(),
         benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
         warm_models=tuple(request.warm_models),
-        pod=pod_from_pb(request.pod) if request.HasField("pod") else None)
+        pod=pod_from_pb(request.pod) if request.HasField("pod") else None,
+        region=request.region)
 
 
 def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str,

@@ -34,6 +34,9 @@ class NodeSessions:
     def __init__(self, core: ServiceCore, checks: Checks) -> None:
         self._core = core
         self._checks = checks  # which models the coordinator's own verifier holds
+        # Called after a registration commits, with (node id, operator, the region the node
+        # publishes); MLX World stores it for its map (coordinator.world.world).
+        self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
         with self._core.db.transaction() as session:
@@ -41,6 +44,9 @@ class NodeSessions:
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
                  registration.operator_id)
+        if registration.region:
+            for listener in list(self.region_listeners):
+                listener(node_id, registration.operator_id, registration.region)
         self._core.run_scheduler()
         return node_id, token
 

@@ -42,7 +42,7 @@ from contracts.logprobs import TokenLogprob
 from contracts.receipts import FinishReason
 from contracts.sampling import sample_token
 from node_agent.inference import activations, prompts
-from node_agent.inference.activations import PREFILL_STEP, Decoded
+from node_agent.inference.activations import PREFILL_STEP, Constraint, Decoded
 from node_agent.inference.engine import (
     GenerationRequest, GenerationResult, PromptTooLong, TokenSink, settled, with_commitment,
 )
@@ -160,8 +160,10 @@ class BatchJob:
     """One job in a batch: its prompt's prefill, then one token a step until it leaves."""
 
     def __init__(self, request: GenerationRequest, prompt_ids: list[int], tokenizer: Any,  # type: ignore[misc]
-                 end_token_ids: frozenset[int], sink: JobSink, model: Any, commit: bool) -> None:
+                 end_token_ids: frozenset[int], sink: JobSink, model: Any, commit: bool,
+                 constraint: Constraint | None = None) -> None:
         self.request, self.prompt_ids, self.sink, self.commit = request, prompt_ids, sink, commit
+        self.constraint = constraint  # which tokens may come next (a tool call's grammar), or None
         self._tokenizer, self._end_token_ids = tokenizer, end_token_ids
         self.cache: list[Any] | None = make_prompt_cache(model)  # until it joins the batch
         self.prefilled = 0  # prompt tokens in its cache; all but the last before it joins
@@ -192,6 +194,11 @@ class BatchJob:
     @property
     def greedy(self) -> bool:
         return self.request.temperature == 0.0
+
+    @property
+    def needs_row(self) -> bool:
+        """Whether its token is chosen from its logits row here (sampled or constrained), not by the batch's argmax."""
+        return not self.at_max_tokens and (not self.greedy or self.constraint is not None)
 
     # -- prefill, alone in its own cache -------------------------------------------------
 
@@ -247,15 +254,20 @@ class BatchJob:
         """Its last token's state is recorded: nothing more to sample."""
         return self.fed == self.request.max_tokens
 
-    def sample(self, logits_row: np.ndarray) -> int:
+    def choose(self, logits_row: np.ndarray) -> tuple[int, np.ndarray]:
+        """Its token from its own logits row, masked by its constraint first; and the row it chose from."""
+        if self.constraint is not None:
+            logits_row = self.constraint.mask_logits(logits_row)
         return sample_token(logits_row, self.request.temperature, self.request.top_p, self.request.seed,
-                            self.fed)
+                            self.fed), logits_row
 
     def take(self, token_id: int, logits: mx.array) -> FinishReason | None:
         """The token sampled for it this step; a finish reason when it ends here (None: goes on).
 
         Raises StoppedEarly when its stream asked to stop.
         """
+        if self.constraint is not None:
+            self.constraint.advance(token_id)
         if token_id in self._end_token_ids:
             return FinishReason.END_TOKEN
         index = self.fed
@@ -447,11 +459,11 @@ class ModelBatch:
         logits = activations._logits(self.model, hidden[:, -1, :])
         greedy = mx.argmax(logits, axis=-1)
         recorded = [array for i, job in enumerate(jobs) for array in job.record(hidden[i])]
-        sampled_rows = [i for i, job in enumerate(jobs) if not job.greedy and not job.at_max_tokens]
+        own_rows = [i for i, job in enumerate(jobs) if job.needs_row]
         mx.eval(greedy, *recorded)
         greedy_ids = greedy.tolist()
-        rows = np.array(logits[mx.array(sampled_rows)].astype(mx.float32)) if sampled_rows else None
-        sampled = {i: jobs[i].sample(rows[n]) for n, i in enumerate(sampled_rows)} if rows is not None else {}
+        rows = np.array(logits[mx.array(own_rows)].astype(mx.float32)) if own_rows else None
+        chosen = {i: jobs[i].choose(rows[n]) for n, i in enumerate(own_rows)} if rows is not None else {}
         leaving: list[tuple[BatchJob, FinishReason | None, BaseException | None]] = []
         for i, job in enumerate(jobs):
             if job.cancelled:
@@ -460,9 +472,13 @@ class ModelBatch:
             if job.at_max_tokens:
                 leaving.append((job, FinishReason.LENGTH, None))
                 continue
-            token_id = sampled[i] if i in sampled else int(greedy_ids[i])
+            if i in chosen:
+                token_id, row = chosen[i]
+                row_logits = mx.array(row)[None] if job.constraint is not None else logits[i:i + 1]
+            else:
+                token_id, row_logits = int(greedy_ids[i]), logits[i:i + 1]
             try:
-                reason = job.take(token_id, logits[i:i + 1])
+                reason = job.take(token_id, row_logits)
             except StoppedEarly:
                 leaving.append((job, None, None))
                 continue
@@ -532,15 +548,18 @@ class Batches:
         """Admit a job: it joins its model's batch at a step boundary.
 
         Raises PromptTooLong (before anything runs) when the prompt and max_tokens exceed the
-        context, or the job could not fit this node's memory even alone.
+        context, or the job could not fit this node's memory even alone; PromptRefused when its
+        tool grammar cannot be applied (prompts.job_constraint).
         """
         batch = self.batch_for(request.model_path)
         prompt_ids = prompts.encode_job_prompt(batch.tokenizer, request.prompt)
+        constraint = prompts.job_constraint(batch.tokenizer, request.prompt)  # raises PromptRefused
         if len(prompt_ids) + request.max_tokens > max_context_tokens:
             raise PromptTooLong(f"prompt is {len(prompt_ids)} tokens; with max_tokens "
                                 f"{request.max_tokens} that exceeds the model's context of "
                                 f"{max_context_tokens}")
-        job = BatchJob(request, prompt_ids, batch.tokenizer, batch.end_token_ids, sink, batch.model, commit)
+        job = BatchJob(request, prompt_ids, batch.tokenizer, batch.end_token_ids, sink, batch.model, commit,
+                       constraint)
         if not batch.fits_alone(job):
             raise PromptTooLong(f"the model and {len(prompt_ids) + request.max_tokens} tokens of KV cache "
                                 f"need {batch.weights_bytes + batch.job_context(job) * batch.kv_bytes_per_token:,} "

@@ -141,14 +141,20 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser_args() -> list[str]:
+    """Chromium flags beyond CHROMIUM_ARGS; a module overrides it, e.g. to pin a certificate."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def browser(browser_args: list[str]) -> Iterator[object]:
     """Debian's headless Chromium through Playwright, one per test module (never a downloaded browser)."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"MLX World's browser tests need Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *browser_args])
         try:
             yield launched
         finally:

@@ -192,3 +192,14 @@ def test_the_prompt_cache_gives_its_memory_way_to_jobs(engine: Engine, tiny_mode
     batches.add(GenerationRequest(str(tiny_model_dir), "Isaac", 100, 0.0, 1.0, 0, "b"), CONTEXT, done.sink())
     batches.run_until_idle()
     assert done.done and batch.prompt_cache.nbytes == 0  # evicted, so the job could run
+
+
+def test_a_tool_call_grammar_holds_in_a_batch_as_alone(engine: Engine, tiny_model_dir: Path) -> None:
+    from tests.node_agent.inference.test_tool_constraint import _prompt
+
+    constrained = [GenerationRequest(str(tiny_model_dir), _prompt("function:get_weather"), 96, temperature, 1.0, 11,
+                                     f"job-tools-{temperature}") for temperature in (0.0, 0.9)]
+    free = [_request(tiny_model_dir, i, max_tokens=30) for i in range(2)]
+    for batched, request in zip(generate_batched(engine, [*constrained, *free], CONTEXT), [*constrained, *free]):
+        alone = _alone(engine, request)
+        assert batched.token_ids == alone.token_ids and batched.finish_reason == alone.finish_reason
