@@ -13,6 +13,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from contracts.receipts import FinishReason
 from node_agent.inference.engine import Engine, GenerationResult
 from tests.adversarial.harness import (
@@ -47,6 +49,7 @@ def test_single_process_honest_jobs_are_never_rejected(proof_engine: Engine, tin
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
+@pytest.mark.timeout(1800)  # 500 jobs and 500 replays: longer than the default budget on a loaded 2-core machine
 def test_batched_honest_jobs_are_never_rejected(proof_engine: Engine, tiny_model_dir: Path,
                                                 checks: Coordinator) -> None:
     """500 honest jobs run in continuous batches of 1 to 32, joining a batch already running."""
