@@ -16,6 +16,9 @@ class BenchmarkResult:
     reference_weights_bytes: int  # weight bytes read per decoded token
     measured_at_ms: int
     run_time_ms: int  # the whole benchmark, wall clock
+    # (jobs decoding together in one batch, their tokens/s in all), batch sizes ascending: a busy
+    # Mac is slower per job and faster in total. Empty from nodes that do not batch.
+    batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         assert self.memory_bandwidth_gb_s > 0, "a benchmark measures a positive bandwidth"
@@ -23,6 +26,9 @@ class BenchmarkResult:
         assert self.reference_weights_bytes > 0
         assert self.measured_at_ms > 0 and self.run_time_ms >= 0
         assert len(self.reference_model) <= REFERENCE_CHARS_MAX
+        sizes = [size for size, _ in self.batch_decode_tokens_per_s]
+        assert sizes == sorted(set(sizes)) and all(size >= 1 for size in sizes)
+        assert all(rate > 0 for _, rate in self.batch_decode_tokens_per_s)
 
     @property
     def decode_bound_gb_s(self) -> float:

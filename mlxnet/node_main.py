@@ -73,7 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "default: node.toml's region")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
-    parser.add_argument("--max-concurrent-jobs", type=int, default=1)
+    parser.add_argument("--max-concurrent-jobs", type=int, default=1,
+                        help="jobs this Mac runs at once, decoding together in one batch per model "
+                             "(each adds its KV cache; the model's weights are loaded once)")
     parser.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS,
                         help="text (default), or json: one JSON line per event with job, node "
                              "and request ids")

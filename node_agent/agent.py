@@ -2,8 +2,9 @@
 
 Four threads: the connection loop (register, then listen for assignments),
 heartbeats, one worker that owns all MLX work and runs jobs from a bounded
-queue, and the reporter that finishes each generated job (receipt and its
-report) while the worker starts the next.
+queue in continuous batches (jobs join at step boundaries and leave as they
+end), and the reporter that finishes each generated job (receipt and its
+report) while the worker steps the batch.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from node_agent.coordinator_client import (
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
 from node_agent.inference.activations import Decoded
+from node_agent.inference.batch import Batches, BatchJob, JobSink
 from node_agent.inference.engine import (
     Engine,
     GenerationRequest,
@@ -79,6 +81,10 @@ class NodeAgent:
                                    self.stopping)
         self._paths = {spec.model_id: path for spec, path in settings.models}
         self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        # Up to max_concurrent_jobs jobs of a model decode together in one batch; weights are
+        # counted once, each job's KV cache apart, against the GPU budget the node reported.
+        budget = settings.hardware.gpu_working_set_bytes or None
+        self._batches = Batches(engine, settings.max_concurrent_jobs, budget)
         self._active = ActiveJobs()  # assignments waiting or running here
         self._running = 0  # dequeued and not yet reported; the worker and the reporter count it
         self._running_lock = threading.Lock()
@@ -189,36 +195,56 @@ class NodeAgent:
     # --- jobs ----------------------------------------------------------------
 
     def _work_forever(self) -> None:
+        """The MLX thread: steps the batches while any job runs, and starts jobs as they arrive."""
         while not self.stopping.is_set():
+            if self._batches.busy:
+                self._start_arrived()
+                self._batches.step()
+                continue
             try:
                 assignment, timeline = self._jobs.get(timeout=0.5)
             except queue.Empty:
                 self._hooks.idle_work()
                 continue
-            self._count_running(+1)
-            timeline.mark("dequeued")
-            handed_over = False
+            self._start(assignment, timeline)
+
+    def _start_arrived(self) -> None:
+        """Jobs that arrived during the last step join at this step boundary."""
+        while True:
             try:
-                handed_over = self._run(assignment, timeline)
-            finally:
-                if not handed_over:
-                    self.metrics.job_ended(assignment.job_id)
-                    self._active.finish(assignment.job_id)
-                    self._count_running(-1)
-                    timeline.log()
+                assignment, timeline = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            self._start(assignment, timeline)
+
+    def _start(self, assignment: Assignment, timeline: JobTimeline) -> None:
+        self._count_running(+1)
+        timeline.mark("dequeued")
+        started = False
+        try:
+            started = self._begin(assignment, timeline)
+        finally:
+            if not started:
+                self._done_with(assignment.job_id, timeline)
+
+    def _done_with(self, job_id: str, timeline: JobTimeline) -> None:
+        self.metrics.job_ended(job_id)
+        self._active.finish(job_id)
+        self._count_running(-1)
+        timeline.log()
 
     def _count_running(self, change: int) -> None:
         with self._running_lock:
             self._running += change
 
-    def _run(self, assignment: Assignment, timeline: JobTimeline) -> bool:
-        """Run one job; True when it was handed to the reporter to finish."""
+    def _begin(self, assignment: Assignment, timeline: JobTimeline) -> bool:
+        """Start one job: True when it joined a batch (it ends in _generated)."""
         refusal = self._hooks.refusal(assignment)
         if refusal is not None:
             self.metrics.handed_back()
             self._reports.hand_back(assignment.job_id, refusal)
             return False
-        if assignment.pod_id:
+        if assignment.pod_id:  # a pod job runs apart from the batch, on this thread, to its end
             if assignment.pod_leader_node_id == self.settings.identity.node_id:
                 self._hooks.job_started(assignment.job_id)
                 sender = TokenSender(self._client, assignment.job_id, threads=self._sender_threads)
@@ -254,16 +280,16 @@ class NodeAgent:
             metrics.token_made(job_id)
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
+        def on_prompt(tokens: int) -> None:
+            metrics.prompt_counted(job_id, tokens)
+            sender.note_prompt_tokens(tokens)
+
+        sink = JobSink(on_token, on_prompt, sender.note_logprob, on_end=sender.finish,
+                       on_done=lambda job: self._generated(assignment, timeline, sender, job),
+                       on_proven=sender.note_proven)
         try:
             # The commitment is arithmetic over recorded values: the reporter makes it.
-            def on_prompt(tokens: int) -> None:
-                metrics.prompt_counted(job_id, tokens)
-                sender.note_prompt_tokens(tokens)
-
-            result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
-                                           on_prompt, sender.note_logprob,
-                                           on_end=sender.finish, commit=False,
-                                           on_proven=sender.note_proven)
+            self._batches.add(request, assignment.model.max_context_tokens, sink, commit=False)
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)
@@ -272,17 +298,34 @@ class NodeAgent:
             sender.close()
             self._reports.failure(assignment.job_id, str(error))
             return False
-        timeline.mark("generated")
-        if not result.stopped_early:
-            self._reporter.hand_over(Generated(assignment, result, sender, timeline))
-            return True
-        sender.close()
-        if not sender.rejected and not keep_going(assignment.job_id):
-            self.metrics.handed_back()
-            self._reports.hand_back(assignment.job_id, self._hooks.hand_back_reason())
-        else:
-            log.info("job %s stopped: %s", assignment.job_id, sender.error)
-        return False
+        return True
+
+    def _generated(self, assignment: Assignment, timeline: JobTimeline, sender: TokenSender,
+                   job: BatchJob) -> None:
+        """On the MLX thread, as the job leaves its batch: hand it to the reporter, or end it here."""
+        handed_over = False
+        try:
+            if job.error is not None:
+                sender.close()
+                log.warning("job %s failed: %s", assignment.job_id, job.error)
+                self._reports.failure(assignment.job_id, f"generation failed: {job.error}")
+                return
+            result = job.result
+            assert result is not None
+            timeline.mark("generated")
+            if not result.stopped_early:
+                self._reporter.hand_over(Generated(assignment, result, sender, timeline))
+                handed_over = True
+                return
+            sender.close()
+            if not sender.rejected and not self._hooks.keep_going(assignment.job_id):
+                self.metrics.handed_back()
+                self._reports.hand_back(assignment.job_id, self._hooks.hand_back_reason())
+            else:
+                log.info("job %s stopped: %s", assignment.job_id, sender.error)
+        finally:
+            if not handed_over:
+                self._done_with(assignment.job_id, timeline)
 
     def _finish_generated(self, job: Generated) -> None:
         """On the reporter's thread: the token stream's end, then the signed receipt."""
@@ -303,7 +346,4 @@ class NodeAgent:
                 return
             self._reports.receipt(assignment, result, timeline)
         finally:
-            self.metrics.job_ended(assignment.job_id)
-            self._active.finish(assignment.job_id)
-            self._count_running(-1)
-            timeline.log()
+            self._done_with(assignment.job_id, timeline)

@@ -14,15 +14,19 @@ from coordinator.placement.terms import JobTerms
 from coordinator.placement.vocabulary import CandidateKind, Strategy
 
 
-def ranked_mac(mac: MacCandidate, scored: Scored) -> RankedCandidate:
-    return RankedCandidate(mac.node_id, CandidateKind.MAC, mac.reputation, mac.price_per_million_tokens, scored)
+def ranked_mac(mac: MacCandidate, scored: Scored, running: int) -> RankedCandidate:
+    """running: the jobs running there now, as the index counts them."""
+    return RankedCandidate(mac.node_id, CandidateKind.MAC, mac.reputation, mac.price_per_million_tokens, scored,
+                           running, mac.max_concurrent_jobs)
 
 
-def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored) -> RankedCandidate:
+def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored,
+               running: tuple[int, ...]) -> RankedCandidate:
     # A pod is as trustworthy as its least reputable member and costs all its members' time.
     reputation = min(mac.reputation for mac in members)
     price = sum(mac.price_per_million_tokens for mac in members)
-    return RankedCandidate(pod.pod_id, CandidateKind.POD, reputation, price, scored)
+    return RankedCandidate(pod.pod_id, CandidateKind.POD, reputation, price, scored, max(running),
+                           min(mac.max_concurrent_jobs for mac in members))
 
 
 def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,

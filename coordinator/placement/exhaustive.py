@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from contracts.ids import NodeId
 from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement, Unplaceable
@@ -43,6 +44,9 @@ class ExhaustiveView:
     def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]:
         pod = self.snapshot.pods[position]
         return pod, tuple(self._by_node[node_id][0] for node_id in pod.members)
+
+    def running_at(self, node_ids: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(self._by_node[NodeId(node_id)][0].running_jobs for node_id in node_ids)
 
     def pod_free_bytes(self, position: int) -> tuple[int, ...]:
         rows = [self._by_node[node_id] for node_id in self.snapshot.pods[position].members]

@@ -31,12 +31,15 @@ class CandidateScore:
     scores: tuple[tuple[ScoreName, float], ...]  # each named score before weighting, 0..1
     free_memory_bytes: int
     predicted_decode_tokens_per_s: float
+    slots_in_use: int = 0  # jobs running there now (a pod: its busiest member's)
+    slots: int = 0  # jobs it runs at once, in one batch (a pod: its least member's)
 
     def to_dict(self) -> dict:
         return {"id": self.candidate_id, "kind": str(self.kind), "strategy": str(self.strategy),
                 "total": round(self.total, 6), "scores": {str(n): round(v, 6) for n, v in self.scores},
                 "free_memory_bytes": self.free_memory_bytes,
-                "predicted_decode_tokens_per_s": round(self.predicted_decode_tokens_per_s, 3)}
+                "predicted_decode_tokens_per_s": round(self.predicted_decode_tokens_per_s, 3),
+                "slots": {"in_use": self.slots_in_use, "total": self.slots}}
 
 
 class RankedCandidate(NamedTuple):
@@ -47,13 +50,15 @@ class RankedCandidate(NamedTuple):
     reputation: float  # a pod's least reputable member's
     price_per_million_tokens: int  # a pod's members' summed
     scored: Scored
+    slots_in_use: int = 0  # as CandidateScore's
+    slots: int = 0
 
     def score(self, price_reference_per_million_tokens: int) -> CandidateScore:
         scored = self.scored
         scores = named_scores(scored.fit, scored.speed, 1.0 if scored.warm else 0.0, self.reputation,
                               price_score_against(self.price_per_million_tokens, price_reference_per_million_tokens))
         return CandidateScore(self.candidate_id, self.kind, scored.strategy, scored.total, scores,
-                              scored.free_bytes, scored.decode_tokens_per_s)
+                              scored.free_bytes, scored.decode_tokens_per_s, self.slots_in_use, self.slots)
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ class Explanation:
             lines.append(f"{marker}{rank}. {candidate.kind} {candidate.candidate_id} ({candidate.strategy}) "
                          f"score {candidate.total:.4f}: {scores}; "
                          f"{candidate.predicted_decode_tokens_per_s:.1f} tok/s, "
-                         f"{candidate.free_memory_bytes / GB:.1f} GB free")
+                         f"{candidate.free_memory_bytes / GB:.1f} GB free, "
+                         f"{candidate.slots_in_use} of {candidate.slots} slots in use")
         lines += [f"note: {note}" for note in self.notes]
         lines.append(f"chosen: {self.chosen_id}" if self.chosen_id else "chosen: none")
         return "\n".join(lines)

@@ -284,6 +284,10 @@ class FleetIndex:
     def free_bytes(self, node_id: NodeId) -> int:
         return self._mac_by_node[node_id].free
 
+    def running_jobs(self, node_id: NodeId) -> int:
+        """Jobs running on the Mac now, its own commits included."""
+        return self._mac_by_node[node_id].running
+
     def snapshot(self) -> FleetSnapshot:
         macs = tuple(self._current(slot) for slot in self.mac_slots if slot is not None)
         pods = tuple(slot.candidate for slot in self.pod_slots if slot is not None)

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from contracts.ids import NodeId
 from coordinator.placement.assemble import mac_placement, pod_placement, ranked_mac, ranked_pod
 from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement, Unplaceable
-from coordinator.placement.explain import Explanation
+from coordinator.placement.explain import Explanation, RankedCandidate
 from coordinator.placement.filters import FilterReason, counts_tuple
 from coordinator.placement.index import FleetIndex
 from coordinator.placement.pod_search import pod_could_ever_take, search_pods
+from coordinator.placement.scored import Scored
 from coordinator.placement.search import SearchResult, search_macs, single_could_ever_take
 from coordinator.placement.terms import JobTerms, job_terms
 
@@ -42,6 +44,7 @@ class FleetView(Protocol):
     def mac_at(self, position: int) -> MacCandidate: ...  # for facts other than its commitments
     def pod_at(self, position: int) -> tuple[PodCandidate, tuple[MacCandidate, ...]]: ...  # facts, as mac_at
     def pod_free_bytes(self, position: int) -> tuple[int, ...]: ...  # each member's free memory now
+    def running_at(self, node_ids: tuple[str, ...]) -> tuple[int, ...]: ...  # each Mac's running jobs now
 
 
 class IndexView:
@@ -83,6 +86,9 @@ class IndexView:
         slot = self.index.pod_slots[position]
         assert slot is not None
         return self.index.pod_free_bytes(slot)
+
+    def running_at(self, node_ids: tuple[str, ...]) -> tuple[int, ...]:
+        return tuple(self.index.running_jobs(NodeId(node_id)) for node_id in node_ids)
 
 
 _last_indexed: tuple[FleetSnapshot, PlacementConfig, FleetIndex] | None = None
@@ -147,9 +153,9 @@ def decide(job: JobRequest, view: FleetView, config: PlacementConfig) -> Placeme
 def _explain(terms: JobTerms, view: FleetView, macs: SearchResult, pods: SearchResult | None,
              config: PlacementConfig, notes: tuple[str, ...] = ()) -> Explanation:
     if pods is not None and pods.top:
-        ranked = tuple([ranked_pod(*view.pod_at(s.position), s) for s in pods.top])
+        ranked = tuple([_ranked_pod(view, s) for s in pods.top])
     else:
-        ranked = tuple([ranked_mac(view.mac_at(s.position), s) for s in macs.top])
+        ranked = tuple([_ranked_mac(view, s) for s in macs.top])
     chosen = ranked[0].candidate_id if ranked else None
     return Explanation(
         job_id=terms.job.job_id, model_id=terms.job.model.model_id, memory=terms.memory,
@@ -158,6 +164,16 @@ def _explain(terms: JobTerms, view: FleetView, macs: SearchResult, pods: SearchR
         pod_filtered=counts_tuple(pods.filtered) if pods else (), pods_feasible=pods.feasible if pods else 0,
         pods_scored=pods.scored if pods else 0, ranked=ranked,
         price_reference_per_million_tokens=config.price_reference_per_million_tokens, chosen_id=chosen, notes=notes)
+
+
+def _ranked_mac(view: FleetView, scored: Scored) -> RankedCandidate:
+    mac = view.mac_at(scored.position)
+    return ranked_mac(mac, scored, view.running_at((mac.node_id,))[0])
+
+
+def _ranked_pod(view: FleetView, scored: Scored) -> RankedCandidate:
+    pod, members = view.pod_at(scored.position)
+    return ranked_pod(pod, members, scored, view.running_at(pod.members))
 
 
 def _needs(terms: JobTerms) -> str:

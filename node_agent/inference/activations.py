@@ -76,6 +76,15 @@ class _Strongest:
         mx.eval(*self.add_lazy(rows, first_row))
         self._merge()
 
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """The strongest values so far (indices, values): restore() starts another from here."""
+        self._merge()
+        return self._indices.copy(), self._values.copy()
+
+    def restore(self, indices: np.ndarray, values: np.ndarray) -> None:
+        assert not self._queued and not self._indices.size
+        self._indices, self._values = indices.copy(), values.copy()
+
     def _merge(self) -> None:
         for picked, values, offset in self._queued:
             indices = np.concatenate((self._indices, np.array(picked, dtype=np.int64) + offset))

@@ -56,6 +56,7 @@ class GenerationResult:
     first_token_at_ms: int = 0
     activation_commitment: bytes = b""  # contracts.commitments encoding; empty when stopped early
     recorded: Decoded | None = None  # the states to commit to, while the commitment is not made yet
+    cached_prompt_tokens: int = 0  # prompt tokens reused from the node's prompt cache (a shared prefix)
 
 
 # on_token(index, token_id, text) -> keep going?
@@ -82,6 +83,10 @@ class Engine:
 
     def warm_models(self) -> tuple[str, ...]:
         return tuple(self._loaded)
+
+    def model(self, path: str) -> tuple:
+        """(model, tokenizer), loaded once and kept warm."""
+        return self._model(path)
 
     def _model(self, path: str) -> tuple:
         if path in self._loaded:
@@ -113,7 +118,7 @@ class Engine:
                  on_proven: Callable[[Decoded], None] | None = None) -> GenerationResult:
         """Generate, handing each token to on_token one step late so its text is final.
 
-        The first token goes at once when its text already is (see _settled): it is
+        The first token goes at once when its text already is (see settled): it is
         what the consumer waits for.
 
         Records the final hidden states as it goes and returns the activation
@@ -158,7 +163,7 @@ class Engine:
             if held and not hand_over(*held.pop()):
                 return False
             segment = detokenizer.last_segment
-            if step.index == 0 and _settled(tokenizer, step.token_id, segment):
+            if step.index == 0 and settled(tokenizer, step.token_id, segment):
                 return hand_over(step.index, step.token_id, segment)  # the first token goes at once
             held.append((step.index, step.token_id, segment))
             return True
@@ -169,7 +174,7 @@ class Engine:
             if held:
                 index, token_id, text = held.pop()
                 hand_over(index, token_id, text + tail)
-            elif tail:  # _settled said the detokenizer held nothing back
+            elif tail:  # settled said the detokenizer held nothing back
                 log.warning("job %s: text %r after the last token was dropped", request.job_id, tail)
             if on_end is not None:
                 on_end()
@@ -222,7 +227,7 @@ class LocalReplayer:
         return self._engine.replay(self._models[model_id][0], prompt, output_ids, check_step)
 
 
-def _settled(tokenizer, token_id: int, segment: str) -> bool:  # type: ignore[no-untyped-def]
+def settled(tokenizer, token_id: int, segment: str) -> bool:  # type: ignore[no-untyped-def]
     """Whether a first token's text is final: the detokenizer shows the end of it.
 
     Detokenizers hold back only a token's end (a partial character, a trailing space);

@@ -29,6 +29,7 @@ from coordinator.verification.replay_check import check_by_replay
 from coordinator.verification.tolerances import DEFAULT_TOLERANCES, Tolerances
 from node_agent.coordinator_client import Assignment
 from node_agent.identity import Identity
+from node_agent.inference.batch import Batches, JobSink
 from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, LocalReplayer
 from node_agent.job_reports import job_receipt
 from node_agent.model_files import describe_model
@@ -108,6 +109,52 @@ def generate(engine: Engine, model_dir: Path, job: Job, *, prompt: str | None = 
         temperature=job.temperature, top_p=job.top_p, seed=job.seed if seed is None else seed,
         job_id=job.job_id if job_id is None else job_id)
     return engine.generate(request, CONTEXT_TOKENS, lambda index, token_id, text: True)
+
+
+def _request(model_dir: Path, job: Job) -> GenerationRequest:
+    return GenerationRequest(model_path=str(model_dir), prompt=job.prompt, max_tokens=job.max_tokens,
+                             temperature=job.temperature, top_p=job.top_p, seed=job.seed, job_id=job.job_id)
+
+
+def run_batched(engine: Engine, model_dir: Path, jobs: list[Job]) -> list[GenerationResult]:
+    """Jobs as a node runs them in one continuous batch: the first half starts, the rest join it
+    a few steps later (so rows differ in length and padding), each leaves as it ends."""
+    batches = Batches(engine, slots=len(jobs))
+    keep = JobSink(lambda index, token_id, text: True)
+    half = (len(jobs) + 1) // 2
+    started = [batches.add(_request(model_dir, job), CONTEXT_TOKENS, keep) for job in jobs[:half]]
+    for _ in range(3):
+        batches.step()
+    started += [batches.add(_request(model_dir, job), CONTEXT_TOKENS, keep) for job in jobs[half:]]
+    batches.run_until_idle()
+    assert all(job.error is None and job.result is not None for job in started)
+    return [job.result for job in started if job.result is not None]
+
+
+class InABatch:
+    """An engine that runs every job in a continuous batch beside `others` varied jobs of its model.
+
+    What a node's batch does to a job, for the cheats and the honest node: the job joins a batch
+    already running, so its rows are padded and its shapes are the batch's.
+    """
+
+    def __init__(self, engine: Engine, others: int) -> None:
+        self.engine, self.others = engine, others
+        self._fillers = 0
+
+    def generate(self, request: GenerationRequest, max_context_tokens: int, on_token, *args,  # type: ignore[no-untyped-def]
+                 **kwargs) -> GenerationResult:
+        assert max_context_tokens == CONTEXT_TOKENS and not args and not kwargs
+        self._fillers += 1
+        fillers = varied_jobs(self.others, seed=10_000 + self._fillers)
+        job = Job(request.job_id, request.prompt, request.max_tokens, request.temperature, request.top_p,
+                  request.seed)
+        results = run_batched(self.engine, Path(request.model_path), [*fillers[: self.others // 2], job,
+                                                                      *fillers[self.others // 2:]])
+        return results[self.others // 2]
+
+    def replay(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return self.engine.replay(*args, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pytest
 
 from node_agent.inference.engine import Engine
 from tests.adversarial.cheats import CHEAT_JOBS, CHEATS, CheatContext
-from tests.adversarial.harness import Coordinator, HonestNode, new_identity
+from tests.adversarial.harness import Coordinator, HonestNode, InABatch, new_identity
 
 # Where each cheat must be stopped: the door needs no model; the replay is the proof check.
 DOOR = {"truncated, claims max_tokens", "claims more tokens than made",
@@ -16,11 +16,13 @@ DOOR = {"truncated, claims max_tokens", "claims more tokens than made",
         "signed with another node's key"}
 
 
-@pytest.fixture(scope="module")
-def context(proof_engine: Engine, tiny_model_dir: Path, cheat_model_dirs: dict[str, Path],
-            checks: Coordinator) -> CheatContext:
-    return CheatContext(proof_engine, tiny_model_dir, cheat_model_dirs, new_identity(),
-                        HonestNode(proof_engine, tiny_model_dir), checks.spec.weights_digest)
+@pytest.fixture(scope="module", params=["alone", "in a batch of 8"])
+def context(request: pytest.FixtureRequest, proof_engine: Engine, tiny_model_dir: Path,
+            cheat_model_dirs: dict[str, Path], checks: Coordinator) -> CheatContext:
+    """Every cheat made by a node running jobs one at a time, and by one running them in batches."""
+    engine = proof_engine if request.param == "alone" else InABatch(proof_engine, others=7)
+    return CheatContext(engine, tiny_model_dir, cheat_model_dirs, new_identity(),  # type: ignore[arg-type]
+                        HonestNode(engine, tiny_model_dir), checks.spec.weights_digest)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", sorted(CHEATS))

@@ -13,10 +13,12 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from contracts.receipts import FinishReason
 from node_agent.inference.engine import Engine, GenerationResult
 from tests.adversarial.harness import (
-    MODEL_ID, Coordinator, HonestNode, Job, new_identity, receipt_for, signed, varied_jobs,
+    MODEL_ID, Coordinator, HonestNode, Job, new_identity, receipt_for, run_batched, signed, varied_jobs,
 )
 
 # 500 jobs in all. Most are short, so the suite stays cheap on a CPU whose bundled BLAS makes
@@ -42,6 +44,31 @@ def test_single_process_honest_jobs_are_never_rejected(proof_engine: Engine, tin
     assert rejected == []
     assert len({(j.temperature, j.top_p) for j in jobs}) > 10 and len({j.max_tokens for j in jobs}) > 30
     assert max(j.max_tokens for j in jobs) > 64  # three or more generated chunks
+
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+@pytest.mark.timeout(1800)  # 500 jobs and 500 replays: longer than the default budget on a loaded 2-core machine
+def test_batched_honest_jobs_are_never_rejected(proof_engine: Engine, tiny_model_dir: Path,
+                                                checks: Coordinator) -> None:
+    """500 honest jobs run in continuous batches of 1 to 32, joining a batch already running."""
+    node = HonestNode(proof_engine, tiny_model_dir)
+    jobs = (varied_jobs(SHORT_JOBS, seed=5, max_tokens_max=16, words_max=8)
+            + varied_jobs(LONG_JOBS + TENSOR_PARALLEL_JOBS, seed=6, max_tokens_max=100, words_max=40))
+    rejected, start, sizes = [], 0, []
+    while start < len(jobs):
+        size = BATCH_SIZES[len(sizes) % len(BATCH_SIZES)]
+        group = jobs[start:start + size]
+        for job, result in zip(group, run_batched(proof_engine, tiny_model_dir, group)):
+            receipt = receipt_for(job, node.identity, MODEL_ID, node.weights_digest, result)
+            outcome = checks.judge(job, node.identity, signed(receipt, node.identity, result.token_ids))
+            if outcome.caught:
+                rejected.append((job, outcome.reasons))
+        start += size
+        sizes.append(len(group))
+    assert rejected == []
+    assert len(jobs) == 500 and max(sizes) == 32 and min(sizes) == 1
 
 
 def _launch_tensor_parallel(jobs: list[Job], model_dir: Path, work: Path) -> list[dict]:

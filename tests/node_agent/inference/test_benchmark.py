@@ -14,3 +14,5 @@ def test_the_benchmark_measures_bandwidth_and_both_rates(tiny_model_dir: Path) -
     weights_file = (tiny_model_dir / "model.safetensors").stat().st_size
     assert 0.9 * weights_file < result.reference_weights_bytes <= weights_file
     assert measure_bandwidth_gb_s(2**20, passes=1) > 0
+    assert [size for size, _ in result.batch_decode_tokens_per_s] == [1, 2, 4, 8]
+    assert all(rate > 0 for _, rate in result.batch_decode_tokens_per_s)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mlx_lm import load, stream_generate
 
-from node_agent.inference.engine import Engine, GenerationRequest, _settled, with_commitment
+from node_agent.inference.engine import Engine, GenerationRequest, settled, with_commitment
 
 
 class _Tokenizer:
@@ -20,7 +20,7 @@ class _Tokenizer:
         return "".join(self._texts[i] for i in ids)
 
 
-@pytest.mark.parametrize(("text", "segment", "settled"), [
+@pytest.mark.parametrize(("text", "segment", "expected"), [
     ("hello", "hello", True),
     (" hello", "hello", True),  # a leading space dropped at the start stays dropped
     ("a ", "a", False),  # a trailing space held back may still come
@@ -31,8 +31,8 @@ class _Tokenizer:
     ("x", "", False),
 ])
 def test_a_first_token_is_settled_only_when_nothing_of_it_is_held_back(
-        text: str, segment: str, settled: bool) -> None:
-    assert _settled(_Tokenizer({7: text}), 7, segment) is settled
+        text: str, segment: str, expected: bool) -> None:
+    assert settled(_Tokenizer({7: text}), 7, segment) is expected
 
 
 @pytest.mark.parametrize("prompt", ["In the beginning", "And Noah", "And the LORD said"])

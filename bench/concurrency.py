@@ -1,0 +1,227 @@
+"""Many streams at once: one node (continuous batching) against mlx_lm.server, same model, one run.
+
+    .venv/bin/python -m bench.concurrency [--clients 1,8,32,64 --rounds-at-32 4 --max-tokens 128]
+                                          [--slots 64 --model-dir DIR --only gateway|mlx_lm]
+
+Two servers on this machine, one after the other, on the same model directory (the project's
+tiny model unless given):
+1. MLX Network: a coordinator (SQLite) and one node agent as processes on loopback, the node
+   running up to `--slots` jobs in one continuous batch; clients go through the HTTP gateway;
+2. `python -m mlx_lm.server --model DIR` with its default flags.
+At each level, that many clients each stream one chat completion of `--max-tokens` tokens with
+the official openai client, all started together (greedy, the same prompts for both servers).
+Printed per level: aggregate tokens/s (every client's completion tokens over the wall time from
+the first request to the last token), time to first token p50 and p99, and errors. For the
+gateway also: jobs with an accepted receipt (each carries its activation commitment), and the
+coordinator process's CPU per streamed token (its user+system time over the level, from /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+
+from coordinator.money.api_keys import KeyLimits
+from coordinator.storage.database import Database
+from mlxnet import keys_cli
+from mlxnet.processes import spawn_node, start_coordinator, wait_until_registered
+from node_agent.tiny_model import build_tiny_model
+
+MODEL_ID = "bench/model"
+PROMPTS = ("Tell me of the beginning.", "Who was Noah?", "What did the LORD say unto Abram?",
+           "And Abraham said", "Where is Canaan?", "Speak of the flood and the ark.")
+SERVER_START_S = 120.0
+CLIENT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Stream:
+    ok: bool
+    tokens: int
+    first_s: float  # from the common start to its first text
+    last_s: float  # from the common start to its last text
+    job_id: str = ""
+    error: str = ""
+
+
+def _stream(client: openai.OpenAI, model: str, prompt: str, max_tokens: int, start: float) -> Stream:
+    try:
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+            stream=True, stream_options={"include_usage": True})
+        first = last = 0.0
+        tokens = 0
+        for chunk in raw.parse():
+            if chunk.usage is not None:
+                tokens = chunk.usage.completion_tokens
+            if chunk.choices and chunk.choices[0].delta.content:
+                last = time.perf_counter() - start
+                first = first or last
+        return Stream(True, tokens, first, last, raw.headers.get("x-mlxnet-job-id", ""))
+    except openai.APIError as error:
+        return Stream(False, 0, 0.0, 0.0, error=f"{type(error).__name__}: {str(error)[:120]}")
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def _level(client: openai.OpenAI, model: str, clients: int, max_tokens: int) -> list[Stream]:
+    barrier = threading.Barrier(clients)
+    start_box: list[float] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> Stream:
+        barrier.wait()
+        with lock:
+            if not start_box:
+                start_box.append(time.perf_counter())
+        return _stream(client, model, PROMPTS[i % len(PROMPTS)], max_tokens, start_box[0])
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(one, range(clients)))
+
+
+def _describe(streams: list[Stream]) -> str:
+    done = [s for s in streams if s.ok and s.tokens]
+    tokens = sum(s.tokens for s in done)
+    wall = max((s.last_s for s in done), default=0.0)
+    firsts = [s.first_s * 1000 for s in done]
+    errors = [s.error for s in streams if not s.ok]
+    text = (f"{tokens / wall if wall else 0:7.1f} tokens/s aggregate, TTFT p50 {_percentile(firsts, 0.5):7.0f} ms "
+            f"p99 {_percentile(firsts, 0.99):7.0f} ms, errors {len(errors)}")
+    return text + (f" (first: {errors[0]})" if errors else "")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _levels(args: argparse.Namespace) -> list[int]:
+    levels = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        levels += [clients] * (args.rounds_at_32 if clients == 32 else 1)
+    return levels
+
+
+@contextlib.contextmanager
+def network(work_dir: Path, model_dir: Path, slots: int) -> Iterator[tuple[openai.OpenAI, int, str]]:
+    """A coordinator and one node as processes: (a client with a funded key, the coordinator's pid, db url)."""
+    database_url = f"sqlite:///{work_dir / 'coordinator.db'}"
+    coordinator = start_coordinator(work_dir, database_url=database_url)
+    node = None
+    try:
+        node = wait_until_registered(spawn_node(
+            work_dir, "bench-node", coordinator.extra["address"], [f"{MODEL_ID}={model_dir}"],
+            profile="m3-ultra-512", operator="bench", max_concurrent_jobs=slots))
+        db = Database(database_url)
+        _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**6 * 10**9)
+        db.dispose()
+        client = openai.OpenAI(base_url=f"http://{coordinator.extra['http_address']}/v1", api_key=key,
+                               timeout=CLIENT_TIMEOUT_S, max_retries=0)
+        yield client, coordinator.process.pid, database_url
+    finally:
+        for child in (node, coordinator):
+            if child is not None:
+                child.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def mlx_lm_server(work_dir: Path, model_dir: Path) -> Iterator[openai.OpenAI]:
+    port = _free_port()
+    with (work_dir / "mlx_lm.server.log").open("ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir),
+                                    "--port", str(port)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:  # a benchmark, not a test: poll the port until the server listens
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlx_lm.server did not start; see {work_dir / 'mlx_lm.server.log'}")
+            time.sleep(0.2)
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=CLIENT_TIMEOUT_S,
+                            max_retries=0)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _proven(database_url: str, streams: list[Stream]) -> str:
+    """How many of the level's jobs completed with a receipt the coordinator accepted."""
+    from coordinator.storage import job_rows
+
+    db = Database(database_url)
+    try:
+        with db.transaction() as session:
+            jobs = [job_rows.job_by_id(session, s.job_id) for s in streams if s.job_id]
+            proven = sum(1 for job in jobs if job is not None and job.receipt_verified)
+    finally:
+        db.dispose()
+    return f"{proven} of {len(streams)} jobs with an accepted receipt"
+
+
+def run_gateway(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
+    with network(work_dir, model_dir, args.slots) as (client, pid, database_url):
+        _level(client, MODEL_ID, 2, 8)  # warm-up: the model is loaded and its kernels built
+        for clients in _levels(args):
+            cpu_before = _cpu_s(pid)
+            streams = _level(client, MODEL_ID, clients, args.max_tokens)
+            time.sleep(1.0)  # receipts land after the last token
+            cpu = _cpu_s(pid) - cpu_before
+            tokens = sum(s.tokens for s in streams)
+            print(f"gateway    {clients:3d} clients: {_describe(streams)}; {_proven(database_url, streams)}; "
+                  f"coordinator CPU {1e6 * cpu / max(tokens, 1):.0f} us per streamed token", flush=True)
+
+
+def run_mlx_lm(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
+    with mlx_lm_server(work_dir, model_dir) as client:
+        _level(client, "default_model", 2, 8)
+        for clients in _levels(args):
+            print(f"mlx_lm     {clients:3d} clients: {_describe(_level(client, 'default_model', clients, args.max_tokens))}",
+                  flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", default="1,8,32,64")
+    parser.add_argument("--rounds-at-32", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--slots", type=int, default=64, help="the node's max concurrent jobs (its batch)")
+    parser.add_argument("--model-dir", type=Path)
+    parser.add_argument("--only", choices=("gateway", "mlx_lm"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
+        work_dir = Path(tmp)
+        model_dir = args.model_dir or build_tiny_model(work_dir / "tiny")
+        print(f"model {model_dir}; {args.max_tokens} tokens a client; levels {_levels(args)}", flush=True)
+        if args.only != "mlx_lm":
+            run_gateway(args, work_dir, model_dir)
+        if args.only != "gateway":
+            run_mlx_lm(args, work_dir, model_dir)
+
+
+if __name__ == "__main__":
+    main()

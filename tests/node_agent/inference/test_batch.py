@@ -1,0 +1,205 @@
+"""Continuous batching: jobs join and leave a running batch, each keeps its own stream and proof."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from node_agent.inference.batch import Batches, BatchJob, JobSink, generate_batched
+from node_agent.inference.engine import Engine, GenerationRequest, GenerationResult, PromptTooLong
+
+CONTEXT = 4096
+PROMPTS = ("In the beginning", "And Noah", "And the LORD said unto Abram, Get thee out of thy country",
+           "And God", "Isaac", "And it came to pass after these things")
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine()
+
+
+def _request(model_dir: Path, i: int, max_tokens: int = 24, temperature: float = 0.0,
+             seed: int = 0) -> GenerationRequest:
+    return GenerationRequest(str(model_dir), PROMPTS[i % len(PROMPTS)], max_tokens, temperature,
+                             0.9 if temperature else 1.0, seed, f"job-{i}")
+
+
+def _alone(engine: Engine, request: GenerationRequest) -> GenerationResult:
+    return engine.generate(request, CONTEXT, lambda index, token_id, text: True)
+
+
+class Stream:
+    """One job's stream as its consumer sees it, with the batch's step at each token."""
+
+    def __init__(self, batches: Batches, stop_at: int | None = None, fail_at: int | None = None) -> None:
+        self.batches, self.stop_at, self.fail_at = batches, stop_at, fail_at
+        self.tokens: list[tuple[int, int]] = []  # (index, token id)
+        self.texts: list[str] = []
+        self.done: list[BatchJob] = []
+
+    def sink(self) -> JobSink:
+        return JobSink(self.on_token, on_done=self.done.append)
+
+    def on_token(self, index: int, token_id: int, text: str) -> bool:
+        if index == self.fail_at:
+            raise RuntimeError("the consumer's side broke")
+        self.tokens.append((index, token_id))
+        self.texts.append(text)
+        return index != self.stop_at
+
+
+def test_jobs_join_a_running_batch_and_leave_it_as_they_end(engine: Engine, tiny_model_dir: Path) -> None:
+    batches = Batches(engine, slots=8)
+    long, short, late = Stream(batches), Stream(batches), Stream(batches)
+    first = batches.add(_request(tiny_model_dir, 0, max_tokens=40), CONTEXT, long.sink())
+    for _ in range(5):
+        batches.step()
+    joined_at = len(long.tokens)
+    batches.add(_request(tiny_model_dir, 1, max_tokens=6), CONTEXT, short.sink())
+    batches.step()
+    assert len(short.tokens) == 1 and len(long.tokens) == joined_at + 1  # joined at the step boundary
+    batches.add(_request(tiny_model_dir, 2, max_tokens=20), CONTEXT, late.sink())
+    while not short.done:
+        batches.step()
+    assert first not in short.done and len(batches.batch_for(str(tiny_model_dir)).running) == 2  # left at once
+    batches.run_until_idle()
+    for stream, i, max_tokens in ((long, 0, 40), (short, 1, 6), (late, 2, 20)):
+        (job,) = stream.done
+        assert job.error is None and job.result is not None and not job.result.stopped_early
+        alone = _alone(engine, _request(tiny_model_dir, i, max_tokens=max_tokens))
+        assert job.result.token_ids == alone.token_ids and job.result.text == alone.text == "".join(stream.texts)
+        assert [index for index, _ in stream.tokens] == list(range(len(alone.token_ids)))
+
+
+def test_a_cancelled_job_leaves_while_the_others_go_on(engine: Engine, tiny_model_dir: Path) -> None:
+    batches = Batches(engine, slots=4)
+    streams = [Stream(batches) for _ in range(3)]
+    jobs = [batches.add(_request(tiny_model_dir, i, max_tokens=30), CONTEXT, s.sink()) for i, s in enumerate(streams)]
+    for _ in range(4):
+        batches.step()
+    jobs[1].cancelled = True  # as the agent's stop does, from any thread
+    batches.step()
+    assert streams[1].done and jobs[1].result is not None and jobs[1].result.stopped_early
+    assert jobs[1].result.activation_commitment == b"" and len(batches.batch_for(str(tiny_model_dir)).running) == 2
+    batches.run_until_idle()
+    for i in (0, 2):
+        assert jobs[i].result.token_ids == _alone(engine, _request(tiny_model_dir, i, max_tokens=30)).token_ids  # type: ignore[union-attr]
+        assert jobs[i].result.activation_commitment  # type: ignore[union-attr]
+
+
+def test_one_jobs_error_or_stop_never_ends_another(engine: Engine, tiny_model_dir: Path) -> None:
+    batches = Batches(engine, slots=8)
+    broken, stopped, fine = Stream(batches, fail_at=3), Stream(batches, stop_at=2), Stream(batches)
+    batches.add(_request(tiny_model_dir, 0, max_tokens=20), CONTEXT, broken.sink())
+    batches.add(_request(tiny_model_dir, 1, max_tokens=20), CONTEXT, stopped.sink())
+    job = batches.add(_request(tiny_model_dir, 2, max_tokens=20), CONTEXT, fine.sink())
+    with pytest.raises(PromptTooLong):  # a bad prompt is refused before it joins
+        batches.add(_request(tiny_model_dir, 3, max_tokens=CONTEXT), CONTEXT, Stream(batches).sink())
+    batches.run_until_idle()
+    assert isinstance(broken.done[0].error, RuntimeError)
+    assert stopped.done[0].result.stopped_early and len(stopped.tokens) == 3  # type: ignore[union-attr]
+    assert job.error is None and job.result.token_ids == _alone(engine, _request(tiny_model_dir, 2, max_tokens=20)).token_ids  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("size", [2, 5])
+def test_greedy_batched_jobs_equal_the_same_jobs_run_alone(engine: Engine, tiny_model_dir: Path, size: int) -> None:
+    requests = [_request(tiny_model_dir, i, max_tokens=8 + 7 * i) for i in range(size)]
+    for batched, request in zip(generate_batched(engine, requests, CONTEXT), requests):
+        alone = _alone(engine, request)
+        assert batched.token_ids == alone.token_ids and batched.text == alone.text
+        assert batched.finish_reason == alone.finish_reason
+
+
+def test_seeded_sampling_is_the_same_at_every_batch_size(engine: Engine, tiny_model_dir: Path) -> None:
+    sampled = _request(tiny_model_dir, 2, max_tokens=32, temperature=0.8, seed=12345)
+    others = [_request(tiny_model_dir, i, max_tokens=20 + i, temperature=(0.0, 1.0)[i % 2], seed=i) for i in range(7)]
+    runs = [generate_batched(engine, [sampled, *others[:size - 1]], CONTEXT)[0].token_ids for size in (1, 2, 4, 8)]
+    assert all(run == runs[0] for run in runs) and len(runs[0]) > 0
+    assert runs[0] == _alone(engine, sampled).token_ids
+
+
+def test_memory_admission_refuses_what_can_never_fit_and_holds_what_fits_later(
+        engine: Engine, tiny_model_dir: Path) -> None:
+    probe = Batches(engine, slots=4).batch_for(str(tiny_model_dir))
+    per_token, weights = probe.kv_bytes_per_token, probe.weights_bytes
+    # Room for the weights and one job of about 100 tokens of context, not two.
+    batches = Batches(engine, slots=4, memory_budget_bytes=weights + 100 * per_token)
+    with pytest.raises(PromptTooLong, match="this node lends"):
+        batches.add(_request(tiny_model_dir, 0, max_tokens=400), CONTEXT, Stream(batches).sink())
+    first, second = Stream(batches), Stream(batches)
+    batches.add(_request(tiny_model_dir, 0, max_tokens=60), CONTEXT, first.sink())
+    batches.add(_request(tiny_model_dir, 1, max_tokens=60), CONTEXT, second.sink())
+    batch = batches.batch_for(str(tiny_model_dir))
+    batches.step()
+    assert len(batch.running) == 1 and len(batch.waiting) == 1  # the second waits for memory
+    while not first.done:
+        assert not second.tokens
+        batches.step()
+    batches.run_until_idle()
+    assert second.done and second.done[0].result is not None and not second.done[0].result.stopped_early
+
+
+def test_no_token_of_one_job_reaches_another_under_random_arrivals(tiny_model_dir: Path) -> None:
+    """A property over random arrivals, cancels and lengths, run in a child process (MLX work
+    that could crash natively stays out of the pytest process)."""
+    child = subprocess.run([sys.executable, "-m", "tests.node_agent.inference.batch_arrivals", str(tiny_model_dir),
+                            "--schedules", "6", "--seed", "7"], capture_output=True, text=True, timeout=900,
+                           cwd=Path(__file__).resolve().parents[3])
+    assert child.returncode == 0, child.stderr[-3000:]
+    report = json.loads(child.stdout.splitlines()[-1])
+    assert report["schedules"] == 6 and report["jobs"] >= 30 and report["cancelled"] >= 1
+    assert report["mismatches"] == [], report["mismatches"][:5]
+
+
+SYSTEM = " ".join(["In the beginning God created the heaven and the earth."] * 40)  # some 500 tokens
+
+
+def test_a_shared_prefix_is_reused_from_the_prompt_cache_with_the_same_tokens_and_proof(
+        engine: Engine, tiny_model_dir: Path) -> None:
+    batches = Batches(engine, slots=4)
+    first = GenerationRequest(str(tiny_model_dir), SYSTEM + " And Noah", 16, 0.0, 1.0, 0, "job-first")
+    second = GenerationRequest(str(tiny_model_dir), SYSTEM + " And the LORD said", 16, 0.7, 0.9, 3, "job-second")
+    jobs = [batches.add(first, CONTEXT, Stream(batches).sink())]
+    batches.run_until_idle()
+    jobs.append(batches.add(second, CONTEXT, Stream(batches).sink()))
+    batches.run_until_idle()
+    assert jobs[0].result.cached_prompt_tokens == 0  # type: ignore[union-attr]
+    assert jobs[1].result.cached_prompt_tokens >= 256  # type: ignore[union-attr]
+    assert jobs[1].result.cached_prompt_tokens % 256 == 0  # type: ignore[union-attr]
+    cache = batches.batch_for(str(tiny_model_dir)).prompt_cache
+    assert (cache.lookups, cache.hits) == (2, 1)
+    for job, request in zip(jobs, (first, second)):
+        alone = _alone(engine, request)
+        assert job.result.token_ids == alone.token_ids  # type: ignore[union-attr]
+        assert job.result.activation_commitment == alone.activation_commitment  # type: ignore[union-attr]
+
+
+def test_the_prompt_cache_gives_its_memory_way_to_jobs(engine: Engine, tiny_model_dir: Path) -> None:
+    probe = Batches(engine, slots=2).batch_for(str(tiny_model_dir))
+    job_tokens = 600  # the system prompt (some 560 tokens), a few words and 16 new tokens
+    batches = Batches(engine, slots=2, memory_budget_bytes=probe.weights_bytes + job_tokens * probe.kv_bytes_per_token)
+    batch = batches.batch_for(str(tiny_model_dir))
+    batches.add(GenerationRequest(str(tiny_model_dir), SYSTEM + " And Noah", 16, 0.0, 1.0, 0, "a"), CONTEXT,
+                Stream(batches).sink())
+    batches.run_until_idle()
+    assert batch.prompt_cache.nbytes > 0
+    done = Stream(batches)
+    # 100 tokens: it fits beside the weights, not beside the cached prompt too.
+    batches.add(GenerationRequest(str(tiny_model_dir), "Isaac", 100, 0.0, 1.0, 0, "b"), CONTEXT, done.sink())
+    batches.run_until_idle()
+    assert done.done and batch.prompt_cache.nbytes == 0  # evicted, so the job could run
+
+
+def test_a_tool_call_grammar_holds_in_a_batch_as_alone(engine: Engine, tiny_model_dir: Path) -> None:
+    from tests.node_agent.inference.test_tool_constraint import _prompt
+
+    constrained = [GenerationRequest(str(tiny_model_dir), _prompt("function:get_weather"), 96, temperature, 1.0, 11,
+                                     f"job-tools-{temperature}") for temperature in (0.0, 0.9)]
+    free = [_request(tiny_model_dir, i, max_tokens=30) for i in range(2)]
+    for batched, request in zip(generate_batched(engine, [*constrained, *free], CONTEXT), [*constrained, *free]):
+        alone = _alone(engine, request)
+        assert batched.token_ids == alone.token_ids and batched.finish_reason == alone.finish_reason
