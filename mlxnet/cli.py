@@ -41,27 +41,12 @@ def _add_database_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
 
 
-def _verifier_replayer(models: list[str]):  # type: ignore[no-untyped-def]
-    """The verifier worker's MLX engine for `--verify-model [ID=]PATH` (None without any)."""
-    if not models:
-        return None
-    from node_agent.inference.engine import Engine, LocalReplayer
-    from node_agent.model_files import describe_model
-
-    held = {}
-    for value in models:
-        model_id, _, path = value.rpartition("=")
-        directory = Path(path).expanduser().resolve()
-        spec = describe_model(model_id or str(directory), directory)
-        held[spec.model_id] = (str(directory), spec.weights_digest)
-    return LocalReplayer(Engine(), held)
-
-
 def _coordinator(args: argparse.Namespace) -> int:
     from contracts import hop_trace
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
     from mlxnet.heap import freeze_start_up_heap
+    from mlxnet.verifier import child_checker
 
     hop_trace.open_from_environment()
     config = CoordinatorConfig(database_url=_database_url(args),
@@ -69,7 +54,7 @@ def _coordinator(args: argparse.Namespace) -> int:
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
                                allow_anonymous=args.allow_anonymous)
     running = start(config, args.host, args.port, http_port=args.http_port,
-                    replayer=_verifier_replayer(args.verify_model))
+                    checker=child_checker(args.verify_model))
     freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
