@@ -38,6 +38,9 @@ DEFAULT_DATA_DIR = Path("~/.mlxnet/node").expanduser()
 REFERENCE_MODEL_ID = "mlxnet/tiny-llama (reference)"
 
 
+OPERATOR_KEY_ENV = "MLXNET_OPERATOR_KEY"
+
+
 def parse_model_flag(value: str) -> tuple[str, Path]:
     """`ID=PATH` serves PATH under ID; a bare PATH is served under its absolute path."""
     model_id, _, path = value.rpartition("=")
@@ -56,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(for demos and tests; the coordinator marks the node simulated)")
     parser.add_argument("--operator", help="operator account credited for this node's work "
                         "(default: node.toml, else the node id)")
+    parser.add_argument("--operator-key", default=os.environ.get(OPERATOR_KEY_ENV, ""),
+                        help=f"the operator's key (mlxo_..., or ${OPERATOR_KEY_ENV}), which proves "
+                        "--operator to the coordinator; its admin makes one with `mlxnet keys "
+                        "create --operator NAME`. Without it the node is its own operator")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         coordinator=coordinator, identity=identity, hardware=hardware, models=tuple(models),
         operator_id=args.operator or config.operator or identity.node_id,
         display_name=args.name or config.name or identity.node_id,
-        max_concurrent_jobs=args.max_concurrent_jobs)
+        max_concurrent_jobs=args.max_concurrent_jobs, operator_key=args.operator_key)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     hooks.monitor.on_change = lambda _state: agent.heartbeat_now()

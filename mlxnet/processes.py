@@ -16,6 +16,11 @@ from pathlib import Path
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
+OPERATOR_KEY_ENV = "MLXNET_OPERATOR_KEY"
+# Coordinators this process started: address -> database URL, so the operators of nodes
+# started against them get keys as the coordinator's admin would issue them.
+_COORDINATOR_DATABASES: dict[str, str] = {}
+_OPERATOR_KEYS: dict[tuple[str, str], str] = {}
 
 
 class ProcessStartError(RuntimeError):
@@ -110,7 +115,32 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
         raise
     child.extra["address"] = child.ready_line.rsplit(" ", 1)[1]
     child.extra["http_address"] = gateway_line.rsplit(" ", 1)[1]
+    from coordinator.storage.database import default_sqlite_url
+
+    child.extra["database_url"] = database_url or default_sqlite_url(work_dir / "coordinator")
+    _COORDINATOR_DATABASES[child.extra["address"]] = child.extra["database_url"]
     return child
+
+
+def operator_key(coordinator: str, operator: str) -> str | None:
+    """A key for the operator on a coordinator this process started (as `mlxnet keys create
+    --operator` would make it), made once; None for any other coordinator."""
+    database_url = _COORDINATOR_DATABASES.get(coordinator)
+    if database_url is None:
+        return None
+    if (coordinator, operator) not in _OPERATOR_KEYS:
+        from coordinator.storage.database import Database
+        from coordinator.world.operator_keys import create_operator_key
+
+        db = Database(database_url)
+        try:
+            with db.transaction() as session:
+                _, key = create_operator_key(session, operator, "started with its nodes",
+                                             time.time_ns() // 1_000_000)
+        finally:
+            db.dispose()
+        _OPERATOR_KEYS[(coordinator, operator)] = key
+    return _OPERATOR_KEYS[(coordinator, operator)]
 
 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
@@ -125,6 +155,9 @@ def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *
         argv += ["--profile", profile]
     if operator:
         argv += ["--operator", operator]
+        key = operator_key(coordinator, operator)
+        if key is not None and OPERATOR_KEY_ENV not in (env or {}):
+            env = {**(env or {}), OPERATOR_KEY_ENV: key}  # not in argv, where ps shows it
     return _spawn(name, argv, work_dir / "logs" / f"{name}.log", env)
 
 

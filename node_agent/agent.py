@@ -48,6 +48,7 @@ class AgentSettings:
     operator_id: str
     display_name: str
     max_concurrent_jobs: int = 1
+    operator_key: str = ""  # mlxo_...: proves operator_id to the coordinator
 
 
 class NodeAgent:
@@ -125,7 +126,7 @@ class NodeAgent:
         interval_ms = self._client.register(s.identity, s.hardware, tuple(m for m, _ in s.models),
                                             s.operator_id, s.display_name, s.max_concurrent_jobs,
                                             self._hooks.status(self._warm_model_ids()),
-                                            self._hooks.pod())
+                                            self._hooks.pod(), s.operator_key)
         self._heartbeat_interval_s = interval_ms / 1000
         self._active.clear()  # a new registration hands back everything from before
         self.registered.set()

@@ -31,7 +31,14 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return self._service.nodes.authenticate(_session_token(context))
 
     @translate_errors
-    def Register(self, request, context):  # noqa: N802 (gRPC names)
+    def RegisterChallenge(self, request, context):  # noqa: N802 (gRPC names)
+        if len(request.public_key) != 32:
+            raise InvalidRequest("public_key must be a raw 32-byte Ed25519 key")
+        nonce, expires_at_ms = self._service.nodes.challenge(request.public_key)
+        return node_pb2.RegisterChallengeResponse(nonce=nonce, expires_at_ms=expires_at_ms)
+
+    @translate_errors
+    def Register(self, request, context):  # noqa: N802
         node_id, token = self._service.nodes.register(convert.registration_from_pb(request))
         return node_pb2.RegisterResponse(
             node_id=node_id, session_token=token,

@@ -20,6 +20,7 @@ from coordinator.model import (
     TokenChunk,
 )
 from coordinator.nodes import registry, reports
+from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, node_rows
@@ -33,10 +34,16 @@ class NodeSessions:
     def __init__(self, core: ServiceCore, checks: Checks) -> None:
         self._core = core
         self._checks = checks  # which models the coordinator's own verifier holds
+        self.challenges = ChallengeBook()
+
+    def challenge(self, public_key: bytes) -> tuple[bytes, int]:
+        """A single-use nonce the node signs into its next registration, and its expiry."""
+        return self.challenges.issue(public_key, self._core.clock.now_ms())
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms())
+            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
+                                               self.challenges)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
                  registration.operator_id)

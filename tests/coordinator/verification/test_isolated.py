@@ -31,9 +31,8 @@ from tests.coordinator.verification.test_outcomes import (  # noqa: F401 (the se
     service,
 )
 from contracts.models import ModelSpec
-from contracts.signing import register_challenge
 from coordinator.jobs.submission import Submission
-from coordinator.nodes.registry import Registration
+from tests.node_registration import register_node
 from tests.coordinator.verification.test_outcomes import HARDWARE
 
 VOCAB_MODEL = ModelSpec(**{**MODEL.__dict__, "model_id": "vocab", "vocab_size": 1000})
@@ -137,9 +136,5 @@ def test_a_token_id_outside_the_vocabulary_is_refused_and_nothing_is_stored(
 
 
 def _register_model(service: CoordinatorService, identity, spec: ModelSpec) -> None:  # type: ignore[no-untyped-def]
-    now = service.clock.now_ms()
-    service.nodes.register(Registration(
-        public_key=identity.public_key_raw, signature=identity.sign(register_challenge(identity.node_id, now)),
-        timestamp_ms=now, hardware=HARDWARE, models=(spec,), operator_id="mallory",
-        display_name="mallory", max_concurrent_jobs=4))
+    register_node(service, identity, HARDWARE, (spec,), "mallory", max_concurrent_jobs=4)
 
