@@ -21,6 +21,7 @@ from coordinator.rpc.job_servicer import JobServicer
 from coordinator.rpc.node_servicer import NodeServicer
 from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
+from contracts.models import ModelSpec
 from coordinator.verification.isolated import Checker
 from coordinator.verification.replay_check import Replayer
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
@@ -71,11 +72,13 @@ def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> N
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
           migrate: bool = True, http_port: int | None = None,
-          replayer: Replayer | None = None, checker: Checker | None = None) -> RunningCoordinator:
+          replayer: Replayer | None = None, checker: Checker | None = None,
+          pinned_models: tuple[ModelSpec, ...] = ()) -> RunningCoordinator:
     """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port).
 
     With a checker (a replay child process, verification/isolated.py) or a replayer (in
     this process: tests), a verifier worker replays sampled jobs of the models it holds.
+    pinned_models bind their ids to those weights in the catalog (the verifier's own copies).
     """
     if migrate:
         upgrade_schema(config.database_url)
@@ -84,6 +87,8 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
         service.checks.attach_verifier(replayer)
     if checker is not None:
         service.checks.attach_checker(checker)
+    if pinned_models:
+        service.nodes.pin_models(pinned_models, "coordinator-verifier")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX))
     job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(service), server)
     node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)

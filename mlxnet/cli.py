@@ -46,15 +46,17 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
     from mlxnet.heap import freeze_start_up_heap
-    from mlxnet.verifier import child_checker
+    from mlxnet.verifier import child_checker, verified_specs
 
     hop_trace.open_from_environment()
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
                                allow_anonymous=args.allow_anonymous)
+    verified = verified_specs(args.verify_model)
     running = start(config, args.host, args.port, http_port=args.http_port,
-                    checker=child_checker(args.verify_model))
+                    checker=child_checker(verified),
+                    pinned_models=tuple(spec for _, spec in verified.values()))
     freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from contracts.models import ModelSpec
 from coordinator.verification.isolated import ChildProcessChecker, ReplayerRecipe
 from node_agent.model_files import describe_model
 
@@ -20,22 +21,22 @@ def build_replayer(held: dict[str, tuple[str, str]]):  # type: ignore[no-untyped
     return LocalReplayer(Engine(), held)
 
 
-def held_models(values: list[str]) -> dict[str, tuple[str, str]]:
-    """model id -> (directory, weights digest) for each `[ID=]PATH`."""
-    held = {}
+def verified_specs(values: list[str]) -> dict[str, tuple[str, ModelSpec]]:
+    """model id -> (directory, spec) for each `[ID=]PATH`, read from the files (no MLX)."""
+    specs = {}
     for value in values:
         model_id, _, path = value.rpartition("=")
         directory = Path(path).expanduser().resolve()
         spec = describe_model(model_id or str(directory), directory)
-        held[spec.model_id] = (str(directory), spec.weights_digest)
-    return held
+        specs[spec.model_id] = (str(directory), spec)
+    return specs
 
 
-def child_checker(values: list[str]) -> ChildProcessChecker | None:
-    """The verifier for `--verify-model` values, None without any."""
-    if not values:
+def child_checker(specs: dict[str, tuple[str, ModelSpec]]) -> ChildProcessChecker | None:
+    """The verifier for these models, None without any."""
+    if not specs:
         return None
-    held = held_models(values)
+    held = {model_id: (directory, spec.weights_digest) for model_id, (directory, spec) in specs.items()}
     recipe = ReplayerRecipe(functools.partial(build_replayer, held),
                             tuple((model_id, digest) for model_id, (_, digest) in held.items()))
     return ChildProcessChecker(recipe)

@@ -15,10 +15,11 @@ from contracts.lending import LendingState
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration, pod_problems
 from contracts.signing import PUBLIC_KEY_BYTES, signature_is_valid
-from coordinator.errors import InvalidRequest, PermissionDenied, Unauthenticated
+from coordinator.errors import InvalidRequest, PermissionDenied, RateLimited, Unauthenticated
 from coordinator.jobs.handback import hand_back_jobs
 from coordinator.model import NodeRecord
-from coordinator.nodes import reports
+from coordinator.nodes import catalog, reports
+from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.nodes.operators import proven_operator
 from coordinator.storage import node_rows
@@ -74,11 +75,16 @@ def _validate(registration: Registration, now_ms: int, challenges: ChallengeBook
     return node_id
 
 
-def register(session: Session, registration: Registration, now_ms: int,
-             challenges: ChallengeBook) -> tuple[NodeId, str]:
+def register(session: Session, registration: Registration, now_ms: int, challenges: ChallengeBook,
+             operator_buckets: TokenBuckets | None = None) -> tuple[NodeId, str]:
     """Record the node and open a new session; jobs of the node's previous run are handed back."""
     node_id = _validate(registration, now_ms, challenges)
     operator_id = proven_operator(session, node_id, registration.operator_id, registration.operator_key)
+    if operator_buckets is not None and not operator_buckets.take(operator_id, now_ms):
+        wait_s = operator_buckets.seconds_until_next(operator_id, now_ms)
+        raise RateLimited(f"operator {operator_id[:64]!r} is registering nodes faster than the "
+                          f"coordinator allows; try again in {wait_s} s", retry_after_s=wait_s)
+    catalog.check_and_bind(session, registration.models, node_id, now_ms)
     token = secrets.token_urlsafe(32)
     node = NodeRecord(
         node_id=node_id, public_key=registration.public_key,

@@ -10,6 +10,7 @@ import grpc
 from contracts import hop_trace
 from coordinator.errors import InvalidRequest
 from coordinator.model import NodeRecord
+from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.status import translate_errors, translate_stream_errors
 from coordinator.service import CoordinatorService
@@ -34,7 +35,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     def RegisterChallenge(self, request, context):  # noqa: N802 (gRPC names)
         if len(request.public_key) != 32:
             raise InvalidRequest("public_key must be a raw 32-byte Ed25519 key")
-        nonce, expires_at_ms = self._service.nodes.challenge(request.public_key)
+        nonce, expires_at_ms = self._service.nodes.challenge(request.public_key,
+                                                             address_of_peer(context.peer()))
         return node_pb2.RegisterChallengeResponse(nonce=nonce, expires_at_ms=expires_at_ms)
 
     @translate_errors

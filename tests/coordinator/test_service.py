@@ -23,9 +23,11 @@ from tests.node_registration import register_node
 
 GIB = 1 << 30
 SMALL = ModelSpec(model_id="small", weights_bytes=GIB, parameter_count=500_000_000, num_layers=8,
-                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096)
+                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096,
+                  weights_digest="5a" * 32, vocab_size=32_000)
 HUGE = ModelSpec(model_id="huge", weights_bytes=2000 * GIB, parameter_count=10**12, num_layers=60,
-                 num_attention_heads=64, num_kv_heads=8, head_dim=128, max_context_tokens=4096)
+                 num_attention_heads=64, num_kv_heads=8, head_dim=128, max_context_tokens=4096,
+                 weights_digest="4b" * 32, vocab_size=32_000)
 
 
 class FakeClock:

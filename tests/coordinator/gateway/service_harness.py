@@ -25,7 +25,7 @@ from tests.node_registration import register_node as register_signed_node
 GIB = 1 << 30
 MODEL = ModelSpec(model_id="test/small", weights_bytes=GIB, parameter_count=500_000_000,
                   num_layers=8, num_attention_heads=8, num_kv_heads=8, head_dim=64,
-                  max_context_tokens=4096)
+                  max_context_tokens=4096, weights_digest="5a" * 32, vocab_size=32_000)
 
 
 class FakeClock:

@@ -41,7 +41,7 @@ from tests.node_registration import register_node
 GIB = 1 << 30
 MODEL = ModelSpec(model_id="small", weights_bytes=GIB, parameter_count=500_000_000, num_layers=8,
                   num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096,
-                  weights_digest="cd" * 32)
+                  weights_digest="cd" * 32, vocab_size=32_000)
 HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                           memory_bytes=64 * GIB, gpu_working_set_bytes=48 * GIB, gpu_cores=40,
                           memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
