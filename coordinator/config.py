@@ -55,6 +55,9 @@ class CoordinatorConfig:
     # How fast nodes may register, per source address and per operator, and when a silent
     # node expires (coordinator.nodes.admission).
     registration_limits: RegistrationLimits = field(default_factory=RegistrationLimits)
+    # Demos only (`mlxnet coordinator --trust-simulated-hardware`): place nodes that declare a
+    # simulated Mac (--profile) by the chip they declare, unmeasured. Never pays a seat bonus.
+    trust_simulated_hardware: bool = False
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max

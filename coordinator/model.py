@@ -55,6 +55,14 @@ class NodeRecord:
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.model_id == model_id), None)
 
+    @property
+    def hardware_verified(self) -> bool:
+        """The node's own benchmark fits the chip it claims (coordinator/nodes/benchmark_check.py).
+
+        Until then its hardware is only claimed: placement treats it as the slowest Mac and
+        the Ultra-seat bonus is not paid on it."""
+        return self.measured_bandwidth_gb_s is not None and self.benchmark_flag is None
+
 
 @dataclass(frozen=True)
 class JobRecord:

@@ -52,7 +52,8 @@ def _coordinator(args: argparse.Namespace) -> int:
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
-                               allow_anonymous=args.allow_anonymous)
+                               allow_anonymous=args.allow_anonymous,
+                               trust_simulated_hardware=args.trust_simulated_hardware)
     verified = verified_specs(args.verify_model)
     running = start(config, args.host, args.port, http_port=args.http_port,
                     checker=child_checker(verified),
@@ -118,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--heartbeat-interval-ms", type=int, default=2000)
     coordinator.add_argument("--http-port", type=int, default=8080,
                              help="the OpenAI-compatible HTTP API's port; 0 picks a free port")
+    coordinator.add_argument("--trust-simulated-hardware", action="store_true",
+                             help="demos only: place nodes declaring a simulated Mac (--profile) by "
+                             "the chip they declare; other claims wait for a benchmark that fits")
     coordinator.add_argument("--allow-anonymous", action="store_true",
                              help="accept consumers without an API key (the network pays)")
     coordinator.add_argument("--verify-model", action="append", default=[], metavar="[ID=]PATH",

@@ -89,6 +89,7 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
 def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
                       heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
                       http_port: int = 0, allow_anonymous: bool = False,
+                      trust_simulated_hardware: bool = False,
                       verify_models: tuple[str, ...] = ()) -> Child:
     """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's.
 
@@ -100,6 +101,8 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
         argv += ["--database-url", database_url]
     if allow_anonymous:
         argv.append("--allow-anonymous")
+    if trust_simulated_hardware:
+        argv.append("--trust-simulated-hardware")
     for model in verify_models:
         argv += ["--verify-model", model]
     child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
