@@ -20,12 +20,14 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("model", "clock", "errors"),
     ("placement",),
+    ("metrics",),  # the registry and its recording calls; metrics.readings reads the database
     ("verification.policy", "verification.tolerances", "verification.judge", "verification.tokens"),
     ("config",),
     ("storage",),
     ("live",),
     ("money",),
     ("verification",),
+    ("metrics.readings",),
     ("jobs",),
     ("nodes",),
     ("scheduling",),

@@ -16,6 +16,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.errors import CoordinatorError, Unauthenticated, UnknownModel
@@ -140,6 +141,12 @@ def create_app(bridge: Bridge) -> FastAPI:
               responses={**_COMMON_ERRORS, 409: _ERROR})
     async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
         return await job_response(await bridge.call(service.jobs.cancel, job_id, who), who)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus metrics (coordinator.metrics); the network's figures are read at each scrape."""
+        body = await bridge.call(service.core.metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app
