@@ -31,6 +31,7 @@ from coordinator.gateway.errors import (
     on_job_error,
     on_validation_error,
 )
+from coordinator.gateway.request_ids import RequestIds
 from coordinator.gateway.requests import chat_submission, completion_submission
 from coordinator.gateway.schemas import (
     ChatCompletion,
@@ -87,6 +88,7 @@ def create_app(bridge: Bridge) -> FastAPI:
                   description="OpenAI-compatible inference on Macs lent to MLX Network, with "
                               "metered API keys, verifiable receipts and job records.")
     app.state.bridge = bridge
+    app.add_middleware(RequestIds)  # X-Request-Id, and the id on the request's log lines
     app.add_exception_handler(CoordinatorError, on_coordinator_error)
     app.add_exception_handler(JobError, on_job_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
