@@ -2,7 +2,7 @@
 
 Quarantined nodes (failed checks) are left out; trust becomes each Mac's reputation.
 A Mac whose hardware is only claimed (no benchmark that fits its chip) is placed as the
-slowest Apple chip in the table, with no measured figure: a fake Ultra gets no fast jobs.
+slowest Apple chip in the table, or slower if it measured less: a fake Ultra gets no fast jobs.
 """
 
 from __future__ import annotations
@@ -35,9 +35,12 @@ def placement_figures(node: NodeRecord, config: CoordinatorConfig) -> tuple[Hard
     """The hardware and measured bandwidth placement may believe of this node."""
     if node.hardware_verified or (config.trust_simulated_hardware and node.hardware.simulated):
         return node.hardware, node.measured_bandwidth_gb_s if node.hardware_verified else None
+    floor = slowest_apple_bandwidth_gb_s()
     claimed = node.hardware.memory_bandwidth_gb_s
-    conservative = min(claimed, slowest_apple_bandwidth_gb_s()) if claimed > 0 else 0.0
-    return dataclasses.replace(node.hardware, memory_bandwidth_gb_s=conservative), None
+    conservative = min(claimed, floor) if claimed > 0 else 0.0
+    measured = node.measured_bandwidth_gb_s  # a benchmark that did not fit: believed only downwards
+    return (dataclasses.replace(node.hardware, memory_bandwidth_gb_s=conservative),
+            measured if measured is not None and measured < floor else None)
 
 
 def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]],
