@@ -22,6 +22,7 @@ from contracts.lending import LendingMode
 from contracts.models import ModelSpec
 from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
+from node_agent.coordinator_client import CallRejected
 from node_agent.hardware.discover import discover_host, simulated_profile
 from node_agent.identity import load_or_create_identity
 from node_agent.inference.engine import Engine, device_info
@@ -135,16 +136,21 @@ def run(args: argparse.Namespace) -> int:
              ", ".join(spec.model_id for spec, _ in models))
     hop_trace.open_from_environment()
     freeze_start_up_heap()
+    code = 0
     try:
         agent.run()
     except KeyboardInterrupt:
         agent.stop()
+    except CallRejected as refused:  # the coordinator refuses this node as it is: say why, stop
+        log.error("the coordinator refused this node: %s", refused)
+        agent.stop()
+        code = 2
     (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
     # MLX's and gRPC's native threads may still be winding down; tearing the interpreter
     # down under them can abort the process, so a finished agent exits here, cleanly.
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _setup_problem(config: NodeConfig, args: argparse.Namespace, node_id: str,
