@@ -23,7 +23,9 @@ from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
 from contracts.models import ModelSpec
 from coordinator.verification.isolated import Checker
+from coordinator.tls import ServerTls
 from coordinator.verification.replay_check import Replayer
+from contracts.tls import PlaintextRefused, is_loopback
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -70,16 +72,28 @@ def _verify_forever(service: CoordinatorService, stopping: threading.Event) -> N
         service.notifier.wait(VERIFICATION_TOPIC, seen, service.config.stream_poll_interval_s)
 
 
+def _listen(server: grpc.Server, host: str, port: int, tls: ServerTls | None) -> int:
+    if tls is None:
+        return server.add_insecure_port(f"{host}:{port}")
+    credentials = grpc.ssl_server_credentials([(tls.key_pem, tls.cert_pem)])
+    return server.add_secure_port(f"{host}:{port}", credentials)
+
+
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
           migrate: bool = True, http_port: int | None = None,
           replayer: Replayer | None = None, checker: Checker | None = None,
-          pinned_models: tuple[ModelSpec, ...] = ()) -> RunningCoordinator:
+          pinned_models: tuple[ModelSpec, ...] = (), tls: ServerTls | None = None) -> RunningCoordinator:
     """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port).
+
+    Both over TLS with tls; without it, plaintext, which only a loopback host may serve.
 
     With a checker (a replay child process, verification/isolated.py) or a replayer (in
     this process: tests), a verifier worker replays sampled jobs of the models it holds.
     pinned_models bind their ids to those weights in the catalog (the verifier's own copies).
     """
+    if tls is None and not is_loopback(host):
+        raise PlaintextRefused(f"plaintext on {host} refused: without TLS the coordinator "
+                               "only listens on loopback")
     if migrate:
         upgrade_schema(config.database_url)
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
@@ -99,7 +113,7 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
          reflection.SERVICE_NAME), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    bound = _listen(server, host, port, tls)
     if bound == 0:
         raise OSError(f"could not listen on {host}:{port}; is the port in use?")
     server.start()
@@ -119,6 +133,6 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
         log.warning("placement planner: %s", planner.describe())
     else:
         log.info("placement planner: %s", planner.describe())
-    gateway = start_gateway(service, host, http_port) if http_port is not None else None
+    gateway = start_gateway(service, host, http_port, tls=tls) if http_port is not None else None
     return RunningCoordinator(server, service, bound, stopping, gateway)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from mlxnet import log_format
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
+log = logging.getLogger("mlxnet")
 
 
 def _database_url(args: argparse.Namespace) -> str:
@@ -45,12 +46,20 @@ def _add_database_flags(parser: argparse.ArgumentParser) -> None:
 
 def _coordinator(args: argparse.Namespace) -> int:
     from contracts import hop_trace
+    from contracts.tls import TransportRefused
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
+    from coordinator.tls import TlsSetupError
+    from mlxnet.coordinator_tls import server_tls
     from mlxnet.heap import freeze_start_up_heap
     from mlxnet.verifier import child_checker, verified_specs
 
     hop_trace.open_from_environment()
+    try:
+        tls = server_tls(args)
+    except (TransportRefused, TlsSetupError) as error:
+        log.error("%s", error)
+        return 2
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
@@ -59,13 +68,16 @@ def _coordinator(args: argparse.Namespace) -> int:
     verified = verified_specs(args.verify_model)
     running = start(config, args.host, args.port, http_port=args.http_port,
                     checker=child_checker(verified),
-                    pinned_models=tuple(spec for _, spec in verified.values()))
+                    pinned_models=tuple(spec for _, spec in verified.values()), tls=tls)
     freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
     sys.stdout.write(f"coordinator listening on {args.host}:{running.port}\n")
     assert running.gateway is not None
     sys.stdout.write(f"gateway listening on {args.host}:{running.gateway.port}\n")
+    # The third line: `coordinator certificate FINGERPRINT PATH`, or `... none` in plaintext.
+    sys.stdout.write(f"coordinator certificate {tls.fingerprint} {tls.cert_path}\n" if tls
+                     else "coordinator certificate none (plaintext on loopback)\n")
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, lambda *_: running.server.stop(2))
     try:
@@ -133,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--trust-simulated-hardware", action="store_true",
                              help="demos only: place nodes declaring a simulated Mac (--profile) by "
                              "the chip they declare; other claims wait for a benchmark that fits")
+    coordinator.add_argument("--tls-cert", type=Path, help="the certificate chain (PEM), e.g. "
+                             "from an ACME client; default: a self-signed one kept in --data-dir")
+    coordinator.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
+    coordinator.add_argument("--insecure", action="store_true",
+                             help="plaintext gRPC and HTTP, allowed only on a loopback --host")
     coordinator.add_argument("--allow-anonymous", action="store_true",
                              help="accept consumers without an API key (the network pays)")
     coordinator.add_argument("--verify-model", action="append", default=[], metavar="[ID=]PATH",

@@ -11,20 +11,29 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from contracts import hop_trace
 from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
+from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
-    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
+    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
+    SessionExpired,
 )
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
-from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong, with_commitment
+from node_agent.inference.engine import (
+    Engine,
+    GenerationRequest,
+    PromptRefused,
+    PromptTooLong,
+    with_commitment,
+)
 from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
@@ -50,6 +59,9 @@ class AgentSettings:
     display_name: str
     max_concurrent_jobs: int = 1
     operator_key: str = ""  # mlxo_...: proves operator_id to the coordinator
+    trust: CoordinatorTrust = CoordinatorTrust()  # how the coordinator's certificate is checked
+    on_first_use: Callable[[str], None] | None = None  # remembers a fingerprint trusted on first use
+    region: str = ""  # published on MLX World's map; empty: not shown there
 
 
 class NodeAgent:
@@ -60,7 +72,7 @@ class NodeAgent:
         self._engine = engine
         self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
         self._heartbeat_wake = threading.Event()
-        self._client = CoordinatorClient(settings.coordinator)
+        self._client = CoordinatorClient(settings.coordinator, settings.trust, settings.on_first_use)
         self.stopping = threading.Event()
         self._reports = JobReports(self._client, settings.identity, self._hooks.job_finished,
                                    self.stopping)
@@ -73,6 +85,7 @@ class NodeAgent:
         self._sender_threads = SenderThreads()
         self._heartbeat_interval_s = 2.0
         self.registered = threading.Event()
+        self.untrusted: CoordinatorUntrusted | None = None  # why the agent stopped, if it did
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -90,11 +103,24 @@ class NodeAgent:
                     self._accept(assignment)
             except SessionExpired:
                 self.registered.clear()
+            except CoordinatorUntrusted as error:
+                log.error("refusing the coordinator: %s", error)
+                self.untrusted = error
+                self.stop()
             except CoordinatorUnavailable as error:
                 log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
                 self.stopping.wait(delay_s)
                 delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
+                self._check_trust()  # a changed certificate only shows as UNAVAILABLE
         self._client.close()
+
+    def _check_trust(self) -> None:
+        try:
+            self._client.check_trust()
+        except CoordinatorUntrusted as error:
+            log.error("refusing the coordinator: %s", error)
+            self.untrusted = error
+            self.stop()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -128,7 +154,7 @@ class NodeAgent:
         interval_ms = self._client.register(s.identity, s.hardware, tuple(m for m, _ in s.models),
                                             s.operator_id, s.display_name, s.max_concurrent_jobs,
                                             self._hooks.status(self._warm_model_ids()),
-                                            self._hooks.pod(), s.operator_key)
+                                            self._hooks.pod(), s.operator_key, s.region)
         self._heartbeat_interval_s = interval_ms / 1000
         self._active.clear()  # a new registration hands back everything from before
         self.registered.set()
@@ -227,6 +253,10 @@ class NodeAgent:
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)
+            return False
+        except PromptRefused as error:
+            sender.close()
+            self._reports.failure(assignment.job_id, str(error))
             return False
         timeline.mark("generated")
         if not result.stopped_early:

@@ -5,13 +5,21 @@ gRPC failures are translated here, once:
     CoordinatorCallError
     ├── CoordinatorUnavailable   retry later (network, restart, deadline)
     ├── SessionExpired           register again
-    └── CallRejected             the coordinator refused; retrying the same call won't help
+    ├── CallRejected             the coordinator refused; retrying the same call won't help
+    └── CoordinatorUntrusted     its certificate is not the trusted one: stop, loudly
+
+The channel is TLS (protos.wire.channel), opened at the first call: the certificate is then
+checked against the pin, the system's CAs, or (a node's first join) trusted on first use
+and reported through on_first_use so the agent remembers it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -22,11 +30,14 @@ from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration
+from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
+from protos.wire.channel import open_channel
 from protos.wire.models import model_spec_to_pb
 from protos.wire.registration import registration_signing_bytes
 
+log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
 RPC_DEADLINE_S = 15.0
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -50,6 +61,10 @@ class CallRejected(CoordinatorCallError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+class CoordinatorUntrusted(CoordinatorCallError):
+    """Plaintext off loopback, a certificate no CA or pin vouches for, or a changed one."""
 
 
 def _translate(error: grpc.RpcError) -> CoordinatorCallError:
@@ -153,14 +168,14 @@ def register_request(identity: Identity, nonce: bytes, hardware: HardwareReport,
                      models: tuple[ModelSpec, ...], operator_id: str, display_name: str,
                      max_concurrent_jobs: int, status: NodeStatus | None = None,
                      pod: PodDeclaration | None = None, operator_key: str = "",
-                     ) -> node_pb2.RegisterRequest:
+                     region: str = "") -> node_pb2.RegisterRequest:
     """A RegisterRequest for the coordinator's nonce, signed over all of it."""
     request = node_pb2.RegisterRequest(
         public_key=identity.public_key_raw, timestamp_ms=time.time_ns() // 1_000_000,
         hardware=_hardware_pb(hardware), models=[model_spec_to_pb(m) for m in models],
         operator_id=operator_id, display_name=display_name,
         max_concurrent_jobs=max_concurrent_jobs, agent_version="0.1.0", nonce=nonce,
-        operator_key=operator_key)
+        operator_key=operator_key, region=region)
     if status is not None:
         request.lending.CopyFrom(_lending_pb(status.lending))
         request.warm_models.extend(status.warm_models)
@@ -173,16 +188,71 @@ def register_request(identity: Identity, nonce: bytes, hardware: HardwareReport,
 
 
 class CoordinatorClient:
-    def __init__(self, address: str) -> None:
-        self._channel = grpc.insecure_channel(address)
-        self._stub = node_pb2_grpc.NodeServiceStub(self._channel)
+    def __init__(self, address: str, trust: CoordinatorTrust = CoordinatorTrust(),
+                 on_first_use: Callable[[str], None] | None = None) -> None:
+        """on_first_use(fingerprint): a certificate was trusted on first use; remember it."""
+        self._address = address
+        self._trust = trust
+        self._on_first_use = on_first_use
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub_value: node_pb2_grpc.NodeServiceStub | None = None
+        self._closed = False
         self._session = ""
         self._models: dict[str, ModelSpec] = {}
         self._identity: Identity | None = None
         self._last_sent_ms = 0
 
+    @property
+    def trust(self) -> CoordinatorTrust:
+        return self._trust
+
+    @property
+    def _stub(self) -> node_pb2_grpc.NodeServiceStub:
+        with self._lock:
+            if self._closed:
+                raise CoordinatorUnavailable("the client is closed")
+            if self._stub_value is None:
+                self._open()
+            assert self._stub_value is not None
+            return self._stub_value
+
+    def _open(self) -> None:
+        try:
+            channel, decision = open_channel(self._address, self._trust)
+        except TransportRefused as error:
+            raise CoordinatorUntrusted(str(error)) from error
+        except (OSError, ValueError) as error:
+            raise CoordinatorUnavailable(f"cannot reach {self._address}: {error}") from error
+        if decision.basis == "first use":
+            log.warning("trusting the coordinator at %s on first use: certificate fingerprint "
+                        "%s; from now on only this certificate is accepted", self._address,
+                        decision.fingerprint)
+            self._trust = dataclasses.replace(self._trust, fingerprint=decision.fingerprint,
+                                              trust_on_first_use=False)
+            if self._on_first_use is not None:
+                self._on_first_use(decision.fingerprint)
+        self._channel = channel
+        self._stub_value = node_pb2_grpc.NodeServiceStub(channel)
+
+    def check_trust(self) -> None:
+        """Raises CoordinatorUntrusted when the coordinator now shows a certificate not trusted.
+
+        For after a broken connection: a channel pinned to the old certificate only says
+        UNAVAILABLE, and this says why. An unreachable coordinator has nothing to check yet.
+        """
+        try:
+            decide(self._address, self._trust)
+        except TransportRefused as error:
+            raise CoordinatorUntrusted(str(error)) from error
+        except (OSError, ValueError):
+            pass
+
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            self._closed = True
+            if self._channel is not None:
+                self._channel.close()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return ((SESSION_METADATA_KEY, self._session),)
@@ -190,14 +260,15 @@ class CoordinatorClient:
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,
                  status: NodeStatus | None = None, pod: PodDeclaration | None = None,
-                 operator_key: str = "") -> int:
+                 operator_key: str = "", region: str = "") -> int:
         """Register and keep the session; returns the heartbeat interval in ms."""
         try:
             challenge = self._stub.RegisterChallenge(
                 node_pb2.RegisterChallengeRequest(public_key=identity.public_key_raw),
                 timeout=RPC_DEADLINE_S)
             request = register_request(identity, challenge.nonce, hardware, models, operator_id,
-                                       display_name, max_concurrent_jobs, status, pod, operator_key)
+                                       display_name, max_concurrent_jobs, status, pod, operator_key,
+                                       region)
             response = self._stub.Register(request, timeout=RPC_DEADLINE_S)
         except grpc.RpcError as error:
             raise _translate(error) from error

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from contracts.tls import PlaintextRefused, is_loopback
 from coordinator.gateway.app import create_app
 from coordinator.gateway.bridge import Bridge
 from coordinator.service import CoordinatorService
+from coordinator.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +61,19 @@ class RunningGateway:
 
 
 def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
-                  port: int = 0, streams_max: int = STREAMS_MAX) -> RunningGateway:
-    """Listen on host:port (0 picks a free port) and serve until stop().
+                  port: int = 0, streams_max: int = STREAMS_MAX,
+                  tls: ServerTls | None = None) -> RunningGateway:
+    """Listen on host:port (0 picks a free port) and serve until stop(), over TLS with tls.
 
     streams_max: jobs streamed at once; more are refused with 503."""
+    if tls is None and not is_loopback(host):
+        raise PlaintextRefused(f"plaintext HTTP on {host} refused: only loopback may go without TLS")
     bridge = Bridge(service, SERVICE_CALLS_MAX, streams_max)
     listener = socket.create_server((host, port), reuse_port=False)
     config = uvicorn.Config(create_app(bridge), log_config=None, access_log=False,
-                            timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off")
+                            timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off",
+                            ssl_certfile=str(tls.cert_path) if tls else None,
+                            ssl_keyfile=str(tls.key_path) if tls else None)
     server = _Server(config)
     thread = threading.Thread(target=server.serve_forever, args=(listener,), name="gateway",
                               daemon=True)

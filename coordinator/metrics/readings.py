@@ -23,8 +23,7 @@ from coordinator.metrics import names
 from coordinator.model import JobStatus
 from coordinator.storage.tables import job_assignments, jobs, nodes
 from coordinator.verification.store import CheckStatus, CreditState, job_checks
-from ledger import tables as ledger_tables
-from ledger.model import AccountKind
+from ledger import api as ledger
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +69,17 @@ def _checks_by_outcome(session: Session) -> dict[str, int]:
 
 
 def read_network(session: Session, now_ms: int, offline_after_ms: int) -> NetworkReading:
-    accounts = ledger_tables.accounts
-    posted, held = session.execute(
-        select(func.sum(accounts.c.credits_posted), func.sum(accounts.c.credits_pending))
-        .where(accounts.c.kind == AccountKind.OPERATOR.value)).one()
+    posted, held = ledger.operator_credit_totals(session)
     voided = session.execute(select(func.sum(job_checks.c.operator_credit)).where(
         job_checks.c.credit_state == CreditState.VOIDED.value)).scalar_one()
-    transfers = session.execute(select(ledger_tables.chain_head.c.last_sequence)).scalar()
+    transfers = ledger.chain_head(session).last_sequence
     return NetworkReading(
         waiting_by_model=_jobs_by_model(session, _WAITING),
         running_by_model=_jobs_by_model(session, _RUNNING),
         macs_by_state=_macs_by_state(session, now_ms, offline_after_ms),
         checks_by_outcome=_checks_by_outcome(session),
-        credits_held_base_units=int(held or 0), credits_posted_base_units=int(posted or 0),
-        credits_voided_base_units=int(voided or 0), ledger_transfers=int(transfers or 0))
+        credits_held_base_units=held, credits_posted_base_units=posted,
+        credits_voided_base_units=int(voided or 0), ledger_transfers=transfers)
 
 
 def metric_families(reading: NetworkReading) -> Iterator[Metric]:

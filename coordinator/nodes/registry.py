@@ -46,6 +46,7 @@ class Registration:
     signed_message: bytes = b""
     nonce: bytes = b""  # from RegisterChallenge, redeemed once
     operator_key: str = ""  # proves operator_id (coordinator/nodes/operators.py)
+    region: str = ""  # where the operator publishes the Mac on MLX World's map (world.places)
 
 
 def token_sha256(token: str) -> str:

@@ -125,7 +125,8 @@ def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
         warm_models=tuple(request.warm_models),
         pod=pod_from_pb(request.pod) if request.HasField("pod") else None,
         signed_message=registration_signing_bytes(request), nonce=request.nonce,
-        operator_key=request.operator_key)
+        operator_key=request.operator_key,
+        region=request.region)
 
 
 def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str,

@@ -39,6 +39,9 @@ class NodeSessions:
     def __init__(self, core: ServiceCore, checks: Checks) -> None:
         self._core = core
         self._checks = checks  # which models the coordinator's own verifier holds
+        # Called after a registration commits, with (node id, operator, the region the node
+        # publishes); MLX World stores it for its map (coordinator.world.world).
+        self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
         self.challenges = ChallengeBook()
         limits = core.config.registration_limits
         self._address_buckets = TokenBuckets(limits.per_address_burst, limits.per_address_per_minute,
@@ -62,9 +65,14 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
                                                self.challenges, self._operator_buckets)
+            node = node_rows.node_by_id(session, node_id)
+            assert node is not None, "registered in this transaction"
+            operator_id = node.operator_id  # proven by its key, not as claimed
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
-        log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
-                 registration.operator_id)
+        log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
+        if registration.region:
+            for listener in list(self.region_listeners):
+                listener(node_id, operator_id, registration.region)
         self._core.run_scheduler()
         return node_id, token
 

@@ -32,11 +32,11 @@ def test_an_out_of_vocabulary_token_id_is_refused_and_crashes_nothing(tmp_path: 
         address = coordinator.extra["address"]
         spec = describe_model(MODEL_ID, tiny_model_dir)
         assert spec.vocab_size > 0
-        mallory = CoordinatorClient(address)
+        mallory = CoordinatorClient(address, coordinator.trust)
         identity = load_or_create_identity(tmp_path / "mallory.pem")
         mallory.register(identity, simulated_profile("m4-max-128"), (spec,), "mallory", "mallory", 1,
                          operator_key=operator_key(address, "mallory") or "")
-        with JobClient(address) as consumer:
+        with JobClient(address, trust=coordinator.trust) as consumer:
             job = consumer.submit(MODEL_ID, "In the beginning", max_tokens=8)
             assignment = next(mallory.assignments())
             assert assignment.job_id == job.job_id
@@ -50,7 +50,7 @@ def test_an_out_of_vocabulary_token_id_is_refused_and_crashes_nothing(tmp_path: 
         assert coordinator.process.poll() is None  # still serving
         coordinator.stop()
         coordinator = _coordinator(tmp_path, database_url, tiny_model_dir, port)  # and after a restart
-        with JobClient(coordinator.extra["address"]) as consumer:
+        with JobClient(coordinator.extra["address"], trust=coordinator.trust) as consumer:
             assert consumer.get(job.job_id).job_id == job.job_id
         assert coordinator.process.poll() is None
     finally:
@@ -147,7 +147,7 @@ def test_stored_work_that_cannot_be_replayed_is_quarantined_once_and_never_again
         port = int(coordinator.extra["address"].rsplit(":", 1)[1])
         coordinator.stop()
         coordinator = _coordinator(tmp_path, database_url, tiny_model_dir, port)
-        with JobClient(coordinator.extra["address"]) as consumer:
+        with JobClient(coordinator.extra["address"], trust=coordinator.trust) as consumer:
             assert consumer.get(job_id).job_id == job_id  # serving, after the restart too
         again = _check_of(database_url, job_id)
         assert again == check  # not replayed again: nothing about the check changed

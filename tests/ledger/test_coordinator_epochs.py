@@ -16,7 +16,8 @@ from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_
 from coordinator.nodes.benchmark_check import benchmark_flag
 from coordinator.storage import node_rows
 from coordinator.storage.database import Database, upgrade_schema
-from ledger import epoch_store, epochs, jobs
+from ledger import epochs, jobs
+from ledger.storage import epoch_store
 from ledger.anchor import PayoutChain
 from ledger.policy import price_job
 from mlxnet import cli

@@ -45,7 +45,8 @@ def _direct_text(model_dir: Path, max_tokens: int) -> str:
 
 def _start_node(network: GatewayNetwork, name: str) -> None:
     child = spawn_node(network.work_dir, name, network.grpc_address,
-                       [f"{MODEL_ID}={network.model_dir}"], profile="m3-ultra-512", operator="bob")
+                       [f"{MODEL_ID}={network.model_dir}"], profile="m3-ultra-512", operator="bob",
+                       trust=network.trust)
     network.nodes.append(wait_until_registered(child))
 
 
@@ -65,7 +66,7 @@ def test_failover_is_invisible_before_the_first_token_and_clear_after_it(
     client = network.client(key)
     first = network.nodes[0]
     os.kill(first.process.pid, signal.SIGSTOP)  # alive to the coordinator, but it never streams
-    with JobClient(network.grpc_address, api_key=key) as grpc_client:
+    with JobClient(network.grpc_address, api_key=key, trust=network.trust) as grpc_client:
         job = grpc_client.submit(MODEL_ID, PROMPT, max_tokens=12, request_id="failover")
     assert list(job.node_ids) == [first.extra["node_id"]]
     assert job.job_id == job_id_for_request("acme", "failover")
