@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP API, as a FastAPI app over the coordinator's service.
 
-    POST /v1/chat/completions      POST /v1/completions
+    POST /v1/chat/completions      POST /v1/completions          POST /v1/messages (Anthropic's)
+    POST /v1/responses (OpenAI's Responses API)
     GET  /v1/models                GET  /v1/models/{model}
     GET  /v1/jobs/{id}             GET  /v1/jobs/{id}/receipt      POST /v1/jobs/{id}/cancel
 
@@ -21,6 +22,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.errors import CoordinatorError, Unauthenticated, UnknownModel
 from coordinator.gateway import jobs as views
+from coordinator.gateway.anthropic import add_messages_route
+from coordinator.gateway.responses import add_responses_route
 from coordinator.gateway.bridge import Bridge
 from coordinator.gateway.completions import run_completion
 from coordinator.gateway.errors import (
@@ -50,6 +53,7 @@ from coordinator.world import mount_world
 
 API_VERSION = "1.0.0"
 IDEMPOTENCY_KEY_CHARS_MAX = 128
+HEALTH_RETRY_AFTER_S = 2
 _ERROR = {"model": ErrorResponse}
 _COMMON_ERRORS = {400: _ERROR, 401: _ERROR, 404: _ERROR}
 _GENERATION_ERRORS = {
@@ -144,11 +148,25 @@ def create_app(bridge: Bridge) -> FastAPI:
     async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
         return await job_response(await bridge.call(service.jobs.cancel, job_id, who), who)
 
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        """200 while every background loop works; 503 with Retry-After while one cannot."""
+        loops = service.health.loops()
+        body = {"status": "ok" if service.health.healthy else "unhealthy", "loops": [
+            {"name": loop.name, "healthy": loop.healthy, "failures": loop.failures,
+             "failing_since_ms": loop.failing_since_ms, "last_error": loop.last_error}
+            for loop in loops]}
+        if service.health.healthy:
+            return JSONResponse(body)
+        return JSONResponse(body, status_code=503, headers={"retry-after": str(HEALTH_RETRY_AFTER_S)})
+
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         """Prometheus metrics (coordinator.metrics); the network's figures are read at each scrape."""
         body = await bridge.call(service.core.metrics.exposition)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
+    add_messages_route(app, bridge, _GENERATION_ERRORS)  # POST /v1/messages, Anthropic's API
+    add_responses_route(app, bridge, _GENERATION_ERRORS, _key_text)  # POST /v1/responses
     mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app

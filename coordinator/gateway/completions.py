@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
@@ -134,6 +135,17 @@ async def _failed(bridge: Bridge, job: JobRecord) -> JobError:
 
 # The request's own part of a job: what to submit and how to answer, once the caller is known.
 SubmissionFor = Callable[[Caller], tuple[Submission, ResponsePlan]]
+# A streamed answer: (bridge, plan, events, first event, caller, created_s) -> server-sent events.
+StreamFor = Callable[[Bridge, ResponsePlan, JobEvents, "TokenChunk | JobView", Caller, int],
+                     AsyncIterator[str]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How a route shapes a job's answer: OpenAI's (the default) or Anthropic's, say."""
+
+    whole: Callable[[ResponsePlan, JobRecord, list[TokenChunk]], dict]
+    stream: StreamFor
 
 
 def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
@@ -150,7 +162,7 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
 
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
-                         submission_for: SubmissionFor) -> Response:
+                         submission_for: SubmissionFor, answer: Answer | None = None) -> Response:
     hop_trace.begin_request()
     release_slot: Callable[[], None] | None = bridge.take_stream_slot()
     try:
@@ -172,14 +184,15 @@ async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
         hop_trace.job_hop(job_id, "first event on the event loop")
         if isinstance(first, JobView) and not ended_well(first.job):
             raise await _failed(bridge, first.job)
+        answer = answer or OPENAI_ANSWER
         if plan.stream:
-            stream = _events(bridge, plan, events, first, caller, view.job.created_at_ms // 1000)
+            stream = answer.stream(bridge, plan, events, first, caller, view.job.created_at_ms // 1000)
             events = None  # the stream owns it now
             return EventStreamResponse(stream, headers=headers)
         final, chunks = await _until_disconnect(request, _collect(bridge, plan, events, first, caller))
         if not ended_well(final.job):
             raise await _failed(bridge, final.job)
-        return JSONResponse(final_body(plan, final.job, chunks), headers=headers)
+        return JSONResponse(answer.whole(plan, final.job, chunks), headers=headers)
     except ClientGone:
         log.info("client of job %s went away before its answer", job_id)
         bridge.cancel_soon(job_id, caller)
@@ -259,3 +272,5 @@ def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, stre
         ending += renderer.usage_chunk(job_usage(job, streamed))
     return ending
 
+
+OPENAI_ANSWER = Answer(final_body, _events)

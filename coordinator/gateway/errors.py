@@ -4,6 +4,9 @@
                "code": null}}
 
 Request bodies that fail validation answer 400 naming the field, not FastAPI's 422.
+Anthropic's route (/v1/messages) answers the same statuses in Anthropic's format:
+
+    {"type": "error", "error": {"type": "invalid_request_error", "message": "..."}}
 """
 
 from __future__ import annotations
@@ -42,8 +45,24 @@ HTTP_FOR_ERROR: dict[type[errors.CoordinatorError], HttpError] = {
     errors.InsufficientBalance: HttpError(402, "insufficient_quota", "insufficient_balance"),
     errors.RateLimited: HttpError(429, "rate_limit_error", "rate_limit_exceeded"),
     errors.NoCapacityNow: HttpError(503, "service_unavailable", "no_capacity"),
+    errors.DatabaseUnavailable: HttpError(503, "service_unavailable", "database_unavailable"),
     errors.JobFailed: HttpError(502, "server_error", "job_failed"),
 }
+
+
+ANTHROPIC_PATHS = ("/v1/messages",)
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                   403: "permission_error", 404: "not_found_error", 409: "invalid_request_error",
+                   413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def speaks_anthropic(request: Request) -> bool:
+    return request.url.path in ANTHROPIC_PATHS
+
+
+def anthropic_error_body(status: int, message: str) -> dict:
+    return {"type": "error", "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"),
+                                       "message": message}}
 
 
 def http_error_for(error: errors.CoordinatorError) -> HttpError:
@@ -63,7 +82,8 @@ def body_for(error: errors.CoordinatorError) -> dict:
     return error_body(str(error), mapped.type, getattr(error, "param", None), mapped.code)
 
 
-def error_response(error: errors.CoordinatorError, job_id: str | None = None) -> JSONResponse:
+def error_response(error: errors.CoordinatorError, job_id: str | None = None,
+                   anthropic: bool = False) -> JSONResponse:
     mapped = http_error_for(error)
     headers = {}
     retry_after_s = getattr(error, "retry_after_s", None)
@@ -71,7 +91,8 @@ def error_response(error: errors.CoordinatorError, job_id: str | None = None) ->
         headers["retry-after"] = str(retry_after_s)
     if job_id is not None:
         headers[JOB_ID_HEADER] = job_id
-    return JSONResponse(body_for(error), status_code=mapped.status, headers=headers)
+    body = anthropic_error_body(mapped.status, str(error)) if anthropic else body_for(error)
+    return JSONResponse(body, status_code=mapped.status, headers=headers)
 
 
 class JobError(Exception):
@@ -97,19 +118,19 @@ def _location(loc: tuple) -> str:
     return text
 
 
-async def on_coordinator_error(_request: Request, error: Exception) -> JSONResponse:
+async def on_coordinator_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, errors.CoordinatorError)
     log.info("request refused: %s", error)
-    return error_response(error)
+    return error_response(error, anthropic=speaks_anthropic(request))
 
 
-async def on_job_error(_request: Request, error: Exception) -> JSONResponse:
+async def on_job_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, JobError)
     log.info("job %s refused: %s", error.job_id, error.error)
-    return error_response(error.error, error.job_id)
+    return error_response(error.error, error.job_id, anthropic=speaks_anthropic(request))
 
 
-async def on_validation_error(_request: Request, error: Exception) -> JSONResponse:
+async def on_validation_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     problems = error.errors()
     # A field we do not honour is the first thing to tell: fixing the rest would not help.
@@ -124,6 +145,8 @@ async def on_validation_error(_request: Request, error: Exception) -> JSONRespon
         message = f"{param}: {first['msg']}" if param else str(first["msg"])
     if len(problems) > 1:
         message += f" (and {len(problems) - 1} more problems)"
+    if speaks_anthropic(request):
+        return JSONResponse(anthropic_error_body(400, message), status_code=400)
     return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)
 
 
@@ -132,5 +155,6 @@ async def on_http_exception(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, StarletteHTTPException)
     message = (f"no such endpoint: {request.method} {request.url.path}"
                if error.status_code in (404, 405) else str(error.detail))
-    return JSONResponse(error_body(message, "invalid_request_error"), status_code=error.status_code,
-                        headers=error.headers)
+    body = (anthropic_error_body(error.status_code, message) if speaks_anthropic(request)
+            else error_body(message, "invalid_request_error"))
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)

@@ -17,6 +17,7 @@ from contracts.pods import PodDeclaration, pod_problems
 from contracts.signing import PUBLIC_KEY_BYTES, signature_is_valid
 from coordinator.errors import InvalidRequest, PermissionDenied, RateLimited, Unauthenticated
 from coordinator.jobs.handback import hand_back_jobs
+from coordinator.verification.outcomes import CheckContext
 from coordinator.model import NodeRecord
 from coordinator.nodes import catalog, reports
 from coordinator.nodes.admission import TokenBuckets
@@ -76,8 +77,8 @@ def _validate(registration: Registration, now_ms: int, challenges: ChallengeBook
     return node_id
 
 
-def register(session: Session, registration: Registration, now_ms: int, challenges: ChallengeBook,
-             operator_buckets: TokenBuckets | None = None) -> tuple[NodeId, str]:
+def register(session: Session, registration: Registration, now_ms: int, context: CheckContext,
+             challenges: ChallengeBook, operator_buckets: TokenBuckets | None = None) -> tuple[NodeId, str]:
     """Record the node and open a new session; jobs of the node's previous run are handed back."""
     node_id = _validate(registration, now_ms, challenges)
     operator_id = proven_operator(session, node_id, registration.operator_id, registration.operator_key)
@@ -106,7 +107,7 @@ def register(session: Session, registration: Registration, now_ms: int, challeng
             raise InvalidRequest("pod declaration refused: " + "; ".join(problems))
         node_rows.save_pod(session, pod, now_ms)
     # A registering agent has just started, so it holds none of its earlier jobs.
-    hand_back_jobs(session, node_id, "node agent restarted", now_ms)
+    hand_back_jobs(session, node_id, "node agent restarted", now_ms, context)
     return node_id, token
 
 

@@ -96,7 +96,9 @@ class VerifierWorker:
             if not outcomes.begin_replay(session, pending.job_id, self.name, self.clock.now_ms()):
                 return None  # another worker took it
         try:
-            verdict = self.checker.check(receipt, pending.prompt, pending.streamed, self.tolerances)
+            # A partial receipt (a failed job's proof) covers its first tokens only.
+            verdict = self.checker.check(receipt, pending.prompt,
+                                         pending.streamed[:receipt.completion_tokens], self.tolerances)
         except ReplayFailed as failure:  # crashed, overran, or refused: no verdict, credit held
             with self.db.transaction() as session:
                 outcomes.quarantine_check(session, pending.job_id, failure.reason, self.name,

@@ -30,19 +30,24 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
 
 
 def _expressible(case) -> bool:  # type: ignore[no-untyped-def]
-    """Leaves out the one rule of the chat body JSON Schema cannot state: a tool choice names
-    one of the request's tools, which are named once each (published in tool_choice's
-    description; tests/coordinator/gateway/test_tools_e2e.py checks its 400s)."""
+    """Leaves out the one rule of the tool-calling bodies JSON Schema cannot state: a tool choice
+    that asks for a call needs tools and may name only one of them, and tools are named once
+    each (published in the descriptions; test_tools_e2e.py and test_anthropic_e2e.py check
+    the 400s). Covers every shape: chat's, Anthropic's messages and the Responses API's."""
     body = case.body if isinstance(case.body, dict) else {}
     choice, tools = body.get("tool_choice"), body.get("tools")
-    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        return not (isinstance(choice, dict) or choice == "required")
-    names = [(t.get("function") or {}).get("name") for t in tools]
-    if len(set(map(str, names))) != len(names):
+    tools = tools if isinstance(tools, list) and all(isinstance(t, dict) for t in tools) else []
+    names = [str((t.get("function") or {}).get("name") if "function" in t else t.get("name"))
+             for t in tools]
+    if len(set(names)) != len(names):
         return False
     if isinstance(choice, dict):
-        return (choice.get("function") or {}).get("name") in names
-    return choice != "required" or bool(tools)
+        if isinstance(choice.get("function"), dict):  # OpenAI's named function
+            return str(choice["function"].get("name")) in names
+        if choice.get("type") in ("tool", "function"):  # Anthropic's or the Responses API's
+            return str(choice.get("name")) in names
+        return choice.get("type") != "any" or bool(names)
+    return choice != "required" or bool(names)
 
 
 def test_the_api_keeps_its_published_contract(api: tuple[str, str]) -> None:

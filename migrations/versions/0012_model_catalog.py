@@ -1,15 +1,15 @@
 """The model catalog: each model id bound to one set of weights and one spec
 (coordinator/nodes/catalog.py), so the first node to register a model cannot poison it.
 
-Revision ID: 0010_model_catalog
-Revises: 0009_durability_mark
+Revision ID: 0012_model_catalog
+Revises: 0011_partial_receipts
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_model_catalog"
-down_revision = "0009_durability_mark"
+revision = "0012_model_catalog"
+down_revision = "0011_partial_receipts"
 branch_labels = None
 depends_on = None
 
