@@ -7,6 +7,8 @@ sends (node_agent.coordinator_client.register_request) and converts it at the ed
 
 from __future__ import annotations
 
+import weakref
+
 from contracts.hardware import HardwareReport
 from contracts.ids import NodeId
 from contracts.models import ModelSpec
@@ -17,16 +19,17 @@ from coordinator.world.operator_keys import create_operator_key
 from node_agent.coordinator_client import NodeStatus, register_request
 from node_agent.identity import Identity
 
-_KEYS: dict[tuple[int, str], str] = {}  # (service id, operator) -> key, made once per service
+# service -> operator -> key, made once per service (weak: an id() could be reused by the next test's)
+_KEYS: weakref.WeakKeyDictionary[CoordinatorService, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def operator_key_for(service: CoordinatorService, operator: str) -> str:
     """A live key for the operator in the service's database (as `mlxnet keys create --operator`)."""
-    if (id(service), operator) not in _KEYS:
+    keys = _KEYS.setdefault(service, {})
+    if operator not in keys:
         with service.db.transaction() as session:
-            _, key = create_operator_key(session, operator, "test", service.clock.now_ms())
-        _KEYS[(id(service), operator)] = key
-    return _KEYS[(id(service), operator)]
+            _, keys[operator] = create_operator_key(session, operator, "test", service.clock.now_ms())
+    return keys[operator]
 
 
 def signed_registration(service: CoordinatorService, identity: Identity, hardware: HardwareReport,
