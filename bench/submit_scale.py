@@ -21,20 +21,20 @@ from pathlib import Path
 
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.models import ModelSpec
-from contracts.signing import register_challenge
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.jobs.submission import Submission
 from coordinator.money.api_keys import Caller, KeyLimits
-from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
 from mlxnet import keys_cli
 from node_agent.identity import load_or_create_identity
+from tests.node_registration import register_node
 
 GIB = 1 << 30
 MODEL = ModelSpec(model_id="bench/small", weights_bytes=GIB, parameter_count=500_000_000, num_layers=8,
-                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096)
+                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096,
+                  weights_digest="5a" * 32, vocab_size=32_000)
 HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                           memory_bytes=128 * GIB, gpu_working_set_bytes=96 * GIB, gpu_cores=40,
                           memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
@@ -42,11 +42,7 @@ HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipT
 
 def _register(service: CoordinatorService, key_path: Path) -> None:
     identity = load_or_create_identity(key_path)
-    now = service.clock.now_ms()
-    service.nodes.register(Registration(
-        public_key=identity.public_key_raw, signature=identity.sign(register_challenge(identity.node_id, now)),
-        timestamp_ms=now, hardware=HARDWARE, models=(MODEL,), operator_id="bench",
-        display_name=key_path.stem, max_concurrent_jobs=1))
+    register_node(service, identity, HARDWARE, (MODEL,), "bench", display_name=key_path.stem)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# No tokenizer in use has this many entries (the largest, Gemma's, has 262,144): token ids
+# of a model whose spec gives no vocabulary size are still held below it.
+VOCAB_SIZE_MAX = 2**22
 CHAT_FEATURE_TOOLS = "tools"  # the template renders tool definitions, calls and results
 CHAT_FEATURES = (CHAT_FEATURE_TOOLS,)
 
@@ -20,6 +23,7 @@ class ModelSpec:
     max_context_tokens: int
     kv_bytes_per_element: int = 2  # fp16/bf16 KV cache
     weights_digest: str = ""  # sha256 over the weight files, hex
+    vocab_size: int = 0  # embedding rows: every token id is below it; 0 when unknown (older nodes)
     # What the model's chat template can render beyond plain messages (CHAT_FEATURES).
     chat_features: tuple[str, ...] = ()
 
@@ -28,4 +32,5 @@ class ModelSpec:
         assert self.weights_bytes > 0 and self.num_layers > 0
         assert self.num_kv_heads > 0 and self.head_dim > 0
         assert self.max_context_tokens > 0
+        assert self.vocab_size >= 0
         object.__setattr__(self, "chat_features", tuple(self.chat_features))  # JSON gives a list

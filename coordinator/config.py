@@ -10,6 +10,24 @@ from coordinator.verification.tolerances import Tolerances
 
 
 @dataclass(frozen=True)
+class RegistrationLimits:
+    """How fast nodes may join (token buckets, coordinator.nodes.admission), and when they expire."""
+
+    per_address_burst: int = 60  # a lab of Macs behind one NAT registers at once
+    per_address_per_minute: int = 30
+    per_operator_burst: int = 200
+    per_operator_per_minute: int = 60
+    buckets_max: int = 100_000  # past this the least recently used bucket is dropped
+    # A node silent this long is expired: marked left, placed on never again until it registers.
+    node_expire_after_ms: int = 7 * 24 * 3600 * 1000
+
+    def __post_init__(self) -> None:
+        assert self.per_address_burst > 0 and self.per_address_per_minute > 0
+        assert self.per_operator_burst > 0 and self.per_operator_per_minute > 0
+        assert self.buckets_max > 0 and self.node_expire_after_ms > 0
+
+
+@dataclass(frozen=True)
 class CoordinatorConfig:
     database_url: str
     prompt_chars_max: int = 32_000
@@ -38,6 +56,12 @@ class CoordinatorConfig:
     trust: TrustPolicy = field(default_factory=TrustPolicy)
     tolerances: Tolerances = field(default_factory=Tolerances)
     credits_released_per_pass_max: int = 500
+    # How fast nodes may register, per source address and per operator, and when a silent
+    # node expires (coordinator.nodes.admission).
+    registration_limits: RegistrationLimits = field(default_factory=RegistrationLimits)
+    # Demos only (`mlxnet coordinator --trust-simulated-hardware`): place nodes that declare a
+    # simulated Mac (--profile) by the chip they declare, unmeasured. Never pays a seat bonus.
+    trust_simulated_hardware: bool = False
     # The coordinator's Ed25519 key for the ledger (created on first use): it signs each closed
     # epoch's journal head and operators' statements. None: epochs close unsigned (tests).
     ledger_key_path: Path | None = None

@@ -65,6 +65,14 @@ class NodeRecord:
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.model_id == model_id), None)
 
+    @property
+    def hardware_verified(self) -> bool:
+        """The node's own benchmark fits the chip it claims (coordinator/nodes/benchmark_check.py).
+
+        Until then its hardware is only claimed: placement treats it as the slowest Mac and
+        the Ultra-seat bonus is not paid on it."""
+        return self.measured_bandwidth_gb_s is not None and self.benchmark_flag is None
+
 
 # How a job's consumer reads its output. A stream (gRPC, an HTTP stream) sees each token as
 # it is stored; a whole answer (a non-streaming HTTP request) sees nothing unless the job ends

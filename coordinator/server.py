@@ -21,6 +21,8 @@ from coordinator.rpc.grpc_server import SERVICE_NAMES, GrpcServer
 from coordinator.rpc.stream_limits import StreamLimits
 from coordinator.service import CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
+from contracts.models import ModelSpec
+from coordinator.verification.isolated import Checker
 from coordinator.tls import ServerTls
 from coordinator.verification.replay_check import Replayer
 from contracts.tls import PlaintextRefused, is_loopback
@@ -89,13 +91,16 @@ def _relay_across_coordinators(service: CoordinatorService, stopping: threading.
 
 def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
           migrate: bool = True, http_port: int | None = None,
-          replayer: Replayer | None = None, tls: ServerTls | None = None,
+          replayer: Replayer | None = None, checker: Checker | None = None,
+          pinned_models: tuple[ModelSpec, ...] = (), tls: ServerTls | None = None,
           stream_limits: StreamLimits = StreamLimits()) -> RunningCoordinator:
     """gRPC on port, and the HTTP gateway on http_port unless it is None (0: a free port).
 
     Both over TLS with tls; without it, plaintext, which only a loopback host may serve.
 
-    With a replayer, a verifier worker replays sampled jobs of the models it holds.
+    With a checker (a replay child process, verification/isolated.py) or a replayer (in
+    this process: tests), a verifier worker replays sampled jobs of the models it holds.
+    pinned_models bind their ids to those weights in the catalog (the verifier's own copies).
     """
     if tls is None and not is_loopback(host):
         raise PlaintextRefused(f"plaintext on {host} refused: without TLS the coordinator "
@@ -105,6 +110,10 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
     if replayer is not None:
         service.checks.attach_verifier(replayer)
+    if checker is not None:
+        service.checks.attach_checker(checker)
+    if pinned_models:
+        service.nodes.pin_models(pinned_models, "coordinator-verifier")
     server = GrpcServer(service, f"{host}:{port}", _listener(tls), stream_limits)
     bound = server.start()
     _follow_health(service, server)

@@ -58,6 +58,8 @@ def render_check(check: CheckRecord) -> str:
         return f"check FAILED: {check.reason}; {money}{rerun}"
     if check.status is CheckStatus.WAITING:
         return f"waiting for the verifier (check rate {check.check_rate:.2f}); {money}"
+    if check.status is CheckStatus.QUARANTINED:
+        return f"quarantined, not retried: {check.reason}; {money}"
     return f"unchecked: {check.reason}; {money}"
 
 

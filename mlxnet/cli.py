@@ -44,22 +44,6 @@ def _add_database_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
 
 
-def _verifier_replayer(models: list[str]):  # type: ignore[no-untyped-def]
-    """The verifier worker's MLX engine for `--verify-model [ID=]PATH` (None without any)."""
-    if not models:
-        return None
-    from node_agent.inference.engine import Engine, LocalReplayer
-    from node_agent.model_files import describe_model
-
-    held = {}
-    for value in models:
-        model_id, _, path = value.rpartition("=")
-        directory = Path(path).expanduser().resolve()
-        spec = describe_model(model_id or str(directory), directory)
-        held[spec.model_id] = (str(directory), spec.weights_digest)
-    return LocalReplayer(Engine(), held)
-
-
 def _coordinator(args: argparse.Namespace) -> int:
     from contracts import hop_trace
     from contracts.tls import TransportRefused
@@ -68,6 +52,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.tls import TlsSetupError
     from mlxnet.coordinator_tls import server_tls
     from mlxnet.heap import freeze_start_up_heap
+    from mlxnet.verifier import child_checker, verified_specs
     from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     hop_trace.open_from_environment()
@@ -81,10 +66,13 @@ def _coordinator(args: argparse.Namespace) -> int:
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
                                allow_anonymous=args.allow_anonymous,
+                               trust_simulated_hardware=args.trust_simulated_hardware,
                                ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
                                chain_dir=args.data_dir / "anvil")
+    verified = verified_specs(args.verify_model)
     running = start(config, args.host, args.port, http_port=args.http_port,
-                    replayer=_verifier_replayer(args.verify_model), tls=tls)
+                    checker=child_checker(verified),
+                    pinned_models=tuple(spec for _, spec in verified.values()), tls=tls)
     freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
@@ -158,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--heartbeat-interval-ms", type=int, default=2000)
     coordinator.add_argument("--http-port", type=int, default=8080,
                              help="the OpenAI-compatible HTTP API's port; 0 picks a free port")
+    coordinator.add_argument("--trust-simulated-hardware", action="store_true",
+                             help="demos only: place nodes declaring a simulated Mac (--profile) by "
+                             "the chip they declare; other claims wait for a benchmark that fits")
     coordinator.add_argument("--tls-cert", type=Path, help="the certificate chain (PEM), e.g. "
                              "from an ACME client; default: a self-signed one kept in --data-dir")
     coordinator.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")

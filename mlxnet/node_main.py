@@ -24,6 +24,7 @@ from contracts.tls import CoordinatorTrust, is_loopback, normalize_fingerprint
 from mlxnet import tracing
 from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
+from node_agent.coordinator_client import CallRejected
 from node_agent.hardware.discover import discover_host, simulated_profile
 from node_agent.identity import load_or_create_identity
 from node_agent.inference.engine import Engine, device_info
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 DEFAULT_DATA_DIR = Path("~/.mlxnet/node").expanduser()
 REFERENCE_MODEL_ID = "mlxnet/tiny-llama (reference)"
 EXIT_UNTRUSTED = 3  # the coordinator's certificate was refused
+
+
+OPERATOR_KEY_ENV = "MLXNET_OPERATOR_KEY"
 
 
 def parse_model_flag(value: str) -> tuple[str, Path]:
@@ -67,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(for demos and tests; the coordinator marks the node simulated)")
     parser.add_argument("--operator", help="operator account credited for this node's work "
                         "(default: node.toml, else the node id)")
+    parser.add_argument("--operator-key", default=os.environ.get(OPERATOR_KEY_ENV, ""),
+                        help=f"the operator's key (mlxo_..., or ${OPERATOR_KEY_ENV}), which proves "
+                        "--operator to the coordinator; its admin makes one with `mlxnet keys "
+                        "create --operator NAME`. Without it the node is its own operator")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
     parser.add_argument("--region", help="where MLX World's map shows this Mac: coordinates "
                         "(\"38.72, -9.13\") or a time zone or city (\"Europe/Lisbon\"); "
@@ -128,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         max_concurrent_jobs=args.max_concurrent_jobs, trust=trust,
         on_first_use=lambda fingerprint: remember_coordinator(args.data_dir, coordinator,
                                                               fingerprint),
-        region=args.region if args.region is not None else config.region)
+        region=args.region if args.region is not None else config.region,
+        operator_key=args.operator_key)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     if args.metrics_port is not None:
@@ -151,17 +160,22 @@ def run(args: argparse.Namespace) -> int:
     hop_trace.open_from_environment()
     tracing.start_from_environment("mlxnet-node")
     freeze_start_up_heap()
+    code = 0
     try:
         agent.run()
     except KeyboardInterrupt:
         agent.stop()
+    except CallRejected as refused:  # the coordinator refuses this node as it is: say why, stop
+        log.error("the coordinator refused this node: %s", refused)
+        agent.stop()
+        code = 2
     (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
     # MLX's and gRPC's native threads may still be winding down; tearing the interpreter
     # down under them can abort the process, so a finished agent exits here, cleanly.
     tracing.flush()
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(EXIT_UNTRUSTED if agent.untrusted is not None else 0)
+    os._exit(EXIT_UNTRUSTED if agent.untrusted is not None else code)
 
 
 def coordinator_trust(args: argparse.Namespace, config: NodeConfig,

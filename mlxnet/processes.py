@@ -19,6 +19,11 @@ from contracts.tls import CoordinatorTrust
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
+OPERATOR_KEY_ENV = "MLXNET_OPERATOR_KEY"
+# Coordinators this process started: address -> database URL, so the operators of nodes
+# started against them get keys as the coordinator's admin would issue them.
+_COORDINATOR_DATABASES: dict[str, str] = {}
+_OPERATOR_KEYS: dict[tuple[str, str], str] = {}
 
 
 class ProcessStartError(RuntimeError):
@@ -97,6 +102,7 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
 def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
                       heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
                       http_port: int = 0, allow_anonymous: bool = False,
+                      trust_simulated_hardware: bool = False,
                       verify_models: tuple[str, ...] = (), tls: bool = True,
                       certificate: tuple[Path, Path] | None = None,
                       extra_args: tuple[str, ...] = ()) -> Child:
@@ -119,6 +125,8 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
         argv += ["--database-url", database_url]
     if allow_anonymous:
         argv.append("--allow-anonymous")
+    if trust_simulated_hardware:
+        argv.append("--trust-simulated-hardware")
     for model in verify_models:
         argv += ["--verify-model", model]
     child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
@@ -142,7 +150,32 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
         child.extra["fingerprint"], child.extra["certificate"] = fingerprint, certificate
     scheme = "https" if fingerprint != "none" else "http"
     child.extra["url"] = f"{scheme}://{child.extra['http_address']}"
+    from coordinator.storage.database import default_sqlite_url
+
+    child.extra["database_url"] = database_url or default_sqlite_url(work_dir / "coordinator")
+    _COORDINATOR_DATABASES[child.extra["address"]] = child.extra["database_url"]
     return child
+
+
+def operator_key(coordinator: str, operator: str) -> str | None:
+    """A key for the operator on a coordinator this process started (as `mlxnet keys create
+    --operator` would make it), made once; None for any other coordinator."""
+    database_url = _COORDINATOR_DATABASES.get(coordinator)
+    if database_url is None:
+        return None
+    if (coordinator, operator) not in _OPERATOR_KEYS:
+        from coordinator.storage.database import Database
+        from coordinator.world.operator_keys import create_operator_key
+
+        db = Database(database_url)
+        try:
+            with db.transaction() as session:
+                _, key = create_operator_key(session, operator, "started with its nodes",
+                                             time.time_ns() // 1_000_000)
+        finally:
+            db.dispose()
+        _OPERATOR_KEYS[(coordinator, operator)] = key
+    return _OPERATOR_KEYS[(coordinator, operator)]
 
 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
@@ -165,6 +198,9 @@ def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *
         argv += ["--profile", profile]
     if operator:
         argv += ["--operator", operator]
+        key = operator_key(coordinator, operator)
+        if key is not None and OPERATOR_KEY_ENV not in (env or {}):
+            env = {**(env or {}), OPERATOR_KEY_ENV: key}  # not in argv, where ps shows it
     return _spawn(name, argv, work_dir / "logs" / f"{name}.log", env)
 
 

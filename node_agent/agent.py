@@ -62,6 +62,7 @@ class AgentSettings:
     operator_id: str
     display_name: str
     max_concurrent_jobs: int = 1
+    operator_key: str = ""  # mlxo_...: proves operator_id to the coordinator
     trust: CoordinatorTrust = CoordinatorTrust()  # how the coordinator's certificate is checked
     on_first_use: Callable[[str], None] | None = None  # remembers a fingerprint trusted on first use
     region: str = ""  # published on MLX World's map; empty: not shown there
@@ -166,7 +167,7 @@ class NodeAgent:
         interval_ms = self._client.register(s.identity, s.hardware, tuple(m for m, _ in s.models),
                                             s.operator_id, s.display_name, s.max_concurrent_jobs,
                                             self._hooks.status(self._warm_model_ids()),
-                                            self._hooks.pod(), s.region)
+                                            self._hooks.pod(), s.operator_key, s.region)
         self._heartbeat_interval_s = interval_ms / 1000
         self._active.clear()  # a new registration hands back everything from before
         self.registered.set()

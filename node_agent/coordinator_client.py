@@ -30,12 +30,12 @@ from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration
-from contracts.signing import register_challenge
 from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
 from protos.wire.channel import open_channel
 from protos.wire.models import model_spec_to_pb
+from protos.wire.registration import registration_signing_bytes
 
 log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
@@ -167,6 +167,29 @@ class NodeStatus:
     benchmark: BenchmarkResult | None = None  # a fresh one, sent once
 
 
+def register_request(identity: Identity, nonce: bytes, hardware: HardwareReport,
+                     models: tuple[ModelSpec, ...], operator_id: str, display_name: str,
+                     max_concurrent_jobs: int, status: NodeStatus | None = None,
+                     pod: PodDeclaration | None = None, operator_key: str = "",
+                     region: str = "") -> node_pb2.RegisterRequest:
+    """A RegisterRequest for the coordinator's nonce, signed over all of it."""
+    request = node_pb2.RegisterRequest(
+        public_key=identity.public_key_raw, timestamp_ms=time.time_ns() // 1_000_000,
+        hardware=_hardware_pb(hardware), models=[model_spec_to_pb(m) for m in models],
+        operator_id=operator_id, display_name=display_name,
+        max_concurrent_jobs=max_concurrent_jobs, agent_version="0.1.0", nonce=nonce,
+        operator_key=operator_key, region=region)
+    if status is not None:
+        request.lending.CopyFrom(_lending_pb(status.lending))
+        request.warm_models.extend(status.warm_models)
+        if status.benchmark is not None:
+            request.benchmark.CopyFrom(_benchmark_pb(status.benchmark))
+    if pod is not None:
+        request.pod.CopyFrom(_pod_pb(pod))
+    request.signature = identity.sign(registration_signing_bytes(request))
+    return request
+
+
 class CoordinatorClient:
     def __init__(self, address: str, trust: CoordinatorTrust = CoordinatorTrust(),
                  on_first_use: Callable[[str], None] | None = None) -> None:
@@ -246,24 +269,15 @@ class CoordinatorClient:
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,
                  status: NodeStatus | None = None, pod: PodDeclaration | None = None,
-                 region: str = "") -> int:
+                 operator_key: str = "", region: str = "") -> int:
         """Register and keep the session; returns the heartbeat interval in ms."""
-        timestamp_ms = time.time_ns() // 1_000_000
-        request = node_pb2.RegisterRequest(
-            public_key=identity.public_key_raw,
-            signature=identity.sign(register_challenge(identity.node_id, timestamp_ms)),
-            timestamp_ms=timestamp_ms, hardware=_hardware_pb(hardware),
-            models=[model_spec_to_pb(m) for m in models], operator_id=operator_id,
-            display_name=display_name, max_concurrent_jobs=max_concurrent_jobs,
-            agent_version="0.1.0", region=region)
-        if status is not None:
-            request.lending.CopyFrom(_lending_pb(status.lending))
-            request.warm_models.extend(status.warm_models)
-            if status.benchmark is not None:
-                request.benchmark.CopyFrom(_benchmark_pb(status.benchmark))
-        if pod is not None:
-            request.pod.CopyFrom(_pod_pb(pod))
         try:
+            challenge = self._stub.RegisterChallenge(
+                node_pb2.RegisterChallengeRequest(public_key=identity.public_key_raw),
+                timeout=RPC_DEADLINE_S)
+            request = register_request(identity, challenge.nonce, hardware, models, operator_id,
+                                       display_name, max_concurrent_jobs, status, pod, operator_key,
+                                       region)
             response = self._stub.Register(request, timeout=RPC_DEADLINE_S)
         except grpc.RpcError as error:
             raise _translate(error) from error

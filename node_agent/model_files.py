@@ -88,5 +88,6 @@ def describe_model(model_id: str, directory: Path) -> ModelSpec:
         max_context_tokens=config.get("max_position_embeddings", 2048),
         kv_bytes_per_element=activation_bytes_per_element(files),
         weights_digest=weights_digest(files),
+        vocab_size=int(config.get("vocab_size") or 0),
         chat_features=chat_templates.chat_features(chat_templates.template_text(directory)),
     )

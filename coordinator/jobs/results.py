@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId
+from contracts.models import VOCAB_SIZE_MAX
 from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
 from coordinator.jobs import ending
 from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
@@ -68,6 +69,20 @@ def _check_streaming(job: job_rows.StreamingJob | None, node: NodeRecord,
     return job
 
 
+def check_token_ids(node: NodeRecord, model_id: str, chunk: TokenChunk) -> None:
+    """Every token id (chosen or among the top logprobs) must be a row of the model's
+    vocabulary: an id past it would crash the replay that checks the job."""
+    spec = node.model(model_id)
+    if spec is None:
+        raise PermissionDenied(f"node {node.node_id} does not serve {model_id}")
+    vocab_size = spec.vocab_size or VOCAB_SIZE_MAX
+    ids = [*chunk.token_ids, *(top.token_id for entry in chunk.logprobs for top in entry.top)]
+    bad = next((token_id for token_id in ids if not 0 <= token_id < vocab_size), None)
+    if bad is not None:
+        raise InvalidRequest(f"token id {bad} is outside the vocabulary of {model_id} "
+                             f"(ids 0 to {vocab_size - 1}); nothing of this chunk was stored")
+
+
 def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
                   now_ms: int, prompt_tokens: int = 0, partial: SignedReceipt | None = None,
                   attempt: int = 0) -> bool:
@@ -84,6 +99,7 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
     # Locked: a cancel that ends the job counts every stored token.
     job = _check_streaming(job_rows.lock_streaming_job(session, job_id, node.node_id), node, job_id,
                            attempt)
+    check_token_ids(node, job.model_id, chunk)
     expected_index = job_rows.token_count(session, job_id)
     if chunk.first_index > expected_index:
         raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "

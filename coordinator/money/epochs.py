@@ -95,7 +95,8 @@ def gather_seats(session: Session, number: int, settings: EpochSettings) -> list
                                         modes=frozenset({LendingMode.ULTRA_SEAT}))
         if node.lending.mode is not LendingMode.ULTRA_SEAT and not times:
             continue
-        verified = node.hardware.chip_tier is ChipTier.ULTRA and node.benchmark_flag is None
+        # Only a measured Ultra: a claim without a benchmark that fits the chip earns no bonus.
+        verified = node.hardware.chip_tier is ChipTier.ULTRA and node.hardware_verified
         seats.append(SeatInput(
             node_id=node.node_id, operator_id=node.operator_id,
             availability_bps=availability_bps(times, start_ms, end_ms, settings.heartbeat_credit_ms),

@@ -10,6 +10,7 @@ bytes per second than the measured bandwidth means the figures are invented.
 from __future__ import annotations
 
 from contracts.benchmarks import BenchmarkResult
+from contracts.chips import lookup_chip
 from contracts.hardware import ChipTier, HardwareReport
 
 # Measured over rated below this is not the claimed chip. We expect honest Macs
@@ -22,9 +23,32 @@ CACHE_BYTES_MAX = 256 * 2**20
 DECODE_OVER_BANDWIDTH_MAX = 1.5
 
 
+def rated_bandwidth_gb_s(hardware: HardwareReport) -> float:
+    """The claimed chip's rating from the chip table (never the node's own figure); for a
+    host outside the table, what it claims (0.0: unknown)."""
+    chip = lookup_chip(hardware.chip, hardware.gpu_cores or None,
+                       memory_gb=hardware.memory_bytes >> 30 or None)
+    return chip.bandwidth_gb_s if chip is not None else hardware.memory_bandwidth_gb_s
+
+
+def _tier_problem(hardware: HardwareReport) -> str | None:
+    if hardware.chip_tier is ChipTier.NOT_APPLE:
+        return None
+    chip = lookup_chip(hardware.chip)
+    if chip is None:
+        return (f"chip {hardware.chip[:64]!r} is not in the chip table, so its "
+                f"{hardware.chip_tier.value} tier cannot be checked")
+    if chip.tier is not hardware.chip_tier:
+        return f"chip {chip.chip} is a {chip.tier.value} chip, not {hardware.chip_tier.value} as claimed"
+    return None
+
+
 def benchmark_flag(hardware: HardwareReport, result: BenchmarkResult) -> str | None:
     """Why the benchmark does not fit the claimed hardware, or None when it does."""
-    rated = hardware.memory_bandwidth_gb_s
+    tier_problem = _tier_problem(hardware)
+    if tier_problem is not None:
+        return tier_problem
+    rated = rated_bandwidth_gb_s(hardware)
     if hardware.chip_tier is not ChipTier.NOT_APPLE and rated > 0:
         fraction = result.memory_bandwidth_gb_s / rated
         if fraction < BANDWIDTH_FRACTION_MIN:

@@ -14,15 +14,17 @@ from contracts.ids import NodeId, OperatorId, node_id_from_public_key
 from contracts.lending import LendingState
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration, pod_problems
-from contracts.signing import PUBLIC_KEY_BYTES, register_challenge, signature_is_valid
-from coordinator.errors import InvalidRequest, PermissionDenied, Unauthenticated
+from contracts.signing import PUBLIC_KEY_BYTES, signature_is_valid
+from coordinator.errors import InvalidRequest, PermissionDenied, RateLimited, Unauthenticated
 from coordinator.jobs.handback import hand_back_jobs
 from coordinator.verification.outcomes import CheckContext
 from coordinator.model import NodeRecord
-from coordinator.nodes import reports
+from coordinator.nodes import catalog, reports
+from coordinator.nodes.admission import TokenBuckets
+from coordinator.nodes.challenges import ChallengeBook
+from coordinator.nodes.operators import proven_operator
 from coordinator.storage import node_rows
 
-REGISTER_CLOCK_SKEW_MS_MAX = 5 * 60 * 1000  # a signed registration is only good this long
 MODELS_PER_NODE_MAX = 64
 NAME_CHARS_MAX = 128
 
@@ -41,6 +43,10 @@ class Registration:
     benchmark: BenchmarkResult | None = None
     warm_models: tuple[str, ...] = ()
     pod: PodDeclaration | None = None  # declared by the pod's leader; its leader field is ignored
+    # What the signature covers: the whole request, canonically encoded (protos/wire/registration.py).
+    signed_message: bytes = b""
+    nonce: bytes = b""  # from RegisterChallenge, redeemed once
+    operator_key: str = ""  # proves operator_id (coordinator/nodes/operators.py)
     region: str = ""  # where the operator publishes the Mac on MLX World's map (world.places)
 
 
@@ -48,33 +54,43 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _validate(registration: Registration, now_ms: int) -> NodeId:
+def _validate(registration: Registration, now_ms: int, challenges: ChallengeBook) -> NodeId:
     if len(registration.public_key) != PUBLIC_KEY_BYTES:
         raise InvalidRequest("public_key must be a raw 32-byte Ed25519 key")
     node_id = node_id_from_public_key(registration.public_key)
-    if abs(now_ms - registration.timestamp_ms) > REGISTER_CLOCK_SKEW_MS_MAX:
-        raise InvalidRequest("timestamp_ms is more than 5 minutes from the coordinator's clock; "
-                             "check the node's clock")
-    challenge = register_challenge(node_id, registration.timestamp_ms)
-    if not signature_is_valid(registration.public_key, challenge, registration.signature):
-        raise PermissionDenied("registration signature does not verify with the given public key")
+    if not registration.nonce:
+        raise InvalidRequest("registration needs a nonce: call RegisterChallenge first and sign "
+                             "the whole request (update the node agent)")
+    if not signature_is_valid(registration.public_key, registration.signed_message,
+                              registration.signature):
+        raise PermissionDenied("registration signature does not verify over the request with the "
+                               "given public key (it must cover every field and the nonce)")
+    refused = challenges.redeem(registration.public_key, registration.nonce, now_ms)
+    if refused is not None:
+        raise PermissionDenied(refused)
     if not 1 <= registration.max_concurrent_jobs <= 64:
         raise InvalidRequest("max_concurrent_jobs must be between 1 and 64")
     if len(registration.models) > MODELS_PER_NODE_MAX:
         raise InvalidRequest(f"a node may serve at most {MODELS_PER_NODE_MAX} models")
-    if not registration.operator_id or len(registration.operator_id) > NAME_CHARS_MAX:
-        raise InvalidRequest(f"operator_id must be 1 to {NAME_CHARS_MAX} characters")
+    if len(registration.operator_id) > NAME_CHARS_MAX:
+        raise InvalidRequest(f"operator_id must be at most {NAME_CHARS_MAX} characters")
     return node_id
 
 
-def register(session: Session, registration: Registration, now_ms: int,
-             context: CheckContext) -> tuple[NodeId, str]:
+def register(session: Session, registration: Registration, now_ms: int, context: CheckContext,
+             challenges: ChallengeBook, operator_buckets: TokenBuckets | None = None) -> tuple[NodeId, str]:
     """Record the node and open a new session; jobs of the node's previous run are handed back."""
-    node_id = _validate(registration, now_ms)
+    node_id = _validate(registration, now_ms, challenges)
+    operator_id = proven_operator(session, node_id, registration.operator_id, registration.operator_key)
+    if operator_buckets is not None and not operator_buckets.take(operator_id, now_ms):
+        wait_s = operator_buckets.seconds_until_next(operator_id, now_ms)
+        raise RateLimited(f"operator {operator_id[:64]!r} is registering nodes faster than the "
+                          f"coordinator allows; try again in {wait_s} s", retry_after_s=wait_s)
+    catalog.check_and_bind(session, registration.models, node_id, now_ms)
     token = secrets.token_urlsafe(32)
     node = NodeRecord(
         node_id=node_id, public_key=registration.public_key,
-        operator_id=OperatorId(registration.operator_id),
+        operator_id=OperatorId(operator_id),
         display_name=(registration.display_name or node_id)[:NAME_CHARS_MAX],
         hardware=registration.hardware, models=registration.models,
         max_concurrent_jobs=registration.max_concurrent_jobs,

@@ -22,6 +22,7 @@ from coordinator.service import JobView
 from protos.mlxnet.v1 import common_pb2, job_pb2, node_pb2
 from protos.wire import models as model_wire
 from protos.wire.models import model_spec_to_pb
+from protos.wire.registration import registration_signing_bytes
 
 _STATUS_TO_PB = {
     JobStatus.QUEUED: job_pb2.JOB_STATUS_QUEUED,
@@ -123,6 +124,8 @@ def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
         benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
         warm_models=tuple(request.warm_models),
         pod=pod_from_pb(request.pod) if request.HasField("pod") else None,
+        signed_message=registration_signing_bytes(request), nonce=request.nonce,
+        operator_key=request.operator_key,
         region=request.region)
 
 

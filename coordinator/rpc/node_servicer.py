@@ -10,6 +10,7 @@ import grpc
 from contracts import hop_trace
 from coordinator.errors import InvalidRequest
 from coordinator.model import NodeRecord
+from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
 from coordinator.rpc.status import translate_errors, translate_stream_errors
@@ -35,6 +36,14 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
 
     def _node(self, token: str | None) -> NodeRecord:
         return self._service.nodes.authenticate(token)
+
+    @translate_errors
+    async def RegisterChallenge(self, request, context):  # noqa: N802 (gRPC names)
+        if len(request.public_key) != 32:
+            raise InvalidRequest("public_key must be a raw 32-byte Ed25519 key")
+        nonce, expires_at_ms = await self._offload.call(self._service.nodes.challenge, request.public_key,
+                                                        address_of_peer(context.peer()))
+        return node_pb2.RegisterChallengeResponse(nonce=nonce, expires_at_ms=expires_at_ms)
 
     @translate_errors
     async def Register(self, request, context):  # noqa: N802 (gRPC names)

@@ -1,14 +1,20 @@
 """The fleet as placement sees it, read from the database: whole, or Mac by Mac.
 
 Quarantined nodes (failed checks) are left out; trust becomes each Mac's reputation.
+A Mac whose hardware is only claimed (no benchmark that fits its chip) is placed as the
+slowest Apple chip in the table, or slower if it measured less: a fake Ultra gets no fast jobs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from contracts.chips import all_chips
+from contracts.hardware import HardwareReport
 from contracts.ids import NodeId
 from contracts.lending import LendingMode as NodeLendingMode
 from contracts.pods import PodDeclaration
@@ -20,6 +26,23 @@ from coordinator.verification import store as check_store
 from coordinator.verification.policy import TrustRecord, reputation
 
 
+@functools.cache
+def slowest_apple_bandwidth_gb_s() -> float:
+    return min(chip.bandwidth_gb_s for chip in all_chips())
+
+
+def placement_figures(node: NodeRecord, config: CoordinatorConfig) -> tuple[HardwareReport, float | None]:
+    """The hardware and measured bandwidth placement may believe of this node."""
+    if node.hardware_verified or (config.trust_simulated_hardware and node.hardware.simulated):
+        return node.hardware, node.measured_bandwidth_gb_s if node.hardware_verified else None
+    floor = slowest_apple_bandwidth_gb_s()
+    claimed = node.hardware.memory_bandwidth_gb_s
+    conservative = min(claimed, floor) if claimed > 0 else 0.0
+    measured = node.measured_bandwidth_gb_s  # a benchmark that did not fit: believed only downwards
+    return (dataclasses.replace(node.hardware, memory_bandwidth_gb_s=conservative),
+            measured if measured is not None and measured < floor else None)
+
+
 def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]],
                    now_ms: int, config: CoordinatorConfig,
                    reputations: dict[str, float] | None = None) -> tuple[MacCandidate, ...]:
@@ -27,8 +50,9 @@ def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]
     for node in nodes:
         memory, running = committed.get(node.node_id, (0, 0))
         lending = node.lending
+        hardware, measured_bandwidth_gb_s = placement_figures(node, config)
         candidates.append(MacCandidate(
-            node_id=node.node_id, hardware=node.hardware,
+            node_id=node.node_id, hardware=hardware,
             online=(now_ms - node.last_heartbeat_ms <= config.node_offline_after_ms
                     and node.left_at_ms is None),
             committed_memory_bytes=memory, running_jobs=running,
@@ -40,7 +64,7 @@ def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]
             # filtered like an owner at the keyboard: it will take work again later.
             owner_active=lending.owner_active or not lending.accepting_jobs,
             memory_cap_bytes=lending.memory_cap_bytes,
-            measured_bandwidth_gb_s=node.measured_bandwidth_gb_s,
+            measured_bandwidth_gb_s=measured_bandwidth_gb_s,
             reputation=(reputations or {}).get(node.node_id, 1.0),
         ))
     return tuple(candidates)

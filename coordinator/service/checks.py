@@ -8,6 +8,7 @@ from coordinator.live.notifier import job_topic
 from coordinator.service.core import ServiceCore
 from coordinator.verification import outcomes as check_outcomes
 from coordinator.verification import store as check_store
+from coordinator.verification.isolated import Checker, InProcessChecker
 from coordinator.verification.replay_check import Replayer
 from coordinator.verification.worker import VerifierWorker
 
@@ -23,11 +24,15 @@ class Checks:
 
     def held_models(self) -> frozenset[tuple[str, str]]:
         """The (model id, digest) pairs this coordinator's verifier can replay; none without one."""
-        return self.verifier.replayer.held_models() if self.verifier is not None else frozenset()
+        return self.verifier.checker.held_models() if self.verifier is not None else frozenset()
 
     def attach_verifier(self, replayer: Replayer, name: str = "coordinator-verifier") -> None:
-        """Replay sampled jobs with this replayer (see run)."""
-        self.verifier = VerifierWorker(self._core.db, self._core.clock, replayer, self._core.config.trust,
+        """Replay sampled jobs with this replayer, in this process (tests and fakes; see run)."""
+        self.attach_checker(InProcessChecker(replayer), name)
+
+    def attach_checker(self, checker: Checker, name: str = "coordinator-verifier") -> None:
+        """Check sampled jobs with this checker (a child process's replayer in production)."""
+        self.verifier = VerifierWorker(self._core.db, self._core.clock, checker, self._core.config.trust,
                                        self._core.config.tolerances, name)
 
     def run(self) -> list[check_outcomes.VerdictOutcome]:

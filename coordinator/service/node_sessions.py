@@ -21,12 +21,17 @@ from coordinator.model import (
     SignedReceipt,
     TokenChunk,
 )
-from coordinator.nodes import registry, reports
+from contracts.models import ModelSpec
+from coordinator.nodes import catalog, registry, reports
+from coordinator.errors import RateLimited
+from coordinator.nodes.admission import TokenBuckets
+from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, node_rows
 
 log = logging.getLogger(__name__)
+NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
 
 class NodeSessions:
     """What node agents tell the network, behind the gRPC edge."""
@@ -37,19 +42,49 @@ class NodeSessions:
         # Called after a registration commits, with (node id, operator, the region the node
         # publishes); MLX World stores it for its map (coordinator.world.world).
         self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
+        self.challenges = ChallengeBook()
+        limits = core.config.registration_limits
+        self._address_buckets = TokenBuckets(limits.per_address_burst, limits.per_address_per_minute,
+                                             limits.buckets_max)
+        self._operator_buckets = TokenBuckets(limits.per_operator_burst, limits.per_operator_per_minute,
+                                              limits.buckets_max)
+
+    def challenge(self, public_key: bytes, source_address: str | None = None) -> tuple[bytes, int]:
+        """A single-use nonce the node signs into its next registration, and its expiry.
+
+        Each one spends a token of the source address's bucket (None: in-process callers)."""
+        now = self._core.clock.now_ms()
+        if source_address is not None and not self._address_buckets.take(source_address, now):
+            wait_s = self._address_buckets.seconds_until_next(source_address, now)
+            log.warning("registration from %s refused: over its rate", source_address[:64])
+            raise RateLimited(f"too many registrations from {source_address[:64]}; try again in "
+                              f"{wait_s} s", retry_after_s=wait_s)
+        return self.challenges.issue(public_key, now)
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
         with self._core.db.transaction() as session:
             node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
-                                               self._core.check_context())
+                                               self._core.check_context(), self.challenges,
+                                               self._operator_buckets)
+            node = node_rows.node_by_id(session, node_id)
+            assert node is not None, "registered in this transaction"
+            operator_id = node.operator_id  # proven by its key, not as claimed
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
-        log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
-                 registration.operator_id)
+        log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
             for listener in list(self.region_listeners):
-                listener(node_id, registration.operator_id, registration.region)
+                listener(node_id, operator_id, registration.region)
         self._core.run_scheduler()
         return node_id, token
+
+    def pin_models(self, specs: tuple[ModelSpec, ...], pinned_by: str) -> None:
+        """Bind each model id to these weights; nodes that declare others are refused."""
+        with self._core.db.transaction() as session:
+            for spec in specs:
+                catalog.pin(session, spec, pinned_by, self._core.clock.now_ms())
+        for spec in specs:
+            log.info("model %s pinned to weights %s by %s", spec.model_id, spec.weights_digest[:16],
+                     pinned_by)
 
     def authenticate(self, token: str | None) -> NodeRecord:
         with self._core.db.read_transaction() as session:
@@ -191,6 +226,12 @@ class NodeSessions:
                 if now - node.last_heartbeat_ms > offline_after:
                     touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
                                                       self._core.check_context())
+            expired = node_rows.expire_silent(
+                session, now - self._core.config.registration_limits.node_expire_after_ms,
+                NODES_EXPIRED_PER_PASS_MAX)
+        if expired:
+            self._core.fleet.note_changed(expired)
+            log.info("%d silent nodes expired (marked left)", len(expired))
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
             self._core.record_ended(touched)

@@ -84,12 +84,13 @@ class StreamingJob:
     max_tokens: int
     assigned_to_node: bool  # the node holds an assignment of the job's current attempt
     attempt: int  # the fencing token of the current assignment
+    model_id: str = ""  # whose vocabulary bounds the streamed token ids
 
 
 # Built once: the token path runs these for every chunk, and a reused statement
 # skips SQLAlchemy's per-call construction and cache-key work.
 _STREAMING_JOB = select(
-    jobs.c.status, jobs.c.max_tokens, jobs.c.attempt,
+    jobs.c.status, jobs.c.max_tokens, jobs.c.attempt, jobs.c.model_id,
     select(job_assignments.c.node_id).where(
         job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
         job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
@@ -101,8 +102,8 @@ def lock_streaming_job(session: Session, job_id: str, node_id: str) -> Streaming
     row = session.execute(_STREAMING_JOB, {"job_id": job_id, "node_id": node_id}).first()
     if row is None:
         return None
-    status, max_tokens, attempt, assigned = row
-    return StreamingJob(JobStatus(status), max_tokens, bool(assigned), attempt)
+    status, max_tokens, attempt, model_id, assigned = row
+    return StreamingJob(JobStatus(status), max_tokens, bool(assigned), attempt, model_id)
 
 
 def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRecord | None:

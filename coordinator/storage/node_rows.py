@@ -259,6 +259,20 @@ def mark_left(session: Session, node_id: str, now_ms: int) -> None:
         left_at_ms=now_ms, accepting_jobs=False, lending_reason=LEAVING_REASON))
 
 
+EXPIRED_REASON = "expired: silent too long; register again"
+
+
+def expire_silent(session: Session, silent_since_ms: int, limit: int) -> list[str]:
+    """Mark left the nodes not heard from since then (stale registrations); their ids."""
+    node_ids = list(session.execute(select(nodes.c.node_id).where(
+        nodes.c.last_heartbeat_ms < silent_since_ms, nodes.c.left_at_ms.is_(None))
+        .order_by(nodes.c.last_heartbeat_ms).limit(limit)).scalars())
+    if node_ids:
+        session.execute(update(nodes).where(nodes.c.node_id.in_(node_ids)).values(
+            left_at_ms=silent_since_ms, accepting_jobs=False, lending_reason=EXPIRED_REASON))
+    return node_ids
+
+
 # --- pods ----------------------------------------------------------------
 
 def _cables_to_json(cables: tuple[PodCable, ...]) -> str:

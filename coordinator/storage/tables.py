@@ -182,3 +182,16 @@ durability_marks = Table(
     Column("id", Integer, primary_key=True),
     Column("mark", BigInteger, nullable=False),
 )
+
+# Each model id bound to one set of weights and one spec (0012_model_catalog): by the
+# coordinator (its verifier's models, or `mlxnet catalog pin`), else by the first node to
+# serve it. A node that declares other weights or another spec under the id is refused.
+model_catalog = Table(
+    "model_catalog", metadata,
+    Column("model_id", String(1024), primary_key=True),
+    Column("weights_digest", String(64), nullable=False),
+    Column("spec_json", Text, nullable=False),  # the ModelSpec, as nodes.models_json holds one
+    Column("source", String(16), nullable=False),  # coordinator or node
+    Column("bound_by", String(128), nullable=False),  # the node id, or who pinned it
+    Column("bound_at_ms", BigInteger, nullable=False),
+)

@@ -93,7 +93,7 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
         session, job_id, frozenset({CheckStatus.WAITING}), status=status,
         credit_state=CreditState.POSTED if verdict.passed else CreditState.VOIDED,
         reason=_summary(verdict), evidence_json=json.dumps(verdict.evidence(), sort_keys=True),
-        verifier=verifier, verifier_attempts=check.verifier_attempts + 1, checked_at_ms=now_ms,
+        verifier=verifier, verifier_attempts=max(check.verifier_attempts, 1), checked_at_ms=now_ms,
         credit_resolved_at_ms=now_ms)
     assert moved, "the check was read as waiting in this transaction"
     trust = store.node_trust_of(session, check.node_id, for_update=True)
@@ -129,6 +129,26 @@ def _queue_rerun(session: Session, job_id: str, now_ms: int) -> str | None:
         finished_at_ms=None, node_ids=())
     job_rows.insert_job(session, rerun)
     return rerun_id
+
+
+def begin_replay(session: Session, job_id: str, verifier: str, now_ms: int) -> bool:
+    """Record, before the replay runs, that it started: if it takes its process down, the
+    check is quarantined at the next start instead of crashing it again."""
+    check = store.check_by_job(session, job_id, for_update=True)
+    if check is None or check.status is not CheckStatus.WAITING or check.verifier_attempts > 0:
+        return False
+    return store.update_check(session, job_id, frozenset({CheckStatus.WAITING}), verifier=verifier,
+                              verifier_attempts=check.verifier_attempts + 1, checked_at_ms=now_ms)
+
+
+def quarantine_check(session: Session, job_id: str, reason: str, verifier: str, now_ms: int) -> bool:
+    """The replay crashed or gave no verdict: never run again, and the credit stays held."""
+    moved = store.update_check(session, job_id, frozenset({CheckStatus.WAITING}),
+                               status=CheckStatus.QUARANTINED, reason=reason[:REASON_CHARS_MAX],
+                               verifier=verifier, checked_at_ms=now_ms)
+    if moved:
+        log.warning("check of job %s quarantined, its credit held: %s", job_id, reason[:200])
+    return moved
 
 
 def cannot_check(session: Session, job_id: str, reason: str, verifier: str, now_ms: int) -> bool:

@@ -60,6 +60,9 @@ class CheckStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     UNCHECKED = "unchecked"  # not sampled, or nothing can replay it: paid when the window closes
+    # Its replay crashed or gave no verdict: never retried (not even at start-up), and its
+    # credit stays held; a crash is not evidence either way, and "cannot check" is not "paid".
+    QUARANTINED = "quarantined"
 
 
 class CreditState(StrEnum):
@@ -121,8 +124,19 @@ def check_by_job(session: Session, job_id: str, *, for_update: bool = False) -> 
 
 
 def waiting_checks(session: Session, limit: int) -> list[CheckRecord]:
-    rows = session.execute(select(job_checks).where(job_checks.c.status == CheckStatus.WAITING.value)
+    """Waiting checks whose replay has not started (see started_checks)."""
+    rows = session.execute(select(job_checks).where(job_checks.c.status == CheckStatus.WAITING.value,
+                                                    job_checks.c.verifier_attempts == 0)
                            .order_by(job_checks.c.completed_at_ms, job_checks.c.job_id).limit(limit))
+    return [_check_from_row(r) for r in rows]
+
+
+def started_checks(session: Session, started_before_ms: int, limit: int) -> list[CheckRecord]:
+    """Waiting checks whose replay started before then and never gave a verdict: it crashed
+    its process (or a whole coordinator), so it is not run again."""
+    rows = session.execute(select(job_checks).where(
+        job_checks.c.status == CheckStatus.WAITING.value, job_checks.c.verifier_attempts > 0,
+        job_checks.c.checked_at_ms < started_before_ms).order_by(job_checks.c.job_id).limit(limit))
     return [_check_from_row(r) for r in rows]
 
 

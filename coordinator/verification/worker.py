@@ -1,10 +1,13 @@
 """The verifier worker: replays waiting checks and records their verdicts.
 
-It runs in the coordinator process beside the gRPC services, with its own MLX
-engine (an injected Replayer), so a job is never checked by the node that ran it.
-Each check is read in one transaction, replayed outside any transaction, and its
-verdict written in another; a verdict is applied at most once, so two workers (or
-a restart mid-replay) at worst repeat a replay.
+It runs in the coordinator process beside the gRPC services; its MLX engine (an
+injected Checker) runs in a child process in production (verification/isolated.py),
+so a job is never checked by the node that ran it and a replay that crashes costs
+one check. Each check is read in one transaction, marked started in another,
+replayed outside any transaction, and its verdict written in a third; a verdict is
+applied at most once. A replay that crashed, overran or refused its input is
+quarantined with its credit held; one that started and never finished (it took a
+whole process down) is quarantined when the next pass finds it, never retried.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ from coordinator.storage.database import Database
 from coordinator.verification import outcomes, store
 from coordinator.verification.outcomes import VerdictOutcome
 from coordinator.verification.policy import TrustPolicy
-from coordinator.verification.replay_check import Replayer, check_by_replay
+from coordinator.verification.isolated import REPLAY_TIMEOUT_S, Checker, ReplayFailed
 from coordinator.verification.tolerances import Tolerances
 
 log = logging.getLogger(__name__)
 
 CHECKS_PER_PASS_MAX = 16
+# A replay started longer ago than this, with no verdict, took its process down.
+REPLAY_ABANDONED_AFTER_MS = int(2 * REPLAY_TIMEOUT_S * 1000)
 
 
 @dataclass(frozen=True)
@@ -36,10 +41,25 @@ class _Pending:
 
 
 class VerifierWorker:
-    def __init__(self, db: Database, clock: Clock, replayer: Replayer, policy: TrustPolicy,
-                 tolerances: Tolerances, name: str = "coordinator-verifier") -> None:
-        self.db, self.clock, self.replayer = db, clock, replayer
+    def __init__(self, db: Database, clock: Clock, checker: Checker, policy: TrustPolicy,
+                 tolerances: Tolerances, name: str = "coordinator-verifier",
+                 abandoned_after_ms: int = REPLAY_ABANDONED_AFTER_MS) -> None:
+        self.db, self.clock = db, clock
+        self.checker = checker
         self.policy, self.tolerances, self.name = policy, tolerances, name
+        self.abandoned_after_ms = abandoned_after_ms
+
+    def quarantine_abandoned(self) -> list[str]:
+        """Quarantine checks whose replay started and never ended (it crashed a process)."""
+        now = self.clock.now_ms()
+        quarantined = []
+        with self.db.transaction() as session:
+            for check in store.started_checks(session, now - self.abandoned_after_ms, CHECKS_PER_PASS_MAX):
+                if outcomes.quarantine_check(
+                        session, check.job_id, "its replay started and never finished (the process "
+                        "running it stopped); not retried", self.name, now):
+                    quarantined.append(check.job_id)
+        return quarantined
 
     def _pending(self) -> list[_Pending]:
         with self.db.transaction() as session:
@@ -54,6 +74,7 @@ class VerifierWorker:
     def run_once(self) -> list[VerdictOutcome]:
         """Replay every waiting check (up to CHECKS_PER_PASS_MAX); the verdicts applied."""
         decided = []
+        self.quarantine_abandoned()
         for pending in self._pending():
             outcome = self._check(pending)
             if outcome is not None:
@@ -65,20 +86,23 @@ class VerifierWorker:
             receipt = decode_receipt(pending.receipt_body)
         except ReceiptFormatError as error:  # the door decoded it; a stored receipt cannot change
             raise AssertionError(f"stored receipt of {pending.job_id} no longer decodes") from error
-        if self.replayer.weights_digest(receipt.model_id) != receipt.weights_digest:
+        if self.checker.weights_digest(receipt.model_id) != receipt.weights_digest:
             with self.db.transaction() as session:
                 outcomes.cannot_check(session, pending.job_id,
                                       f"{self.name} does not hold {receipt.model_id} with these weights",
                                       self.name, self.clock.now_ms())
             return None
+        with self.db.transaction() as session:
+            if not outcomes.begin_replay(session, pending.job_id, self.name, self.clock.now_ms()):
+                return None  # another worker took it
         try:
             # A partial receipt (a failed job's proof) covers its first tokens only.
-            verdict = check_by_replay(self.replayer, receipt, pending.prompt,
-                                      pending.streamed[:receipt.completion_tokens], self.tolerances)
-        except ValueError as error:  # the model cannot be replayed here (unsupported, not finite)
+            verdict = self.checker.check(receipt, pending.prompt,
+                                         pending.streamed[:receipt.completion_tokens], self.tolerances)
+        except ReplayFailed as failure:  # crashed, overran, or refused: no verdict, credit held
             with self.db.transaction() as session:
-                outcomes.cannot_check(session, pending.job_id, f"replay failed: {error}", self.name,
-                                      self.clock.now_ms())
+                outcomes.quarantine_check(session, pending.job_id, failure.reason, self.name,
+                                          self.clock.now_ms())
             return None
         with self.db.transaction() as session:
             outcome = outcomes.record_verdict(session, pending.job_id, verdict, self.name,

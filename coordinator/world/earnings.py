@@ -84,6 +84,9 @@ def _held_reason(check: CheckFacts | None) -> str:
     if check is not None and check.status == "unchecked":
         why = f" ({check.reason})" if check.reason else ""
         return f"held until its check window closes{why}; then paid"
+    if check is not None and check.status == "quarantined":
+        why = f" ({check.reason})" if check.reason else ""
+        return f"held: its replay check gave no verdict{why}; not paid until it is decided"
     return "held until the job's proof check passes or its check window closes"
 
 

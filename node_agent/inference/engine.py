@@ -197,6 +197,10 @@ class Engine:
                check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
         """The verifier's pass: prompt plus output through the model at once (see activations.replay)."""
         model, tokenizer = self._model(model_path)
+        vocab_size = getattr(getattr(model, "args", None), "vocab_size", None)
+        if isinstance(vocab_size, int) and any(not 0 <= t < vocab_size for t in output_ids):
+            # An embedding lookup past the table reads out of bounds: refuse it, never run it.
+            raise ValueError(f"output token ids must be below the vocabulary size {vocab_size}")
         constraint = prompts.job_constraint(tokenizer, prompt)
         return activations.replay(model, prompts.encode_job_prompt(tokenizer, prompt), output_ids,
                                   prompts.constrained_check(constraint, output_ids, check_step))

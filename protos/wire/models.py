@@ -15,7 +15,7 @@ def model_spec_to_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
         num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
         head_dim=spec.head_dim, max_context_tokens=spec.max_context_tokens,
         kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest,
-        chat_features=list(spec.chat_features))
+        chat_features=list(spec.chat_features), vocab_size=spec.vocab_size)
 
 
 def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
@@ -26,4 +26,5 @@ def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
         num_attention_heads=message.num_attention_heads, num_kv_heads=message.num_kv_heads,
         head_dim=message.head_dim, max_context_tokens=message.max_context_tokens,
         kv_bytes_per_element=message.kv_bytes_per_element or KV_BYTES_PER_ELEMENT_UNSET,
-        weights_digest=message.weights_digest, chat_features=tuple(message.chat_features))
+        weights_digest=message.weights_digest, chat_features=tuple(message.chat_features),
+        vocab_size=message.vocab_size)

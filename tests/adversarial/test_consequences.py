@@ -27,6 +27,7 @@ from node_agent.inference.engine import Engine, LocalReplayer
 from node_agent.tiny_model import build_tiny_model
 from node_agent.model_files import describe_model
 from tests.adversarial.harness import MODEL_ID, Job, generate, new_identity, receipt_for
+from tests.node_registration import operator_key_for
 
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 
@@ -63,12 +64,13 @@ class Node:
     """A node agent reduced to its protocol: it runs whatever model it likes and signs for it."""
 
     def __init__(self, address: str, operator: str, honest_dir: Path, runs_dir: Path,
-                 engine: Engine) -> None:
+                 engine: Engine, operator_key: str) -> None:
         self.identity: Identity = new_identity()
         self.spec = describe_model(MODEL_ID, honest_dir)  # what it claims to serve
         self.runs_dir, self.engine, self.operator = runs_dir, engine, operator
         self.client = CoordinatorClient(address, PLAINTEXT)
-        self.client.register(self.identity, HARDWARE, (self.spec,), operator, operator, 2)
+        self.client.register(self.identity, HARDWARE, (self.spec,), operator, operator, 2,
+                             operator_key=operator_key)
         self._assignments = self.client.assignments()
 
     def serve_next(self) -> str:
@@ -100,7 +102,8 @@ def test_cheater_is_not_paid_is_quarantined_and_its_jobs_rerun_on_an_honest_node
         engine: Engine) -> None:
     address = f"127.0.0.1:{coordinator.port}"
     service = coordinator.service
-    mallory = Node(address, "mallory", tiny_model_dir, other_model_dir, engine)
+    mallory = Node(address, "mallory", tiny_model_dir, other_model_dir, engine,
+                   operator_key_for(service, "mallory"))
     with JobClient(address, trust=PLAINTEXT) as consumer:
         submitted = [consumer.submit(MODEL_ID, prompt, max_tokens=40).job_id
                      for prompt in ("In the beginning", "And Noah")]
@@ -111,7 +114,8 @@ def test_cheater_is_not_paid_is_quarantined_and_its_jobs_rerun_on_an_honest_node
         assert check is not None and check.status is CheckStatus.WAITING
         assert _credit_state(coordinator, job_id) == "pending"
 
-    alice = Node(address, "alice", tiny_model_dir, tiny_model_dir, engine)
+    alice = Node(address, "alice", tiny_model_dir, tiny_model_dir, engine,
+                 operator_key_for(service, "alice"))
     decided = service.checks.run()
     assert sorted(d.job_id for d in decided) == cheated and not any(d.passed for d in decided)
     assert _posted(coordinator, "mallory") == 0

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from contracts.benchmarks import BenchmarkResult
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
 from coordinator.model import NodeRecord
 from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch, close_epochs_forever
+from coordinator.nodes.benchmark_check import benchmark_flag
 from coordinator.storage import node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
@@ -32,12 +34,20 @@ SETTINGS = EpochSettings(length_s=LENGTH_S, heartbeat_credit_ms=10_000)
 ULTRA = NodeId("node-" + "u" * 24)
 
 
-def add_seat(db: Database, heartbeat_every_ms: int) -> None:
+def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True) -> None:
+    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed)."""
     lending = LendingState(mode=LendingMode.ULTRA_SEAT)
     node = NodeRecord(ULTRA, b"k" * 32, OperatorId("carol"), "studio", simulated_profile("m3-ultra-512"), (), 1,
                       START_MS, START_MS, lending)
     with db.transaction() as session:
         node_rows.save_node(session, node, "0" * 64)
+        if measured:
+            fits = BenchmarkResult(memory_bandwidth_gb_s=0.8 * 819, decode_tokens_per_s=300.0,
+                                   prefill_tokens_per_s=3000.0, reference_model="tiny",
+                                   reference_weights_bytes=12_000_000, measured_at_ms=START_MS,
+                                   run_time_ms=1000)
+            assert benchmark_flag(node.hardware, fits) is None
+            node_rows.save_benchmark(session, ULTRA, fits, START_MS, None)
         for sent_ms in range(START_MS, START_MS + LENGTH_S * 1_000, heartbeat_every_ms):
             beat = Heartbeat(ULTRA, sent_ms, 0, lending)
             assert node_rows.insert_signed_heartbeat(session, beat, sent_ms, b"s" * 64)
@@ -66,6 +76,19 @@ def test_seat_availability_comes_from_signed_heartbeats(db: Database, every_ms: 
     assert seat.node_id == ULTRA and seat.qualified is qualified
     assert seat.availability_bps == (10_000 if qualified else 5_000)
     assert close_due_epoch(db, SETTINGS, now_us=end_us + 2) is None
+
+
+def test_a_claimed_ultra_without_a_fitting_benchmark_earns_no_seat_bonus(db: Database) -> None:
+    """Issue 25's fake Ultra: a script claiming an M3 Ultra seat, always online, never measured."""
+    add_seat(db, 5_000, measured=False)
+    end_us = (START_MS + LENGTH_S * 1_000) * 1_000
+    result = close_due_epoch(db, SETTINGS, now_us=end_us + 1)
+    assert result is not None and result.ok
+    with db.transaction() as session:
+        (seat,) = epoch_store.seat_outcomes(session, EPOCH)
+    assert seat.availability_bps == 10_000 and not seat.qualified
+    assert seat.reason == "no bonus: the chip did not verify as an Ultra"
+    assert seat.availability_reward == seat.job_bonus == 0
 
 
 def test_close_anchor_statement_and_verify_with_the_cli(db: Database, tmp_path: Path,

@@ -117,8 +117,22 @@ class PodDeclaration(_message.Message):
     links: _containers.RepeatedCompositeFieldContainer[PodLink]
     def __init__(self, pod_id: _Optional[str] = ..., member_node_ids: _Optional[_Iterable[str]] = ..., links: _Optional[_Iterable[_Union[PodLink, _Mapping]]] = ...) -> None: ...
 
+class RegisterChallengeRequest(_message.Message):
+    __slots__ = ("public_key",)
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    public_key: bytes
+    def __init__(self, public_key: _Optional[bytes] = ...) -> None: ...
+
+class RegisterChallengeResponse(_message.Message):
+    __slots__ = ("nonce", "expires_at_ms")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    expires_at_ms: int
+    def __init__(self, nonce: _Optional[bytes] = ..., expires_at_ms: _Optional[int] = ...) -> None: ...
+
 class RegisterRequest(_message.Message):
-    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version", "lending", "benchmark", "warm_models", "pod", "region")
+    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version", "lending", "benchmark", "warm_models", "pod", "nonce", "operator_key", "region")
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +146,8 @@ class RegisterRequest(_message.Message):
     BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     WARM_MODELS_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_KEY_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     public_key: bytes
     signature: bytes
@@ -146,8 +162,10 @@ class RegisterRequest(_message.Message):
     benchmark: Benchmark
     warm_models: _containers.RepeatedScalarFieldContainer[str]
     pod: PodDeclaration
+    nonce: bytes
+    operator_key: str
     region: str
-    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., pod: _Optional[_Union[PodDeclaration, _Mapping]] = ..., region: _Optional[str] = ...) -> None: ...
+    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., pod: _Optional[_Union[PodDeclaration, _Mapping]] = ..., nonce: _Optional[bytes] = ..., operator_key: _Optional[str] = ..., region: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("node_id", "session_token", "heartbeat_interval_ms")

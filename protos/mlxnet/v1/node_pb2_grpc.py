@@ -36,6 +36,11 @@ class NodeServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.RegisterChallenge = channel.unary_unary(
+                '/mlxnet.v1.NodeService/RegisterChallenge',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterChallengeRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterChallengeResponse.FromString,
+                _registered_method=True)
         self.Register = channel.unary_unary(
                 '/mlxnet.v1.NodeService/Register',
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterRequest.SerializeToString,
@@ -72,6 +77,13 @@ class NodeServiceServicer:
     """Spoken by node agents. Every call but Register carries the session token
     from Register in the `x-mlxnet-session` metadata entry.
     """
+
+    def RegisterChallenge(self, request, context):
+        """A fresh single-use nonce for one Register of this key (valid about a minute).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Register(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -116,6 +128,11 @@ class NodeServiceServicer:
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'RegisterChallenge': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterChallenge,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterChallengeRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterChallengeResponse.SerializeToString,
+            ),
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterRequest.FromString,
@@ -158,6 +175,33 @@ class NodeService:
     """Spoken by node agents. Every call but Register carries the session token
     from Register in the `x-mlxnet-session` metadata entry.
     """
+
+    @staticmethod
+    def RegisterChallenge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/RegisterChallenge',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterChallengeRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterChallengeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Register(request,

@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import ConsumerId
 from contracts.models import ModelSpec
-from contracts.signing import register_challenge
 from coordinator.config import CoordinatorConfig
 from coordinator.jobs.submission import Submission
 from coordinator.model import NodeRecord
 from coordinator.money.api_keys import Caller, KeyLimits
-from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
 from ledger.book import balance
@@ -22,11 +20,12 @@ from ledger.model import Balance
 from ledger.units import BASE_UNITS_PER_MLX
 from mlxnet import keys_cli
 from node_agent.identity import Identity
+from tests.node_registration import register_node as register_signed_node
 
 GIB = 1 << 30
 MODEL = ModelSpec(model_id="test/small", weights_bytes=GIB, parameter_count=500_000_000,
                   num_layers=8, num_attention_heads=8, num_kv_heads=8, head_dim=64,
-                  max_context_tokens=4096)
+                  max_context_tokens=4096, weights_digest="5a" * 32, vocab_size=32_000)
 
 
 class FakeClock:
@@ -46,15 +45,11 @@ def make_service(database_url: str, **config: object) -> CoordinatorService:
 def register_node(service: CoordinatorService, identity: Identity, max_concurrent_jobs: int = 1,
                   models: tuple[ModelSpec, ...] = (MODEL,)) -> NodeRecord:
     """A simulated Mac that never runs anything itself: tests play its part."""
-    now = service.clock.now_ms()
     hardware = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                               memory_bytes=64 * GIB, gpu_working_set_bytes=48 * GIB, gpu_cores=40,
                               memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
-    _, token = service.nodes.register(Registration(
-        public_key=identity.public_key_raw,
-        signature=identity.sign(register_challenge(identity.node_id, now)), timestamp_ms=now,
-        hardware=hardware, models=models, operator_id="alice", display_name="n",
-        max_concurrent_jobs=max_concurrent_jobs))
+    _, token = register_signed_node(service, identity, hardware, models, "alice",
+                                    max_concurrent_jobs=max_concurrent_jobs)
     return service.nodes.authenticate(token)
 
 

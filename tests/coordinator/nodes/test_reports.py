@@ -32,7 +32,7 @@ PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plain
 
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
-                  max_context_tokens=2048, weights_digest="ab" * 32)
+                  max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=32_000)
 ULTRA = simulated_profile("m3-ultra-512")
 MINI = simulated_profile("m4-pro-64")
 
@@ -51,7 +51,7 @@ def _join(tmp_path: Path, coordinator: RunningCoordinator, name: str, hardware: 
           status: NodeStatus | None = None) -> tuple[Identity, CoordinatorClient]:
     identity = load_or_create_identity(tmp_path / name / "identity.pem")
     client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
-    client.register(identity, hardware, (MODEL,), "alice", name, 1, status)
+    client.register(identity, hardware, (MODEL,), "", name, 1, status)
     return identity, client
 
 
@@ -91,7 +91,7 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     other = load_or_create_identity(tmp_path / "other.pem")
     status = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
     forger = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
-    forger.register(identity, ULTRA, (MODEL,), "alice", "studio", 1)
+    forger.register(identity, ULTRA, (MODEL,), "", "studio", 1)
     forger._identity = dataclasses.replace(identity, private_key=other.private_key)  # wrong key
     with pytest.raises(CallRejected) as forged:
         forger.heartbeat(0, status)
@@ -99,7 +99,7 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     assert _times(coordinator, identity) == []
     forger.close()
 
-    client.register(identity, ULTRA, (MODEL,), "alice", "studio", 1)
+    client.register(identity, ULTRA, (MODEL,), "", "studio", 1)
     client.heartbeat(0, status)
     sent_at_ms = client._last_sent_ms
     claim = Heartbeat(identity.node_id, sent_at_ms, 0, status.lending)
@@ -116,9 +116,9 @@ def test_ultra_seat_needs_an_ultra_chip(tmp_path: Path, coordinator: RunningCoor
     identity = load_or_create_identity(tmp_path / "mini" / "identity.pem")
     client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     with pytest.raises(CallRejected) as refused:
-        client.register(identity, MINI, (MODEL,), "alice", "mini", 1, seat)
+        client.register(identity, MINI, (MODEL,), "", "mini", 1, seat)
     assert refused.value.code == "INVALID_ARGUMENT" and "use mode dedicated" in str(refused.value)
-    client.register(identity, MINI, (MODEL,), "alice", "mini", 1)
+    client.register(identity, MINI, (MODEL,), "", "mini", 1)
     with pytest.raises(CallRejected):
         client.heartbeat(0, seat)
     client.close()
@@ -206,7 +206,7 @@ def test_leaving_hands_back_jobs_and_takes_the_node_out_of_placement(
         fleet, _ = snapshot(session, coordinator.service.clock.now_ms(), coordinator.service.config)
         assert job_rows.job_by_id(session, job.job_id).status is JobStatus.QUEUED
     assert not fleet.macs[0].online
-    client.register(identity, MINI, (MODEL,), "alice", "mini", 1)  # coming back re-joins
+    client.register(identity, MINI, (MODEL,), "", "mini", 1)  # coming back re-joins
     with coordinator.service.db.transaction() as session:
         assert node_rows.node_by_id(session, identity.node_id).left_at_ms is None
     client.close()

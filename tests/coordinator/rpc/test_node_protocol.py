@@ -28,12 +28,13 @@ from node_agent.coordinator_client import CallRejected, CoordinatorClient
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2
 from tests.proof_helpers import well_formed_commitment
+from tests.node_registration import operator_key_for
 
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
-                  max_context_tokens=2048, weights_digest="ab" * 32)
+                  max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=32_000)
 HARDWARE = HardwareReport(chip="Apple M4 Pro", chip_family="M4", chip_tier=ChipTier.PRO,
                           memory_bytes=64 << 30, gpu_working_set_bytes=48 << 30, gpu_cores=20,
                           memory_bandwidth_gb_s=273.0, os_name="macOS (simulated)", simulated=True)
@@ -52,10 +53,12 @@ def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
         running.stop(grace_s=0)
 
 
-def _node(tmp_path: Path, name: str, address: str, operator: str) -> tuple[Identity, CoordinatorClient]:
+def _node(tmp_path: Path, name: str, coordinator: RunningCoordinator,
+          operator: str) -> tuple[Identity, CoordinatorClient]:
     identity = load_or_create_identity(tmp_path / name / "identity.pem")
-    client = CoordinatorClient(address, PLAINTEXT)
-    client.register(identity, HARDWARE, (MODEL,), operator, name, 1)
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
+    client.register(identity, HARDWARE, (MODEL,), operator, name, 1,
+                    operator_key=operator_key_for(coordinator.service, operator))
     return identity, client
 
 
@@ -78,12 +81,12 @@ def _credited(coordinator: RunningCoordinator, operator: str) -> int:
 def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     address = f"127.0.0.1:{coordinator.port}"
-    alice, alice_client = _node(tmp_path, "alice-node", address, "alice")
+    alice, alice_client = _node(tmp_path, "alice-node", coordinator, "alice")
     with JobClient(address, trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello there", max_tokens=8)
     assignment = next(alice_client.assignments())
     assert assignment.job_id == job.job_id
-    mallory, mallory_client = _node(tmp_path, "mallory-node", address, "mallory")
+    mallory, mallory_client = _node(tmp_path, "mallory-node", coordinator, "mallory")
     alice_client.stream_tokens(job.job_id, iter([(0, TOKENS, "abc")]))
     honest = encode_receipt(_receipt(alice, job.job_id, "Hello there", TOKENS))
 
@@ -121,11 +124,11 @@ def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
 def test_tokens_out_of_order_or_for_others_jobs_are_refused(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     address = f"127.0.0.1:{coordinator.port}"
-    _, alice_client = _node(tmp_path, "alice-node", address, "alice")
+    _, alice_client = _node(tmp_path, "alice-node", coordinator, "alice")
     with JobClient(address, trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello", max_tokens=8)
     next(alice_client.assignments())
-    _, mallory_client = _node(tmp_path, "mallory-node", address, "mallory")
+    _, mallory_client = _node(tmp_path, "mallory-node", coordinator, "mallory")
     with pytest.raises(CallRejected) as foreign:
         mallory_client.stream_tokens(job.job_id, iter([(0, (1,), "x")]))
     assert foreign.value.code == "PERMISSION_DENIED"

@@ -11,22 +11,23 @@ import pytest
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import new_job_id
 from contracts.models import ModelSpec
-from contracts.signing import register_challenge
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest, NotFound, Unplaceable
 from coordinator.jobs.submission import Submission
 from coordinator.model import JobRecord, JobStatus, TokenChunk
-from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
 from coordinator.storage import job_rows, node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from node_agent.identity import Identity, load_or_create_identity
+from tests.node_registration import register_node
 
 GIB = 1 << 30
 SMALL = ModelSpec(model_id="small", weights_bytes=GIB, parameter_count=500_000_000, num_layers=8,
-                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096)
+                  num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096,
+                  weights_digest="5a" * 32, vocab_size=32_000)
 HUGE = ModelSpec(model_id="huge", weights_bytes=2000 * GIB, parameter_count=10**12, num_layers=60,
-                 num_attention_heads=64, num_kv_heads=8, head_dim=128, max_context_tokens=4096)
+                 num_attention_heads=64, num_kv_heads=8, head_dim=128, max_context_tokens=4096,
+                 weights_digest="4b" * 32, vocab_size=32_000)
 
 
 class FakeClock:
@@ -47,14 +48,10 @@ def service(database_url: str) -> Iterator[CoordinatorService]:
 
 def _register(service: CoordinatorService, identity: Identity, models: tuple[ModelSpec, ...],
               memory_gb: int = 64) -> str:
-    now = service.clock.now_ms()
     hardware = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                               memory_bytes=memory_gb * GIB, gpu_working_set_bytes=memory_gb * GIB * 3 // 4,
                               gpu_cores=40, memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
-    node_id, _ = service.nodes.register(Registration(
-        public_key=identity.public_key_raw,
-        signature=identity.sign(register_challenge(identity.node_id, now)), timestamp_ms=now,
-        hardware=hardware, models=models, operator_id="op", display_name="n", max_concurrent_jobs=1))
+    node_id, _ = register_node(service, identity, hardware, models, "op")
     return node_id
 
 

@@ -16,13 +16,11 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import JobId, OperatorId
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
-from contracts.signing import register_challenge
 from coordinator.config import CoordinatorConfig
 from coordinator.jobs.submission import Submission
 from coordinator.model import JobStatus, TokenChunk
 from coordinator.money import api_keys
 from coordinator.money.api_keys import Caller, KeyLimits
-from coordinator.nodes.registry import Registration
 from coordinator.service import CoordinatorService
 from coordinator.storage import job_rows, node_rows
 from coordinator.storage.database import Database, upgrade_schema
@@ -39,11 +37,12 @@ from ledger.jobs import (
 )
 from node_agent.identity import Identity, load_or_create_identity
 from tests.proof_helpers import well_formed_commitment
+from tests.node_registration import register_node
 
 GIB = 1 << 30
 MODEL = ModelSpec(model_id="small", weights_bytes=GIB, parameter_count=500_000_000, num_layers=8,
                   num_attention_heads=8, num_kv_heads=8, head_dim=64, max_context_tokens=4096,
-                  weights_digest="cd" * 32)
+                  weights_digest="cd" * 32, vocab_size=32_000)
 HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
                           memory_bytes=64 * GIB, gpu_working_set_bytes=48 * GIB, gpu_cores=40,
                           memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
@@ -85,11 +84,8 @@ def service(database_url: str) -> Iterator[CoordinatorService]:
 
 
 def _register(service: CoordinatorService, identity: Identity, operator: str) -> str:
-    now = service.clock.now_ms()
-    node_id, _ = service.nodes.register(Registration(
-        public_key=identity.public_key_raw, signature=identity.sign(register_challenge(identity.node_id, now)),
-        timestamp_ms=now, hardware=HARDWARE, models=(MODEL,), operator_id=operator,
-        display_name=operator, max_concurrent_jobs=4))
+    node_id, _ = register_node(service, identity, HARDWARE, (MODEL,), operator, display_name=operator,
+                               max_concurrent_jobs=4)
     return node_id
 
 

@@ -33,7 +33,7 @@ from node_agent.hardware.profiles import simulated_profile
 
 MODEL = ModelSpec(model_id="test/tiny", weights_bytes=12_000_000, parameter_count=3_000_000, num_layers=4,
                   num_attention_heads=4, num_kv_heads=2, head_dim=32, max_context_tokens=2048,
-                  weights_digest="ab" * 32)
+                  weights_digest="ab" * 32, vocab_size=32_000)
 SECRET_PROMPT = "the secret prompt: zebra quartz 4471"
 SECRET_OUTPUT = "the secret output: violet anchor 9902"
 OFFLINE_AFTER_MS = 10_000
