@@ -18,5 +18,6 @@ checks it, and `python -m tests.layers` prints any import that breaks it):
     rpc/            the gRPC edge: servicers, protobuf <-> domain, the status table
     world/          MLX World, the public pages and each operator's own
     gateway/        the HTTP edge: OpenAI-compatible routes
+    background.py   the supervised background loops: reaper, sweeps, scheduler, verifier, epochs
     server.py       the process: gRPC and HTTP servers, background loops
 """

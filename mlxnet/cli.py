@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mlxnet import log_format
+from mlxnet import log_format, tracing
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 log = logging.getLogger("mlxnet")
@@ -68,8 +68,10 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.tls import TlsSetupError
     from mlxnet.coordinator_tls import server_tls
     from mlxnet.heap import freeze_start_up_heap
+    from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-coordinator")
     try:
         tls = server_tls(args)
     except (TransportRefused, TlsSetupError) as error:
@@ -78,7 +80,9 @@ def _coordinator(args: argparse.Namespace) -> int:
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
-                               allow_anonymous=args.allow_anonymous)
+                               allow_anonymous=args.allow_anonymous,
+                               ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
+                               chain_dir=args.data_dir / "anvil")
     running = start(config, args.host, args.port, http_port=args.http_port,
                     replayer=_verifier_replayer(args.verify_model), tls=tls)
     freeze_start_up_heap()

@@ -21,6 +21,7 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
 from contracts.tls import CoordinatorTrust, is_loopback, normalize_fingerprint
+from mlxnet import tracing
 from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
 from node_agent.hardware.discover import discover_host, simulated_profile
@@ -146,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
              hardware.chip, hardware.memory_bytes >> 30, hooks.monitor.state.mode.value,
              ", ".join(spec.model_id for spec, _ in models))
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-node")
     freeze_start_up_heap()
     try:
         agent.run()
@@ -154,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
     # MLX's and gRPC's native threads may still be winding down; tearing the interpreter
     # down under them can abort the process, so a finished agent exits here, cleanly.
+    tracing.flush()
     logging.shutdown()
     sys.stdout.flush()
     os._exit(EXIT_UNTRUSTED if agent.untrusted is not None else 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from node_agent.coordinator_client import (
 )
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
+from node_agent.inference.activations import Decoded
 from node_agent.inference.engine import (
     Engine,
     GenerationRequest,
@@ -94,10 +96,10 @@ class NodeAgent:
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
         delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
+            opened = time.monotonic()
             try:
                 if not self.registered.is_set():
                     self._register()
-                delay_s = RECONNECT_DELAY_S_MIN
                 for assignment in self._client.assignments():
                     self._accept(assignment)
             except SessionExpired:
@@ -107,6 +109,11 @@ class NodeAgent:
                 self.untrusted = error
                 self.stop()
             except CoordinatorUnavailable as error:
+                # Back off while every try fails at once (a coordinator restarting, a cut link
+                # that accepts and drops): only a stream that stayed up starts again from the
+                # shortest delay, so a fleet does not hammer a coordinator as it comes back.
+                if time.monotonic() - opened > RECONNECT_DELAY_S_MAX:
+                    delay_s = RECONNECT_DELAY_S_MIN
                 log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
                 self.stopping.wait(delay_s)
                 delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
@@ -227,8 +234,14 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
             top_logprobs=assignment.top_logprobs)
+        started_at_ms, first_token_at_ms = time.time_ns() // 1_000_000, [0]
+
+        def prove(token_ids: tuple[int, ...], recorded: Decoded) -> tuple[bytes, bytes]:
+            return self._reports.partial_receipt(assignment, token_ids, recorded, started_at_ms,
+                                                 first_token_at_ms[0])
+
         sender = TokenSender(self._client, assignment.job_id, timeline=timeline,
-                             threads=self._sender_threads)
+                             threads=self._sender_threads, prover=prove)
         keep_going = self._hooks.keep_going
         metrics, job_id = self.metrics, assignment.job_id
         timeline.mark("generating")
@@ -237,6 +250,7 @@ class NodeAgent:
         def on_token(index: int, token_id: int, text: str) -> bool:
             if index == 0:
                 timeline.mark("first_token")
+                first_token_at_ms[0] = time.time_ns() // 1_000_000
             metrics.token_made(job_id)
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
@@ -248,7 +262,8 @@ class NodeAgent:
 
             result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
                                            on_prompt, sender.note_logprob,
-                                           on_end=sender.finish, commit=False)
+                                           on_end=sender.finish, commit=False,
+                                           on_proven=sender.note_proven)
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)

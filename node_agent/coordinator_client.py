@@ -40,6 +40,7 @@ from protos.wire.models import model_spec_to_pb
 log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
 RPC_DEADLINE_S = 15.0
+ATTEMPTS_KEPT_MAX = 4_096  # jobs whose attempt the client remembers, oldest forgotten first
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
               grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
               grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -103,11 +104,13 @@ class Chunk:
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token, or none
     prompt_tokens: int = 0  # on the job's first chunk
+    # A signed partial receipt (body, signature) over the job's tokens so far, none or the latest.
+    partial_receipt: tuple[bytes, bytes] | None = None
 
     def merged(self, following: Chunk) -> Chunk:
         return Chunk(self.first_index, self.token_ids + following.token_ids,
                      self.text + following.text, self.logprobs + following.logprobs,
-                     self.prompt_tokens)
+                     self.prompt_tokens, following.partial_receipt or self.partial_receipt)
 
 
 def _logprob_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
@@ -176,6 +179,7 @@ class CoordinatorClient:
         self._stub_value: node_pb2_grpc.NodeServiceStub | None = None
         self._closed = False
         self._session = ""
+        self._attempts: dict[str, int] = {}  # job id -> the attempt last assigned here
         self._models: dict[str, ModelSpec] = {}
         self._identity: Identity | None = None
         self._last_sent_ms = 0
@@ -183,6 +187,11 @@ class CoordinatorClient:
     @property
     def trust(self) -> CoordinatorTrust:
         return self._trust
+
+    @property
+    def session_token(self) -> str:
+        """The session's token since register() ("" before), sent as x-mlxnet-session."""
+        return self._session
 
     @property
     def _stub(self) -> node_pb2_grpc.NodeServiceStub:
@@ -292,6 +301,7 @@ class CoordinatorClient:
                 if spec is None:
                     raise CallRejected("FAILED_PRECONDITION",
                                        f"assigned model {message.model.model_id} is not served here")
+                self._note_attempt(message.job_id, message.attempt)
                 yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
                                  max_tokens=message.sampling.max_tokens,
                                  temperature=message.sampling.temperature,
@@ -306,12 +316,22 @@ class CoordinatorClient:
         finally:
             stream.cancel()
 
+    def _note_attempt(self, job_id: str, attempt: int) -> None:
+        """Every report on the job names this attempt, its fencing token: the coordinator
+        refuses one from an attempt that is over."""
+        if len(self._attempts) >= ATTEMPTS_KEPT_MAX:
+            self._attempts.pop(next(iter(self._attempts)))
+        self._attempts[job_id] = attempt
+
     def stream_tokens(self, job_id: str,
                       chunks: Iterator[Chunk | tuple[int, tuple[int, ...], str]]) -> int:
         """Send chunks (or (first_index, token_ids, text) tuples) in one call; returns tokens accepted."""
+        attempt = self._attempts.get(job_id, 0)
         requests = (node_pb2.StreamTokensRequest(
             job_id=job_id, first_index=c.first_index, token_ids=c.token_ids, text=c.text,
-            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens)
+            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens,
+            attempt=attempt, partial_receipt=None if c.partial_receipt is None else common_pb2.SignedReceipt(
+                body=c.partial_receipt[0], signature=c.partial_receipt[1]))
             for c in (chunk if isinstance(chunk, Chunk) else Chunk(*chunk) for chunk in chunks))
         try:
             response = self._stub.StreamTokens(requests, metadata=self._metadata())
@@ -321,7 +341,8 @@ class CoordinatorClient:
 
     def report_receipt(self, job_id: str, body: bytes, signature: bytes) -> int:
         request = node_pb2.ReportResultRequest(
-            job_id=job_id, receipt=common_pb2.SignedReceipt(body=body, signature=signature))
+            job_id=job_id, receipt=common_pb2.SignedReceipt(body=body, signature=signature),
+            attempt=self._attempts.get(job_id, 0))
         try:
             response = self._stub.ReportResult(request, timeout=RPC_DEADLINE_S,
                                                metadata=self._metadata())
@@ -335,7 +356,7 @@ class CoordinatorClient:
         request = node_pb2.ReportResultRequest(
             job_id=job_id, failure_reason=reason, handed_back=handed_back,
             failure=(node_pb2.JOB_FAILURE_PROMPT_TOO_LONG if prompt_too_long
-                     else node_pb2.JOB_FAILURE_UNSPECIFIED))
+                     else node_pb2.JOB_FAILURE_UNSPECIFIED), attempt=self._attempts.get(job_id, 0))
         try:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service",),
     ("rpc", "world"),
     ("gateway",),
+    ("background",),
     ("server",),
 )
 

@@ -186,7 +186,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +199,7 @@ class ReceiveAssignmentsResponse(_message.Message):
     POD_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -211,23 +212,28 @@ class ReceiveAssignmentsResponse(_message.Message):
     pod_leader_node_id: str
     logprobs: bool
     top_logprobs: int
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
-    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens")
+    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens", "partial_receipt", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     first_index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
     prompt_tokens: int
-    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+    partial_receipt: _common_pb2.SignedReceipt
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamTokensResponse(_message.Message):
     __slots__ = ("tokens_accepted",)
@@ -236,18 +242,22 @@ class StreamTokensResponse(_message.Message):
     def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
 
 class ReportResultRequest(_message.Message):
-    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back", "failure")
+    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back", "failure", "partial_receipt", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
     HANDED_BACK_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     receipt: _common_pb2.SignedReceipt
     failure_reason: str
     handed_back: bool
     failure: JobFailure
-    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ...) -> None: ...
+    partial_receipt: _common_pb2.SignedReceipt
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)

@@ -1,5 +1,6 @@
 """A node that dies before its first token is replaced without the client noticing; one that
-dies mid-stream ends the stream with a clear error, and the consumer pays for what it got.
+dies mid-stream ends the stream with a clear error, and the consumer pays for what it got and
+the node's partial receipts prove.
 
 Real processes: the coordinator (keys required), node agents killed with SIGKILL.
 """
@@ -16,6 +17,7 @@ import openai
 import pytest
 from mlx_lm import load, stream_generate
 
+from contracts.commitments import CHUNK_TOKENS
 from contracts.ids import ConsumerId, job_id_for_request
 from ledger.book import balance
 from ledger.jobs import consumer_account_id
@@ -88,6 +90,10 @@ def test_failover_is_invisible_before_the_first_token_and_clear_after_it(
     stream = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=2000,
                                        temperature=0, stream=True)
     received = [next(stream).choices[0].text]
+    job_path = "/jobs/" + stream.response.headers["x-mlxnet-job-id"]
+    # Past the first chunk of CHUNK_TOKENS tokens, so the node has signed a partial receipt.
+    while client.get(job_path, cast_to=object)["usage"]["completion_tokens"] <= CHUNK_TOKENS + 8:
+        received.append(next(stream).choices[0].text)
     _kill(network, "second")
     with stream, pytest.raises(openai.APIError, match="stopped mid-stream"):
         for chunk in stream:
@@ -99,6 +105,10 @@ def test_failover_is_invisible_before_the_first_token_and_clear_after_it(
                          record["usage"]["completion_tokens"]).consumer_charge,
                price_job(spec.parameter_count, failed["usage"]["prompt_tokens"],
                          failed["usage"]["completion_tokens"]).consumer_charge]
+    # Charged (and its operator paid) only for the tokens its partial receipts prove.
+    proven = failed["usage"]["completion_tokens"]
+    assert proven >= CHUNK_TOKENS and proven % CHUNK_TOKENS == 0
     assert failed["cost"]["charged_base_units"] == charges[1] > 0
+    assert failed["cost"]["operator_credit_base_units"] > 0
     after = _consumer_balance(network, "acme")
     assert after.debits_pending == 0 and after.available == 10 * MLX - sum(charges)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, NodeId, OperatorId
@@ -138,6 +143,13 @@ def pay_out_epoch(session: Session, addresses: dict[str, str]) -> int:
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
+
+
+def spki_pin(certificate_path: str) -> str:
+    """Chromium's pin for a certificate: base64 of the SHA-256 of its public key info."""
+    certificate = x509.load_pem_x509_certificate(Path(certificate_path).read_bytes())
+    info = certificate.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(info).digest()).decode()
 
 
 @pytest.fixture(scope="module")

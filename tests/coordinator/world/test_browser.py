@@ -5,18 +5,14 @@ Screenshots at 1280x800 and 390x844 go to artifacts/world/ (gitignored).
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import contextlib
-import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy import select
 
 from contracts.tls import CoordinatorTrust
@@ -27,6 +23,7 @@ from ledger.epochs import set_payout_address
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.processes import Child, spawn_node, start_coordinator, start_nodes, wait_until_registered
 from tests.conftest import fresh_postgres_database
+from tests.coordinator.world.conftest import spki_pin
 
 pytestmark = pytest.mark.e2e
 
@@ -55,17 +52,10 @@ class WorldNetwork:
         return f"{self.coordinator.extra['url']}/world"  # https: MLX World is served over TLS
 
 
-def _spki_pin(certificate_path: str) -> str:
-    """Chromium's pin for a certificate: base64 of the SHA-256 of its public key info."""
-    certificate = x509.load_pem_x509_certificate(Path(certificate_path).read_bytes())
-    info = certificate.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
-    return base64.b64encode(hashlib.sha256(info).digest()).decode()
-
-
 @pytest.fixture(scope="module")
 def browser_args(world_network: WorldNetwork) -> list[str]:
     """Chromium trusts the coordinator's self-signed certificate by its pinned key, nothing else."""
-    return [f"--ignore-certificate-errors-spki-list={_spki_pin(world_network.coordinator.extra['certificate'])}"]
+    return [f"--ignore-certificate-errors-spki-list={spki_pin(world_network.coordinator.extra['certificate'])}"]
 
 
 def _prepare_operators(database_url: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ import pytest
 from coordinator.storage.database import Database
 from coordinator.world import operator_keys
 from mlxnet.processes import Child, spawn_node, start_coordinator, start_nodes, wait_until_registered
+from tests.coordinator.world.conftest import spki_pin
 
 pytestmark = pytest.mark.e2e
 
@@ -40,14 +41,14 @@ class MapNetwork:
 
     @property
     def url(self) -> str:
-        return f"http://{self.coordinator.extra['http_address']}/world"
+        return f"{self.coordinator.extra['url']}/world"  # https: MLX World is served over TLS
 
     def publish(self, operator: str, node_id: str, region: str | None) -> None:
         request = urllib.request.Request(
             f"{self.url}/api/operator/nodes/{node_id}/region", method="PUT",
             data=json.dumps({"region": region}).encode(),
             headers={"Authorization": f"Bearer {self.keys[operator]}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30, context=self.coordinator.ssl_context()) as answer:
             assert answer.status == 200
 
 
@@ -67,11 +68,18 @@ def network(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
         finally:
             db.dispose()
         net.nodes = start_nodes(work_dir, coordinator.extra["address"],
-                                [("alice-mini", [f"{MODEL_ID}={tiny_model_dir}"], "m4-pro-64", "alice")])
+                                [("alice-mini", [f"{MODEL_ID}={tiny_model_dir}"], "m4-pro-64", "alice")],
+                                coordinator.trust)
         yield net
     finally:
         for child in [*net.nodes, coordinator]:
             child.stop()
+
+
+@pytest.fixture(scope="module")
+def browser_args(network: MapNetwork) -> list[str]:
+    """Chromium trusts the coordinator's self-signed certificate by its pinned key, nothing else."""
+    return [f"--ignore-certificate-errors-spki-list={spki_pin(network.coordinator.extra['certificate'])}"]
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +139,7 @@ def test_a_new_mac_appears_live_and_a_filter_hides_it(network: MapNetwork, pages
     # The node's own setting (`mlxnet node config --region`, or --region for one run) places it.
     child = spawn_node(network.work_dir, "carol-max", network.coordinator.extra["address"],
                        [f"{MODEL_ID}={network.model_dir}"], profile="m4-max-128", operator="carol",
-                       extra_args=("--region", "Lisbon"))
+                       trust=network.coordinator.trust, extra_args=("--region", "Lisbon"))
     network.nodes.append(child)
     carol = wait_until_registered(child).extra["node_id"]
     for page in pages.values():
