@@ -2,15 +2,15 @@
 reads the output (a stream sees tokens as they come; a whole answer only at the end), so a
 failed job charges only what was delivered and proven.
 
-Revision ID: 0010_partial_receipts
-Revises: 0009_durability_mark
+Revision ID: 0011_partial_receipts
+Revises: 0010_ledger_head_signatures
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_partial_receipts"
-down_revision = "0009_durability_mark"
+revision = "0011_partial_receipts"
+down_revision = "0010_ledger_head_signatures"
 branch_labels = None
 depends_on = None
 
