@@ -17,6 +17,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
 from coordinator.money.epochs import EpochSettings, close_epochs_forever
 from coordinator.placement.compiled import build_status
+from coordinator.rpc.guard import EdgeGuard
 from coordinator.rpc.job_servicer import JobServicer
 from coordinator.rpc.node_servicer import NodeServicer
 from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
@@ -80,7 +81,8 @@ def start(config: CoordinatorConfig, host: str = "127.0.0.1", port: int = 0,
     service = CoordinatorService(Database(config.database_url), SystemClock(), config)
     if replayer is not None:
         service.checks.attach_verifier(replayer)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=RPC_WORKERS_MAX),
+                         interceptors=[EdgeGuard()])  # every request checked at the door
     job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(service), server)
     node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(service), server)
     health_servicer = health.HealthServicer()

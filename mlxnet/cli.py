@@ -21,17 +21,19 @@ import signal
 import sys
 from pathlib import Path
 
+from mlxnet import log_lines
+
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 
 
 def _database_url(args: argparse.Namespace) -> str:
-    from coordinator.storage.database import default_sqlite_url
+    from coordinator.storage.database import default_sqlite_url, make_private_dir
 
     if args.database_url:
         return args.database_url
     if os.environ.get(DATABASE_URL_ENV):
         return os.environ[DATABASE_URL_ENV]
-    args.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(args.data_dir)
     return default_sqlite_url(args.data_dir)
 
 
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    log_lines.install()  # request values in log messages are escaped and truncated
     return args.handler(args)
 
 

@@ -28,7 +28,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.money import api_keys
 from coordinator.money.api_keys import ApiKey, KeyLimits
 from coordinator.money.job_money import consumer_balance
-from coordinator.storage.database import Database, default_sqlite_url, upgrade_schema
+from coordinator.storage.database import Database, default_sqlite_url, make_private_dir, upgrade_schema
 from ledger.jobs import deposit_for_consumer, open_consumer_account
 from ledger.model import ResultCode
 from ledger.units import format_mlx, parse_mlx
@@ -128,7 +128,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
 def _database(args: argparse.Namespace) -> Database:
     url = args.database_url or os.environ.get(DATABASE_URL_ENV)
     if not url:
-        args.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(args.data_dir)
         url = default_sqlite_url(args.data_dir)
     upgrade_schema(url)
     return Database(url)

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from contracts.limits import ERROR_CHARS_MAX, shown
 from coordinator import errors
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ def error_body(message: str, kind: str, param: str | None = None,
 
 def body_for(error: errors.CoordinatorError) -> dict:
     mapped = http_error_for(error)
-    return error_body(str(error), mapped.type, getattr(error, "param", None), mapped.code)
+    return error_body(shown(str(error), ERROR_CHARS_MAX), mapped.type, getattr(error, "param", None),
+                      mapped.code)
 
 
 def error_response(error: errors.CoordinatorError, job_id: str | None = None) -> JSONResponse:
@@ -98,13 +100,13 @@ def _location(loc: tuple) -> str:
 
 async def on_coordinator_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, errors.CoordinatorError)
-    log.info("request refused: %s", error)
+    log.info("request refused: %s", shown(str(error), ERROR_CHARS_MAX))
     return error_response(error)
 
 
 async def on_job_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, JobError)
-    log.info("job %s refused: %s", error.job_id, error.error)
+    log.info("job %s refused: %s", error.job_id, shown(str(error.error), ERROR_CHARS_MAX))
     return error_response(error.error, error.job_id)
 
 
@@ -113,7 +115,7 @@ async def on_validation_error(_request: Request, error: Exception) -> JSONRespon
     problems = error.errors()
     first = problems[0] if problems else {"loc": (), "msg": "invalid request"}
     param = _location(tuple(first.get("loc", ()))) or None
-    message = f"{param}: {first['msg']}" if param else str(first["msg"])
+    message = shown(f"{param}: {first['msg']}" if param else str(first["msg"]), ERROR_CHARS_MAX)
     if len(problems) > 1:
         message += f" (and {len(problems) - 1} more problems)"
     return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from contracts.chat import MESSAGES_MAX
+from contracts.limits import DEFAULT_TEXT_CHARS_MAX, MODEL_ID_CHARS_MAX, NAME_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
 from coordinator.config import CoordinatorConfig
 from coordinator.jobs.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
 
-MODEL_CHARS_MAX = 512
+MODEL_CHARS_MAX = MODEL_ID_CHARS_MAX
 JSON_SAFE_INT_MAX = 2**53 - 1  # seeds above this lose digits in many JSON clients
 assert JSON_SAFE_INT_MAX <= SEED_MAX
 # The coordinator's default limits, published in the spec; a coordinator configured
@@ -24,6 +25,16 @@ assert JSON_SAFE_INT_MAX <= SEED_MAX
 _DEFAULTS = CoordinatorConfig(database_url="")
 MAX_TOKENS_MAX = _DEFAULTS.max_tokens_max
 PROMPT_CHARS_MAX = _DEFAULTS.prompt_chars_max
+
+
+def _valid_text(value: str) -> str:
+    if not is_valid_text(value):  # a lone surrogate ("\\ud800") that JSON escapes can spell
+        raise ValueError("text must be valid Unicode (it holds a lone surrogate)")
+    return value
+
+
+# Every text a request carries: valid Unicode, so no store or encoder fails on it later.
+Text = Annotated[str, AfterValidator(_valid_text)]
 
 
 class _Request(BaseModel):
@@ -36,27 +47,27 @@ class StreamOptions(_Request):
 
 class TextPart(_Request):
     type: Literal["text"]
-    text: str
+    text: Annotated[Text, Field(max_length=PROMPT_CHARS_CEILING)]
 
 
 class ChatMessageIn(_Request):
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
+    content: Annotated[Text, Field(max_length=PROMPT_CHARS_CEILING)] | list[TextPart] | None = None
+    name: Annotated[Text, Field(max_length=NAME_CHARS_MAX)] | None = None
 
 
-StopText = Annotated[str, Field(min_length=1, max_length=STOP_CHARS_MAX)]
+StopText = Annotated[Text, Field(min_length=1, max_length=STOP_CHARS_MAX)]
 Stop = StopText | Annotated[list[StopText], Field(max_length=STOP_SEQUENCES_MAX)] | None
 # A character outside Unicode's White_Space, spelled out: `\S` means other sets in other
 # regex engines (ECMA-262's, which JSON Schema uses, counts U+0085 as text; pydantic's does not).
 NOT_WHITE_SPACE = r"[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-PromptText = Annotated[str, Field(min_length=1, max_length=PROMPT_CHARS_MAX,
+PromptText = Annotated[Text, Field(min_length=1, max_length=PROMPT_CHARS_MAX,
                                   pattern=NOT_WHITE_SPACE,
                                   description="text to complete, not only whitespace")]
 
 
 class _Generation(_Request):
-    model: str = Field(min_length=1, max_length=MODEL_CHARS_MAX)
+    model: Text = Field(min_length=1, max_length=MODEL_CHARS_MAX)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -65,7 +76,7 @@ class _Generation(_Request):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(default=None, ge=1, le=1, description="only 1 is supported")
-    user: str | None = None
+    user: Annotated[Text, Field(max_length=DEFAULT_TEXT_CHARS_MAX)] | None = None
 
 
 class ChatCompletionRequest(_Generation):

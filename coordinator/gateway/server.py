@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from contracts.limits import HTTP_HEADER_BYTES_MAX
+
 from coordinator.gateway.app import create_app
 from coordinator.gateway.bridge import Bridge
+from coordinator.gateway.guard import BodyLimit, HeaderDeadlineProtocol
 from coordinator.service import CoordinatorService
 
 log = logging.getLogger(__name__)
@@ -19,6 +22,7 @@ SERVICE_CALLS_MAX = 64  # blocking service calls in flight at once
 STREAMS_MAX = 512  # jobs streamed at once; more are refused with 503
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this
 
 
 class _Server(uvicorn.Server):
@@ -50,7 +54,7 @@ class RunningGateway:
     port: int
 
     def stop(self) -> None:
-        world = getattr(self.server.config.app.state, "world", None)
+        world = getattr(self.server.config.app.app.state, "world", None)  # inside BodyLimit
         if world is not None:  # end MLX World's live streams so shutdown need not wait them out
             world.close()
         self.server.should_exit = True
@@ -65,8 +69,11 @@ def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
     streams_max: jobs streamed at once; more are refused with 503."""
     bridge = Bridge(service, SERVICE_CALLS_MAX, streams_max)
     listener = socket.create_server((host, port), reuse_port=False)
-    config = uvicorn.Config(create_app(bridge), log_config=None, access_log=False,
-                            timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off")
+    app = create_app(bridge)
+    config = uvicorn.Config(BodyLimit(app), log_config=None, access_log=False,
+                            timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off",
+                            http=HeaderDeadlineProtocol, h11_max_incomplete_event_size=HTTP_HEADER_BYTES_MAX,
+                            timeout_keep_alive=KEEP_ALIVE_S)
     server = _Server(config)
     thread = threading.Thread(target=server.serve_forever, args=(listener,), name="gateway",
                               daemon=True)

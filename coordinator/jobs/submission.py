@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from contracts import limits
 from contracts.chat import MESSAGES_MAX, ROLES, ChatMessage, encode_chat_prompt, is_chat_prompt
 from contracts.ids import JobId, job_id_for_request, new_job_id
 from contracts.logprobs import TOP_LOGPROBS_MAX
@@ -21,8 +22,8 @@ from coordinator.model import PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus
 from coordinator.storage import job_rows
 
 SEED_MAX = (1 << 63) - 1  # stored in a signed 64-bit column
-STOP_SEQUENCES_MAX = 4  # as OpenAI
-STOP_CHARS_MAX = 256
+STOP_SEQUENCES_MAX = limits.STOP_SEQUENCES_MAX  # as OpenAI
+STOP_CHARS_MAX = limits.STOP_CHARS_MAX
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ def _validate_prompt(sub: Submission, config: CoordinatorConfig) -> None:
         raise InvalidRequest("this prompt text is the canonical form of chat messages; send "
                              "them as messages instead", param="prompt")
     text = sub.prompt_text
+    if not limits.is_valid_text(text):  # a lone surrogate: no store or tokenizer could take it
+        raise InvalidRequest("the prompt is not valid Unicode text (it holds a lone surrogate)",
+                             param="messages" if sub.messages else "prompt")
     if len(text) > config.prompt_chars_max:
         raise InvalidRequest(f"prompt is {len(text)} characters; the limit is "
                              f"{config.prompt_chars_max}",

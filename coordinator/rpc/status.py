@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import grpc
 
+from contracts.limits import ERROR_CHARS_MAX, shown
 from coordinator import errors
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def _abort(context, error: errors.CoordinatorError) -> None:  # type: ignore[no-
     retry_after_s = getattr(error, "retry_after_s", None)
     if retry_after_s is not None:  # as HTTP's Retry-After, for clients that back off
         context.set_trailing_metadata((("retry-after", str(retry_after_s)),))
-    context.abort(status_for(error), str(error))
+    context.abort(status_for(error), shown(str(error), ERROR_CHARS_MAX))
 
 
 def translate_errors(handler: Handler) -> Handler:
@@ -51,7 +52,7 @@ def translate_errors(handler: Handler) -> Handler:
         try:
             return handler(self, request, context)
         except errors.CoordinatorError as error:
-            log.info("%s refused: %s", handler.__name__, error)
+            log.info("%s refused: %s", handler.__name__, shown(str(error), ERROR_CHARS_MAX))
             _abort(context, error)
 
     return wrapper  # type: ignore[return-value]
@@ -65,7 +66,7 @@ def translate_stream_errors(handler: Handler) -> Handler:
         try:
             yield from handler(self, request, context)
         except errors.CoordinatorError as error:
-            log.info("%s refused: %s", handler.__name__, error)
+            log.info("%s refused: %s", handler.__name__, shown(str(error), ERROR_CHARS_MAX))
             _abort(context, error)
 
     return wrapper  # type: ignore[return-value]
