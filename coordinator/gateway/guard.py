@@ -1,5 +1,6 @@
-"""The gateway's door: a body-size limit, and deadlines on a request's headers and body.
+"""The gateway's door: limits on a request's head and body size, and deadlines on both.
 
+- A request line and headers over HTTP_HEADER_BYTES_MAX answer 431.
 - A body over HTTP_BODY_BYTES_MAX answers 413 (at once when Content-Length says so,
   else as soon as the streamed body passes the limit); nothing of it is kept.
 - A body that trickles in slower than HTTP_BODY_READ_S answers 408.
@@ -18,15 +19,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from contracts.limits import HTTP_BODY_BYTES_MAX, HTTP_BODY_READ_S, HTTP_HEADER_READ_S
+from contracts.limits import HTTP_BODY_BYTES_MAX, HTTP_BODY_READ_S, HTTP_HEADER_BYTES_MAX, HTTP_HEADER_READ_S
 
 log = logging.getLogger(__name__)
-
-
-def _too_large_body(bytes_max: int) -> bytes:
-    return json.dumps({"error": {
-        "message": f"the request body is over the limit of {bytes_max} bytes",
-        "type": "invalid_request_error", "param": None, "code": "request_too_large"}}).encode()
 
 
 class BodyLimit:
@@ -40,9 +35,14 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if _head_bytes(scope) > HTTP_HEADER_BYTES_MAX:  # h11 bounds only a head still arriving
+            await _send_error(send, 431, f"the request line and headers are over the limit of "
+                                         f"{HTTP_HEADER_BYTES_MAX} bytes", "request_head_too_large")
+            return
         declared = _content_length(scope)
         if declared is not None and declared > self.bytes_max:
-            await _send_413(send, self.bytes_max)
+            await _send_error(send, 413, f"the request body is over the limit of {self.bytes_max} "
+                                         "bytes", "request_too_large")
             return
         await self.app(scope, self._limited(receive), send)
 
@@ -81,9 +81,15 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _send_413(send: Send, bytes_max: int) -> None:
-    body = _too_large_body(bytes_max)
-    await send({"type": "http.response.start", "status": 413, "headers": [
+def _head_bytes(scope: Scope) -> int:
+    return (len(scope.get("raw_path", b"")) + len(scope.get("query_string", b""))
+            + sum(len(name) + len(value) for name, value in scope.get("headers", ())))
+
+
+async def _send_error(send: Send, status: int, message: str, code: str) -> None:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                 "param": None, "code": code}}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
@@ -130,3 +136,8 @@ class HeaderDeadlineProtocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_header_timer()
         super().connection_lost(exc)
+
+
+def header_deadline_protocol(header_read_s: float = HTTP_HEADER_READ_S) -> type[HeaderDeadlineProtocol]:
+    """The protocol class for uvicorn's `http` setting, with this deadline on request heads."""
+    return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_read_s": header_read_s})

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from contracts.limits import HTTP_HEADER_BYTES_MAX
+from contracts.limits import HTTP_HEADER_BYTES_MAX, HTTP_HEADER_READ_S
 
 from coordinator.gateway.app import create_app
 from coordinator.gateway.bridge import Bridge
-from coordinator.gateway.guard import BodyLimit, HeaderDeadlineProtocol
+from coordinator.gateway.guard import BodyLimit, header_deadline_protocol
 from coordinator.service import CoordinatorService
 
 log = logging.getLogger(__name__)
@@ -63,16 +63,19 @@ class RunningGateway:
 
 
 def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
-                  port: int = 0, streams_max: int = STREAMS_MAX) -> RunningGateway:
+                  port: int = 0, streams_max: int = STREAMS_MAX,
+                  header_read_s: float = HTTP_HEADER_READ_S) -> RunningGateway:
     """Listen on host:port (0 picks a free port) and serve until stop().
 
-    streams_max: jobs streamed at once; more are refused with 503."""
+    streams_max: jobs streamed at once; more are refused with 503.
+    header_read_s: a connection that sends no whole request head in this long is closed."""
     bridge = Bridge(service, SERVICE_CALLS_MAX, streams_max)
     listener = socket.create_server((host, port), reuse_port=False)
     app = create_app(bridge)
     config = uvicorn.Config(BodyLimit(app), log_config=None, access_log=False,
                             timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off",
-                            http=HeaderDeadlineProtocol, h11_max_incomplete_event_size=HTTP_HEADER_BYTES_MAX,
+                            http=header_deadline_protocol(header_read_s),
+                            h11_max_incomplete_event_size=HTTP_HEADER_BYTES_MAX,
                             timeout_keep_alive=KEEP_ALIVE_S)
     server = _Server(config)
     thread = threading.Thread(target=server.serve_forever, args=(listener,), name="gateway",
