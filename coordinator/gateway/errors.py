@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from contracts.limits import ERROR_CHARS_MAX, shown
 from coordinator import errors
+from coordinator.gateway.fields import refusal_message, refused_field
 
 log = logging.getLogger(__name__)
 JOB_ID_HEADER = "x-mlxnet-job-id"
@@ -113,9 +114,16 @@ async def on_job_error(_request: Request, error: Exception) -> JSONResponse:
 async def on_validation_error(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     problems = error.errors()
+    # A field we do not honour is the first thing to tell: fixing the rest would not help.
+    problems = sorted(problems, key=lambda problem: problem.get("type") != "extra_forbidden")
     first = problems[0] if problems else {"loc": (), "msg": "invalid request"}
     param = _location(tuple(first.get("loc", ()))) or None
-    message = shown(f"{param}: {first['msg']}" if param else str(first["msg"]), ERROR_CHARS_MAX)
+    if param and (refused := refused_field(param)):  # a field we explain, as response_format
+        param, message = refused, refusal_message(refused)
+    elif first.get("type") == "extra_forbidden" and param:
+        message = refusal_message(param)
+    else:
+        message = shown(f"{param}: {first['msg']}" if param else str(first["msg"]), ERROR_CHARS_MAX)
     if len(problems) > 1:
         message += f" (and {len(problems) - 1} more problems)"
     return JSONResponse(error_body(message, "invalid_request_error", param), status_code=400)

@@ -1,8 +1,8 @@
 """The HTTP API's request and response bodies: OpenAI's shapes, plus MLX Network's own.
 
 Only the gateway imports these; they become coordinator values in requests.py.
-Unknown request fields are ignored, as OpenAI-compatible servers commonly do, so
-clients that send extra options keep working; options we cannot honour are refused.
+A field a request model does not declare is refused with a 400 naming it, never
+dropped (fields.py says why, and which fields are only hints).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from contracts.chat import MESSAGES_MAX
-from contracts.limits import DEFAULT_TEXT_CHARS_MAX, MODEL_ID_CHARS_MAX, NAME_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
+from contracts.limits import MODEL_ID_CHARS_MAX, NAME_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
 from coordinator.config import CoordinatorConfig
+from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.jobs.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
 
 MODEL_CHARS_MAX = MODEL_ID_CHARS_MAX
@@ -35,14 +36,34 @@ def _valid_text(value: str) -> str:
 
 # Every text a request carries: valid Unicode, so no store or encoder fails on it later.
 Text = Annotated[str, AfterValidator(_valid_text)]
+METADATA_PAIRS_MAX = 16  # as OpenAI
+METADATA_KEY_CHARS_MAX = 64
+METADATA_VALUE_CHARS_MAX = 512
+HINT_CHARS_MAX = 512
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StreamOptions(_Request):
     include_usage: bool = False
+    include_obfuscation: bool | None = Field(default=None, description=HINT_DESCRIPTION +
+                                             " (no obfuscation padding is ever added)")
+
+
+Hint = Annotated[Text | None, Field(default=None, max_length=HINT_CHARS_MAX,
+                                   description=HINT_DESCRIPTION)]
+Metadata = Annotated[dict[Annotated[Text, Field(max_length=METADATA_KEY_CHARS_MAX)],
+                          Annotated[Text, Field(max_length=METADATA_VALUE_CHARS_MAX)]] | None,
+                     Field(default=None, max_length=METADATA_PAIRS_MAX, description=HINT_DESCRIPTION)]
+NoPenalty = Annotated[float | None, Field(default=None, ge=0.0, le=0.0,
+                                          description="only 0 (no penalty) is supported")]
+
+
+class ResponseFormat(_Request):
+    type: Literal["text"] = Field(description="json_object and json_schema (structured output) "
+                                  "are refused with a 400 naming response_format")
 
 
 class TextPart(_Request):
@@ -76,7 +97,14 @@ class _Generation(_Request):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(default=None, ge=1, le=1, description="only 1 is supported")
-    user: Annotated[Text, Field(max_length=DEFAULT_TEXT_CHARS_MAX)] | None = None
+    frequency_penalty: NoPenalty = None
+    presence_penalty: NoPenalty = None
+    user: Hint = None
+    metadata: Metadata = None
+    store: bool | None = Field(default=None, description=HINT_DESCRIPTION + " (every job is "
+                               "kept as a job record whatever it says)")
+    safety_identifier: Hint = None
+    prompt_cache_key: Hint = None
 
 
 class ChatCompletionRequest(_Generation):
@@ -88,6 +116,7 @@ class ChatCompletionRequest(_Generation):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
+    response_format: ResponseFormat | None = None
 
 
 class CompletionRequest(_Generation):
