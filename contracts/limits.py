@@ -30,6 +30,8 @@ STOP_SEQUENCES_MAX = 4  # as OpenAI
 STOP_CHARS_MAX = 256
 REQUEST_ID_CHARS_MAX = 1_024  # the edge's ceiling; the configured request_id_chars_max is lower
 BANDWIDTH_GB_S_MAX = 10_000.0  # M3 Ultra is 819 GB/s; ten times the fastest chip there is
+BANDWIDTH_GB_S_MIN = 0.01  # 10 MB/s; below it a figure is noise (and 5e-324 breaks logarithms)
+TOKENS_PER_S_MIN = 0.001
 TOKENS_PER_S_MAX = 10_000_000.0
 THUNDERBOLT_LINKS_MAX = 32  # a Mac has at most 6 Thunderbolt ports
 MODELS_PER_NODE_MAX = 256
@@ -60,8 +62,11 @@ class Limit:
     chars_max: int | None = None  # text (characters) or bytes (bytes)
     items_max: int | None = None  # repeated fields: how many
     multiline: bool = False  # text that may hold newlines and tabs (prompts, outputs)
+    zero_or_low: bool = False  # 0 (unset, unknown) is allowed below low
 
     def describe_range(self) -> str:
+        if self.zero_or_low:
+            return f"0 or from {_number(self.low or 0)} to {_number(self.high or 0)}"
         if self.low is not None and self.high is not None:
             return f"from {_number(self.low)} to {_number(self.high)}"
         if self.low is not None:
@@ -81,6 +86,10 @@ def _text(chars_max: int, multiline: bool = False) -> Limit:
 
 def _range(low: float | None, high: float | None) -> Limit:
     return Limit(low=low, high=high)
+
+
+def _zero_or(low: float, high: float) -> Limit:
+    return Limit(low=low, high=high, zero_or_low=True)
 
 
 def _items(items_max: int, chars_max: int | None = None) -> Limit:
@@ -141,16 +150,16 @@ FIELD_LIMITS: dict[str, Limit] = {
     "Hardware.memory_bytes": _range(0, BYTES_MAX),
     "Hardware.gpu_working_set_bytes": _range(0, BYTES_MAX),
     "Hardware.gpu_cores": _range(0, GPU_CORES_MAX),
-    "Hardware.memory_bandwidth_gb_s": _range(0.0, BANDWIDTH_GB_S_MAX),
+    "Hardware.memory_bandwidth_gb_s": _zero_or(BANDWIDTH_GB_S_MIN, BANDWIDTH_GB_S_MAX),
     "Hardware.os_name": _text(NAME_CHARS_MAX),
     "Hardware.model_identifier": _text(64),
     "Hardware.thunderbolt_links": _items(THUNDERBOLT_LINKS_MAX),
     "LendingState.mode": _text(32),
     "LendingState.reason": _text(REASON_CHARS_MAX),
     "LendingState.memory_cap_bytes": _range(0, BYTES_MAX),
-    "Benchmark.memory_bandwidth_gb_s": _range(0.0, BANDWIDTH_GB_S_MAX),
-    "Benchmark.decode_tokens_per_s": _range(0.0, TOKENS_PER_S_MAX),
-    "Benchmark.prefill_tokens_per_s": _range(0.0, TOKENS_PER_S_MAX),
+    "Benchmark.memory_bandwidth_gb_s": _range(BANDWIDTH_GB_S_MIN, BANDWIDTH_GB_S_MAX),
+    "Benchmark.decode_tokens_per_s": _range(TOKENS_PER_S_MIN, TOKENS_PER_S_MAX),
+    "Benchmark.prefill_tokens_per_s": _range(TOKENS_PER_S_MIN, TOKENS_PER_S_MAX),
     "Benchmark.reference_model": _text(256),
     "Benchmark.reference_weights_bytes": _range(0, BYTES_MAX),
     "Benchmark.measured_at_ms": _range(0, MS_MAX),
@@ -199,6 +208,8 @@ def check_number(field: str, value: float, limit: Limit) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise LimitExceeded(field, f"{field} must be a finite number {limit.describe_range()}; "
                                    f"got {value}")
+    if limit.zero_or_low and value == 0:
+        return
     if (limit.low is not None and value < limit.low) or (limit.high is not None and value > limit.high):
         raise LimitExceeded(field, f"{field} must be {limit.describe_range()}; got "
                                    f"{shown(str(value), 40)}")

@@ -30,8 +30,15 @@ def test_a_number_that_is_not_finite_is_refused_naming_field_and_limit(value: fl
         limits.check_number("hardware.memory_bandwidth_gb_s", value,
                             FIELD_LIMITS["Hardware.memory_bandwidth_gb_s"])
     assert str(refused.value).startswith("hardware.memory_bandwidth_gb_s must be a finite number "
-                                         "from 0 to 10000")
+                                         "0 or from 0.01 to 10000")
     assert refused.value.field == "hardware.memory_bandwidth_gb_s"
+
+
+def test_zero_means_unknown_where_a_field_allows_it() -> None:
+    limit = FIELD_LIMITS["Hardware.memory_bandwidth_gb_s"]
+    limits.check_number("bandwidth", 0.0, limit)
+    with pytest.raises(LimitExceeded, match=r"must be 0 or from 0.01 to 10000; got 5e-324"):
+        limits.check_number("bandwidth", 5e-324, limit)  # a log2 of it once broke placement
 
 
 def test_a_number_out_of_range_names_the_range() -> None:
