@@ -155,9 +155,13 @@ def build_tiny_model(directory: Path) -> Path:
     return directory
 
 
-def serves_a_normal_job(target: Target) -> job_pb2.Job:
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("fuzz-models") / "tiny-llama")
+
+
+def serves_a_normal_job(target: Target, model_dir: Path) -> job_pb2.Job:
     """Start a real node (a child process running MLX) and run one ordinary job to the end."""
-    model_dir = build_tiny_model(target.work_dir / "tiny-llama")
     nodes = start_nodes(target.work_dir, target.address,
                         [("honest", [f"{TINY_MODEL_ID}={model_dir}"], "m4-pro-64", "honest")])
     try:

@@ -10,6 +10,7 @@ what was wrong, never UNKNOWN or INTERNAL, and keep serving.
 from __future__ import annotations
 
 import math
+from urllib.parse import quote
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ SERVICES = (job_pb2.DESCRIPTOR.services_by_name["JobService"],
 SERVER_FAILURES = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
                              grpc.StatusCode.DATA_LOSS, grpc.StatusCode.UNIMPLEMENTED})
 FUZZ_MODEL_ID = "fuzz/model"  # the model the fuzzers' own node serves, so submits get placed
-STREAM_WAIT_S = 2.0  # a server stream may rightly stay open (assignments): read this long
+STREAM_WAIT_S = 0.5  # a server stream may rightly stay open (assignments): read this long
 CALL_TIMEOUT_S = 30.0
 DEPTH_MAX = 3
 
@@ -317,3 +318,21 @@ def raw_payloads() -> Iterator[bytes]:
         yield bytes([(tag << 3) | 2, 0x7F])  # a length past the end
     yield b"\xff\xff\xff\xff\xff"
     yield bytes([0x0F])  # wire type 7 does not exist
+
+
+# HTTP: the routes, their query names (World's filters are not in the spec) and hostile values.
+QUERY_NAMES = ("page", "page_size", "before", "status", "chip", "tier", "mode", "region", "sort",
+               "q", "all", "model")
+HOSTILE_TEXT = ("²", "٣", "１", "-1", "0", "1e3", "0x10", "9" * 40, "", " ", "\u202e", "a\nb",
+                "%00", "%ff", "%ed%a0%80", "'; DROP TABLE nodes; --", "../../etc/passwd", "x" * 5_000,
+                "NaN", "inf", "🙂")
+GET_ROUTES = ("/world/api/fleet", "/world/api/fleet/facets", "/world/api/pods", "/world/api/totals",
+              "/world/api/operator/me", "/world/api/operator/jobs", "/world/api/operator/epochs",
+              "/v1/models")
+PATH_ROUTES = ("/world/api/jobs/{}", "/world/api/operator/proofs/{}", "/v1/models/{}", "/v1/jobs/{}",
+               "/v1/jobs/{}/receipt")
+
+
+def quoted(value: str) -> str:
+    """A value for a URL: percent-escaped, unless it is already a raw escape ("%ff") to send as is."""
+    return value if value.startswith("%") else quote(value, safe="")
