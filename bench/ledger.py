@@ -4,10 +4,10 @@
 
 - Job payments (reserve, post with a held credit and the fee, release: five transfers a
   job), on SQLite and on PostgreSQL (skipped with the reason when unreachable): one job per
-  transaction through ledger.jobs, and batched through ledger.job_batches (--batch-jobs
+  transaction through ledger.api.reserve_job and its twins, and batched through reserve_jobs (--batch-jobs
   jobs per transaction and phase, each phase one ledger call).
 - Audit: writes --audit-transfers hash-chained transfers straight into SQLite (and PostgreSQL),
-  then times ledger.full_audit.audit over them.
+  then times ledger.api.audit over them.
 - The start-up heap is frozen out of the garbage collector first, as the coordinator's
   serve does (--no-gc-freeze to leave it in).
 - Gas: deploys the contracts on the in-process chain, publishes one epoch root over
@@ -30,12 +30,10 @@ from sqlalchemy import Engine, create_engine, insert, text, update
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger import job_batches, jobs, tables
-from ledger.chain import GENESIS_HASH, linked
-from ledger.full_audit import audit
-from ledger.job_batches import JobCompletion, JobReservation
-from ledger.model import Transfer, TransferKind, TransferState
-from ledger.policy import max_job_charge, price_job
+from ledger import api as ledger
+from ledger.api import JobCompletion, JobReservation, Transfer, TransferKind, TransferState, max_job_charge, price_job
+from ledger.chain import GENESIS_HASH, linked  # the audit's input is forged straight into the tables
+from ledger.storage import tables
 
 POSTGRES_URL = os.environ.get("MLXNET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 PARAMETERS = 8 * 10**9
@@ -72,13 +70,13 @@ def engines() -> Iterator[list[tuple[str, Engine]]]:
 
 
 def _fresh(engine: Engine) -> None:
-    tables.metadata.drop_all(engine)
-    tables.metadata.create_all(engine)
+    ledger.metadata.drop_all(engine)
+    ledger.metadata.create_all(engine)
     with Session(engine) as session, session.begin():
-        jobs.open_consumer_account(session, CONSUMER)
-        jobs.open_operator_account(session, OPERATOR)
-        jobs.deposit_for_consumer(session, "bench-deposit", CONSUMER, 10**17)
-        jobs.ensure_system_accounts(session)
+        ledger.open_consumer_account(session, CONSUMER)
+        ledger.open_operator_account(session, OPERATOR)
+        ledger.deposit_for_consumer(session, "bench-deposit", CONSUMER, 10**17)
+        ledger.ensure_system_accounts(session)
 
 
 def payments_one_per_transaction(engine: Engine, count: int) -> float:
@@ -87,11 +85,11 @@ def payments_one_per_transaction(engine: Engine, count: int) -> float:
     for index in range(count):
         job = JobId(f"job-single-{index}")
         with Session(engine) as session, session.begin():
-            assert jobs.reserve_job(session, job, CONSUMER, RESERVE).ok
+            assert ledger.reserve_job(session, job, CONSUMER, RESERVE).ok
         with Session(engine) as session, session.begin():
-            assert jobs.complete_job(session, job, CONSUMER, OPERATOR, PRICE, hold_s=3_600).ok
+            assert ledger.complete_job(session, job, CONSUMER, OPERATOR, PRICE, hold_s=3_600).ok
         with Session(engine) as session, session.begin():
-            assert jobs.release_job_credit(session, job).ok
+            assert ledger.release_job_credit(session, job).ok
     return count / (time.perf_counter() - started)
 
 
@@ -104,14 +102,14 @@ def payments_batched(engine: Engine, count: int, batch_jobs: int) -> tuple[float
         # Each phase commits on its own, as the coordinator would: reserve at submit, complete
         # at the receipt, release when the check window closes; each is one ledger call.
         with Session(engine) as session, session.begin():
-            reserved = job_batches.reserve_jobs(session, [JobReservation(job, CONSUMER, RESERVE) for job in job_ids])
+            reserved = ledger.reserve_jobs(session, [JobReservation(job, CONSUMER, RESERVE) for job in job_ids])
             assert all(result.ok for result in reserved), reserved[0]
         with Session(engine) as session, session.begin():
             completions = [JobCompletion(job, CONSUMER, OPERATOR, PRICE) for job in job_ids]
-            completed = job_batches.complete_jobs(session, completions, hold_s=3_600)
+            completed = ledger.complete_jobs(session, completions, hold_s=3_600)
             assert all(payment.ok for payment in completed), completed[0]
         with Session(engine) as session, session.begin():
-            released = job_batches.release_job_credits(session, job_ids)
+            released = ledger.release_job_credits(session, job_ids)
             assert all(payment.ok and payment.results for payment in released), released[0]
     return count / (time.perf_counter() - started), (time.process_time() - cpu_started) * 1e6 / count
 
@@ -156,18 +154,16 @@ def audit_speed(engine: Engine, count: int) -> tuple[float, float]:
     write_transfers(engine, count)
     with Session(engine) as session:
         started, cpu_started = time.perf_counter(), time.process_time()
-        report = audit(session)
+        report = ledger.audit(session)
         elapsed, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     assert report.ok and report.transfers_checked == count, report.differences[:3]
     return count / elapsed, cpu_s * 1e6 / count
 
 
 def gas(leaves: int) -> None:
-    from ledger.anchor import PayoutChain
-    from ledger.merkle import PayoutLeaf, build_tree
-
-    chain = PayoutChain.in_process()
-    tree = build_tree([PayoutLeaf(1, "0x" + f"{index + 1:040x}", 10**9 + index) for index in range(leaves)])
+    chain = ledger.in_process_chain()
+    leaves_list = [ledger.PayoutLeaf(1, "0x" + f"{index + 1:040x}", 10**9 + index) for index in range(leaves)]
+    tree = ledger.build_tree(leaves_list)
     anchor = chain.publish(1, tree.root, tree.total)
     print(f"gas: epoch anchor (publishEpoch, {leaves} payouts): {anchor.gas_used}")
     claims = [chain.claim(1, leaf.address, leaf.amount, tree.proof(leaf)).gas_used for leaf in tree.leaves[:5]]

@@ -9,6 +9,18 @@ the messages the node rendered with the model's chat template:
 JSON with sorted keys, no spaces, non-ASCII kept as UTF-8. The coordinator refuses
 plain-text prompts in this form, so the text alone tells a node (and a verifier)
 to render it through the chat template.
+
+A chat with tools is version 2: the tool definitions (OpenAI's function objects),
+the tool choice, assistant messages' tool calls and tool messages' call ids are in
+the text too, only where present, so a version 1 text never changes:
+
+    {"messages":[...,{"content":"","role":"assistant","tool_calls":[{"arguments":"{..}",
+     "id":"call_1","name":"f"}]},{"content":"..","role":"tool","tool_call_id":"call_1"}],
+     "parallel_tool_calls":true,"tool_choice":"auto","tools":[{...}],"v":2}
+
+The node renders all of it with the model's chat template, and derives from the tool
+choice the constraint it decodes under (contracts/tool_calls.py); a verifier reads
+the same text and applies the same constraint.
 """
 
 from __future__ import annotations
@@ -17,8 +29,12 @@ import json
 from dataclasses import dataclass
 
 CHAT_PROMPT_VERSION = 1
+CHAT_TOOLS_VERSION = 2
 ROLES = ("system", "user", "assistant", "developer", "tool")
 MESSAGES_MAX = 256
+TOOLS_MAX = 128
+TOOL_CHOICES = ("auto", "none", "required")  # or a function's name: "function:NAME"
+FUNCTION_CHOICE = "function:"
 
 
 class ChatFormatError(ValueError):
@@ -26,16 +42,61 @@ class ChatFormatError(ValueError):
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as the model wrote it or the client sent it back
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str  # one of ROLES; checked where requests are validated
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str = ""  # a tool message: the call it answers
 
 
-def encode_chat_prompt(messages: tuple[ChatMessage, ...]) -> str:
-    assert 0 < len(messages) <= MESSAGES_MAX
-    body = {"messages": [{"content": m.content, "role": m.role} for m in messages],
-            "v": CHAT_PROMPT_VERSION}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+@dataclass(frozen=True)
+class ChatTools:
+    """The tools a chat offers the model, and how it may use them."""
+
+    definitions: tuple[str, ...] = ()  # each tool (OpenAI's {"type":"function",...}) as canonical JSON
+    choice: str = "auto"  # one of TOOL_CHOICES, or FUNCTION_CHOICE + a function's name
+    parallel: bool = True
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(json.loads(d).get("function", {}).get("name", "") for d in self.definitions)
+
+
+NO_TOOLS = ChatTools()
+
+
+def canonical_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _message_json(message: ChatMessage) -> dict:
+    body: dict = {"content": message.content, "role": message.role}
+    if message.tool_calls:
+        body["tool_calls"] = [{"arguments": c.arguments, "id": c.id, "name": c.name}
+                              for c in message.tool_calls]
+    if message.tool_call_id:
+        body["tool_call_id"] = message.tool_call_id
+    return body
+
+
+def _uses_tools(messages: tuple[ChatMessage, ...], tools: ChatTools) -> bool:
+    return tools != NO_TOOLS or any(m.tool_calls or m.tool_call_id for m in messages)
+
+
+def encode_chat_prompt(messages: tuple[ChatMessage, ...], tools: ChatTools = NO_TOOLS) -> str:
+    assert 0 < len(messages) <= MESSAGES_MAX and len(tools.definitions) <= TOOLS_MAX
+    body: dict = {"messages": [_message_json(m) for m in messages], "v": CHAT_PROMPT_VERSION}
+    if _uses_tools(messages, tools):
+        body.update(v=CHAT_TOOLS_VERSION, tool_choice=tools.choice,
+                    parallel_tool_calls=tools.parallel,
+                    tools=[json.loads(d) for d in tools.definitions])
+    return canonical_json(body)
 
 
 def is_chat_prompt(text: str) -> bool:
@@ -51,15 +112,33 @@ def is_chat_prompt(text: str) -> bool:
 
 def decode_chat_prompt(text: str) -> tuple[ChatMessage, ...]:
     """The messages of a canonical chat prompt; refuses any other text."""
+    return decode_chat(text)[0]
+
+
+def _message(body: dict) -> ChatMessage:
+    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in body.get("tool_calls", ()))
+    message = ChatMessage(body["role"], body["content"], calls, body.get("tool_call_id", ""))
+    fields = (message.content, message.tool_call_id, *(v for c in calls for v in vars(c).values()))
+    if not all(isinstance(v, str) for v in fields) or message.role not in ROLES:
+        raise ChatFormatError("chat messages need a known role and text content")
+    return message
+
+
+def decode_chat(text: str) -> tuple[tuple[ChatMessage, ...], ChatTools]:
+    """The messages and tools of a canonical chat prompt; refuses any other text."""
     try:
         body = json.loads(text)
-        if body.get("v") != CHAT_PROMPT_VERSION:
+        if body.get("v") not in (CHAT_PROMPT_VERSION, CHAT_TOOLS_VERSION):
             raise ChatFormatError(f"unsupported chat prompt version {body.get('v')!r}")
-        messages = tuple(ChatMessage(m["role"], m["content"]) for m in body["messages"])
-        if not all(isinstance(m.content, str) and m.role in ROLES for m in messages):
-            raise ChatFormatError("chat messages need a known role and text content")
+        messages = tuple(_message(m) for m in body["messages"])
+        tools = NO_TOOLS
+        if body["v"] == CHAT_TOOLS_VERSION:
+            tools = ChatTools(tuple(canonical_json(t) for t in body["tools"]),
+                              body["tool_choice"], body["parallel_tool_calls"])
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError) as error:
         raise ChatFormatError(f"not a canonical chat prompt: {error}") from error
-    if not messages or encode_chat_prompt(messages) != text:
+    if not messages or len(messages) > MESSAGES_MAX or len(tools.definitions) > TOOLS_MAX:
+        raise ChatFormatError("chat prompt has no messages, or too many messages or tools")
+    if encode_chat_prompt(messages, tools) != text:
         raise ChatFormatError("chat prompt is not in canonical form")
-    return messages
+    return messages, tools

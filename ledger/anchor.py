@@ -23,7 +23,7 @@ from web3 import Web3
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3Exception
 from web3.providers.eth_tester import EthereumTesterProvider
 
-from ledger.errors import LedgerError
+from ledger.errors import ChainError
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ BUILD_DIR = Path(__file__).resolve().parent / "contracts" / "build"
 RPC_TIMEOUT_S = 30
 RECEIPT_TIMEOUT_S = 120
 ZERO_ROOT = b"\0" * 32
-
-
-class ChainError(LedgerError):
-    """The chain refused a call or could not be reached; the message says which and why."""
 
 
 @dataclass(frozen=True)

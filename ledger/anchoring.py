@@ -14,8 +14,8 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
-from ledger import epoch_store
-from ledger.epoch_store import AnchorRecord
+from ledger.storage import epoch_store
+from ledger.storage.epoch_store import AnchorRecord
 from ledger.errors import LedgerError
 
 ANCHORS_PER_CALL_MAX = 100

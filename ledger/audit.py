@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from ledger import store
+from ledger.storage import store
 from ledger.chain import GENESIS_HASH, transfer_hash
 from ledger.model import Balance, BalanceCheck, ChainCheck, ChainHead, Transfer, TransferState
 from ledger.rules import balance_changes

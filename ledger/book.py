@@ -21,7 +21,7 @@ from enum import StrEnum
 
 from sqlalchemy.orm import Session
 
-from ledger import store
+from ledger.storage import store
 from ledger.audit import verify_balances, verify_chain  # re-exported: audits sit beside the API
 from ledger.model import (
     BATCH_SIZE_MAX,

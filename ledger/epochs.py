@@ -20,9 +20,9 @@ from enum import StrEnum
 
 from sqlalchemy.orm import Session
 
-from ledger import epoch_store, store
+from ledger.storage import epoch_store, store
 from ledger.book import create_transfers, ensure_account
-from ledger.epoch_store import EpochRecord, PayoutRecord
+from ledger.storage.epoch_store import EpochRecord, PayoutRecord
 from ledger.errors import LedgerError
 from ledger.jobs import ISSUANCE_REWARDS_ACCOUNT, ensure_system_accounts, operator_account_id
 from ledger.merkle import LEAVES_MAX, PayoutLeaf, PayoutTree, build_tree, normalize_address, valid_address

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from ledger import epoch_store, store
+from ledger.storage import epoch_store, store
 from ledger.anchoring import PayoutChainLike, check_anchors
 from ledger.chain import GENESIS_HASH, stored_row_encoder
 from ledger.epochs import epoch_tree

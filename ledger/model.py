@@ -1,6 +1,6 @@
 """The ledger's vocabulary: frozen records, requests and result codes.
 
-Shared by the pure posting rules (ledger.rules) and the SQL shell (ledger.store);
+Shared by the pure posting rules (ledger.rules) and the SQL shell (ledger.storage.store);
 no SQLAlchemy row ever leaves the shell, only these records.
 """
 

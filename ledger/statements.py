@@ -11,9 +11,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ledger import epoch_store, store
+from ledger.storage import epoch_store, store
 from ledger.book import JobStep, job_transfer_id
-from ledger.epoch_store import EpochRecord, PayoutRecord
+from ledger.storage.epoch_store import EpochRecord, PayoutRecord
 from ledger.epochs import epoch_tree, payout_leaves
 from ledger.merkle import PayoutLeaf, normalize_address, root_from_proof, valid_address
 from ledger.model import Transfer, TransferKind

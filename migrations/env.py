@@ -8,7 +8,7 @@ from sqlalchemy import create_engine
 from coordinator.storage.tables import metadata as coordinator_metadata
 from coordinator.verification.store import metadata as verification_metadata
 from coordinator.world.tables import metadata as world_metadata
-from ledger.tables import metadata as ledger_metadata
+from ledger.storage.tables import metadata as ledger_metadata
 
 target_metadata = [coordinator_metadata, ledger_metadata, verification_metadata, world_metadata]
 

@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mlxnet import log_lines
+from mlxnet import log_format, log_lines
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 
@@ -121,12 +121,21 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def add_log_format_flag(parser: argparse.ArgumentParser, default: object = argparse.SUPPRESS) -> None:
+    """--log-format, before or after the command (a command's own leaves the top one alone)."""
+    parser.add_argument("--log-format", choices=log_format.FORMATS, default=default,
+                        help="text (default), or json: one JSON line per event with job, node "
+                             "and request ids")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlxnet", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_log_format_flag(parser, "text")
     commands = parser.add_subparsers(dest="command", required=True)
 
     coordinator = commands.add_parser("coordinator", help="run the coordinator")
+    add_log_format_flag(coordinator)
     coordinator.add_argument("--host", default="127.0.0.1")
     coordinator.add_argument("--port", type=int, default=50051, help="0 picks a free port")
     coordinator.add_argument("--port-file", type=Path, help="write the bound port here")
@@ -181,9 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(log_format.formatter(args.log_format))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     log_lines.install()  # request values in log messages are escaped and truncated
     return args.handler(args)

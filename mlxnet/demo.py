@@ -83,9 +83,7 @@ def _show(result: DemoResult, names: dict[str, str], out) -> bool:  # type: igno
 def _show_balances(database_url: str, operators: list[str], out) -> None:  # type: ignore[no-untyped-def]
     from contracts.ids import OperatorId
     from coordinator.storage.database import Database
-    from ledger.book import balance
-    from ledger.jobs import operator_account_id
-    from ledger.units import format_mlx
+    from ledger.api import balance, format_mlx, operator_account_id
 
     db = Database(database_url)
     out.write("\noperator balances (MLX ledger):\n")

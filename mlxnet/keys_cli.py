@@ -29,9 +29,7 @@ from coordinator.money import api_keys
 from coordinator.money.api_keys import ApiKey, KeyLimits
 from coordinator.money.job_money import consumer_balance
 from coordinator.storage.database import Database, default_sqlite_url, make_private_dir, upgrade_schema
-from ledger.jobs import deposit_for_consumer, open_consumer_account
-from ledger.model import ResultCode
-from ledger.units import format_mlx, parse_mlx
+from ledger.api import ResultCode, deposit_for_consumer, format_mlx, open_consumer_account, parse_mlx
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 REFERENCE_CHARS_MAX = 100

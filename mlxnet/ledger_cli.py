@@ -76,14 +76,14 @@ def _chain(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         return None
     if not args.distributor:
         raise SystemExit("--rpc-url needs --distributor, the payout distributor contract's address")
-    from ledger.anchor import PayoutChain
+    from ledger.api import connect_chain
 
-    return PayoutChain.connect(args.rpc_url, args.distributor, os.environ.get("MLXNET_PAYOUT_PUBLISHER_KEY"))
+    return connect_chain(args.rpc_url, args.distributor, os.environ.get("MLXNET_PAYOUT_PUBLISHER_KEY"))
 
 
 def _audit(args: argparse.Namespace) -> int:
     from coordinator.money.epochs import expected_credits
-    from ledger.full_audit import audit
+    from ledger.api import audit
 
     db, chain = _database(args), _chain(args)
     try:
@@ -102,7 +102,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _statement(args: argparse.Namespace) -> int:
-    from ledger.statements import operator_statement
+    from ledger.api import operator_statement
 
     db = _database(args)
     try:
@@ -157,7 +157,7 @@ def _statement_json(statement, tokens) -> dict[str, Any]:  # type: ignore[no-unt
 
 
 def _statement_text(statement, tokens) -> str:  # type: ignore[no-untyped-def]
-    from ledger.units import format_mlx
+    from ledger.api import format_mlx
 
     epoch = "open epoch" if statement.epoch is None else f"epoch {statement.epoch.number}"
     lines = [f"statement for operator {statement.operator_id}, {epoch}",
@@ -179,7 +179,7 @@ def _statement_text(statement, tokens) -> str:  # type: ignore[no-untyped-def]
 
 
 def _verify_proof(args: argparse.Namespace) -> int:
-    from ledger.statements import bundle_root, leaf_from_bundle
+    from ledger.api import bundle_root, leaf_from_bundle
 
     text = sys.stdin.read() if str(args.proof) == "-" else args.proof.read_text(encoding="utf-8")
     bundle = json.loads(text)
@@ -224,7 +224,7 @@ def _close_epoch(args: argparse.Namespace) -> int:
 
 
 def _set_payout_address(args: argparse.Namespace) -> int:
-    from ledger.epochs import set_payout_address
+    from ledger.api import set_payout_address
 
     db = _database(args)
     try:

@@ -60,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
+    parser.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS,
+                        help="text (default), or json: one JSON line per event with job, node "
+                             "and request ids")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve this node's Prometheus metrics at http://HOST:PORT/metrics "
+                             "(off unless given; 0 picks a free port)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address the metrics port listens on (default: loopback only)")
     parser.add_argument("--mode", choices=[m.value for m in LendingMode],
                         help="lending mode for this run (default: from node.toml, else idle)")
     parser.add_argument("--benchmark", choices=("auto", "on", "off"),
@@ -101,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         max_concurrent_jobs=args.max_concurrent_jobs)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
+    if args.metrics_port is not None:
+        port = agent.metrics.serve(args.metrics_port, args.metrics_host)
+        log.info("node metrics on http://%s:%d/metrics", args.metrics_host, port)
     hooks.monitor.on_change = lambda _state: agent.heartbeat_now()
     hooks.benchmark_ready = agent.heartbeat_now
     # SIGTERM (a service stop) stops at once: the coordinator hands running work back.

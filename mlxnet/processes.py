@@ -84,13 +84,14 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
 def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
                       heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
                       http_port: int = 0, allow_anonymous: bool = False,
-                      verify_models: tuple[str, ...] = ()) -> Child:
+                      verify_models: tuple[str, ...] = (), extra_args: tuple[str, ...] = ()) -> Child:
     """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's.
 
     verify_models ("ID=PATH") run a verifier worker that replays sampled jobs of those models.
     """
     argv = ["coordinator", "--port", str(port), "--data-dir", str(work_dir / "coordinator"),
-            "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port)]
+            "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port),
+            *extra_args]
     if database_url:
         argv += ["--database-url", database_url]
     if allow_anonymous:
@@ -115,10 +116,11 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
                profile: str | None = None, operator: str | None = None,
-               env: dict[str, str] | None = None, max_concurrent_jobs: int = 1) -> Child:
+               env: dict[str, str] | None = None, max_concurrent_jobs: int = 1,
+               extra_args: tuple[str, ...] = ()) -> Child:
     """Start a node agent without waiting; pass it to wait_until_registered."""
     argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
-            "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs)]
+            "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs), *extra_args]
     for model in models:
         argv += ["--model", model]
     if profile:

@@ -24,10 +24,17 @@ from node_agent.coordinator_client import (
 )
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
-from node_agent.inference.engine import Engine, GenerationRequest, PromptTooLong, with_commitment
+from node_agent.inference.engine import (
+    Engine,
+    GenerationRequest,
+    PromptRefused,
+    PromptTooLong,
+    with_commitment,
+)
 from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
+from node_agent.metrics import NodeMetrics
 from node_agent.pods.leader import lead_pod_job
 from node_agent.token_sender import SenderThreads, TokenSender
 
@@ -52,8 +59,9 @@ class AgentSettings:
 
 class NodeAgent:
     def __init__(self, settings: AgentSettings, engine: Engine,
-                 hooks: AgentHooks | None = None) -> None:
+                 hooks: AgentHooks | None = None, metrics: NodeMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics or NodeMetrics()  # served only with --metrics-port
         self._engine = engine
         self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
         self._heartbeat_wake = threading.Event()
@@ -167,6 +175,7 @@ class NodeAgent:
                 handed_over = self._run(assignment, timeline)
             finally:
                 if not handed_over:
+                    self.metrics.job_ended(assignment.job_id)
                     self._active.finish(assignment.job_id)
                     self._count_running(-1)
                     timeline.log()
@@ -179,6 +188,7 @@ class NodeAgent:
         """Run one job; True when it was handed to the reporter to finish."""
         refusal = self._hooks.refusal(assignment)
         if refusal is not None:
+            self.metrics.handed_back()
             self._reports.hand_back(assignment.job_id, refusal)
             return False
         if assignment.pod_id:
@@ -188,6 +198,7 @@ class NodeAgent:
                 lead_pod_job(assignment, sender, self._hooks.run_pod_job, self._reports)
             return False  # a member only lends its memory: the leader starts its rank
         self._hooks.job_started(assignment.job_id)
+        self.metrics.job_started(assignment.job_id, assignment.model)
         timeline.mark("started")
         log.info("running job %s (%s, %d tokens max)", assignment.job_id,
                  assignment.model.model_id, assignment.max_tokens)
@@ -199,22 +210,32 @@ class NodeAgent:
         sender = TokenSender(self._client, assignment.job_id, timeline=timeline,
                              threads=self._sender_threads)
         keep_going = self._hooks.keep_going
+        metrics, job_id = self.metrics, assignment.job_id
         timeline.mark("generating")
         hop_trace.job_hop(assignment.job_id, "node started")
 
         def on_token(index: int, token_id: int, text: str) -> bool:
             if index == 0:
                 timeline.mark("first_token")
+            metrics.token_made(job_id)
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
         try:
             # The commitment is arithmetic over recorded values: the reporter makes it.
+            def on_prompt(tokens: int) -> None:
+                metrics.prompt_counted(job_id, tokens)
+                sender.note_prompt_tokens(tokens)
+
             result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
-                                           sender.note_prompt_tokens, sender.note_logprob,
+                                           on_prompt, sender.note_logprob,
                                            on_end=sender.finish, commit=False)
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)
+            return False
+        except PromptRefused as error:
+            sender.close()
+            self._reports.failure(assignment.job_id, str(error))
             return False
         timeline.mark("generated")
         if not result.stopped_early:
@@ -222,6 +243,7 @@ class NodeAgent:
             return True
         sender.close()
         if not sender.rejected and not keep_going(assignment.job_id):
+            self.metrics.handed_back()
             self._reports.hand_back(assignment.job_id, self._hooks.hand_back_reason())
         else:
             log.info("job %s stopped: %s", assignment.job_id, sender.error)
@@ -246,6 +268,7 @@ class NodeAgent:
                 return
             self._reports.receipt(assignment, result, timeline)
         finally:
+            self.metrics.job_ended(assignment.job_id)
             self._active.finish(assignment.job_id)
             self._count_running(-1)
             timeline.log()

@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 from contracts.models import ModelSpec
+from node_agent import chat_templates
 
 _HEADER_BYTES_MAX = 100 * 1024 * 1024
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U32": 4,
@@ -87,4 +88,5 @@ def describe_model(model_id: str, directory: Path) -> ModelSpec:
         max_context_tokens=config.get("max_position_embeddings", 2048),
         kv_bytes_per_element=activation_bytes_per_element(files),
         weights_digest=weights_digest(files),
+        chat_features=chat_templates.chat_features(chat_templates.template_text(directory)),
     )

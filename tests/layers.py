@@ -3,6 +3,10 @@
 `python -m tests.layers` prints every import loop between coordinator modules and every
 import of a module from a higher layer; tests/test_layers.py asserts there are none.
 A room may import rooms of lower layers and modules of its own room.
+
+It also prints the two edges of the ledger: the coordinator and the CLI import the ledger
+through ledger.api only, and only ledger/storage/ builds SQL (every other ledger module
+takes a Session and nothing else from SQLAlchemy).
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("model", "clock", "errors"),
     ("placement",),
+    ("metrics",),  # the registry and its recording calls; metrics.readings reads the database
     ("verification.policy", "verification.tolerances", "verification.judge", "verification.tokens"),
     ("config",),
     ("storage",),
     ("live",),
     ("money",),
     ("verification",),
+    ("metrics.readings",),
     ("jobs",),
     ("nodes",),
     ("scheduling",),
@@ -139,16 +145,67 @@ def loops(all_edges: list[Edge]) -> list[tuple[str, ...]]:
     return groups
 
 
+LEDGER_API = "ledger.api"
+LEDGER_CALLERS = ("coordinator", "mlxnet")  # packages that may use the ledger through its API only
+LEDGER_STORAGE = "ledger.storage"
+SQL_FREE_NAMES = {"sqlalchemy.orm": {"Session"}}  # what a ledger module outside storage may take
+
+
+def imported_names(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for each `from module import name`, and (module, "") for each `import module`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.extend((node.module, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, "") for alias in node.names)
+    return found
+
+
+def ledger_imports_past_api(packages: tuple[str, ...] = LEDGER_CALLERS) -> list[str]:
+    """Imports of a ledger module other than ledger.api from the packages that call the ledger."""
+    bad = []
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for module, name in imported_names(path):
+                target = f"{module}.{name}" if module == "ledger" and name else module
+                if (target == "ledger" or target.startswith("ledger.")) and target != LEDGER_API:
+                    bad.append(f"{path.relative_to(ROOT)} imports {target}")
+    return bad
+
+
+def ledger_sql_outside_storage() -> list[str]:
+    """Ledger modules outside ledger/storage/ that import SQLAlchemy beyond a Session, or the storage's tables."""
+    bad = []
+    for path in sorted((ROOT / "ledger").rglob("*.py")):
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if dotted.startswith(LEDGER_STORAGE):
+            continue
+        for module, name in imported_names(path):
+            if module.split(".")[0] == "sqlalchemy" and name not in SQL_FREE_NAMES.get(module, set()):
+                bad.append(f"{dotted} imports {module}.{name or '*'}")
+            if (module, name) == (LEDGER_STORAGE, "tables") or module == f"{LEDGER_STORAGE}.tables":
+                if dotted != LEDGER_API:  # the API hands out the MetaData, to install the tables
+                    bad.append(f"{dotted} imports {LEDGER_STORAGE}.tables")
+    return bad
+
+
 def main() -> int:
     all_edges = edges()
     bad, cycles = upward(all_edges), loops(all_edges)
+    past_api, sql = ledger_imports_past_api(), ledger_sql_outside_storage()
     for edge in bad:
         sys.stdout.write(f"upward: coordinator.{edge.importer} imports coordinator.{edge.imported}\n")
     for group in cycles:
         sys.stdout.write(f"loop: {' <-> '.join(group)}\n")
+    for line in past_api:
+        sys.stdout.write(f"past the ledger API: {line}\n")
+    for line in sql:
+        sys.stdout.write(f"ledger SQL outside ledger/storage: {line}\n")
     sys.stdout.write(f"{len(all_edges)} imports between coordinator modules; "
-                     f"{len(bad)} upward, {len(cycles)} loops\n")
-    return 1 if bad or cycles else 0
+                     f"{len(bad)} upward, {len(cycles)} loops; "
+                     f"{len(past_api)} ledger imports past ledger.api, {len(sql)} ledger SQL imports outside storage\n")
+    return 1 if bad or cycles or past_api or sql else 0
 
 
 if __name__ == "__main__":

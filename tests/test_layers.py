@@ -18,3 +18,16 @@ def test_the_checker_sees_an_upward_import_and_a_loop() -> None:
     loop = [layers.Edge("jobs.results", "jobs.submission"), layers.Edge("jobs.submission", "jobs.results")]
     assert layers.loops(loop) == [("jobs.results", "jobs.submission")]
     assert len(layers.edges()) > 300  # the real graph was read
+
+
+def test_the_coordinator_and_the_cli_use_the_ledger_through_its_api_only() -> None:
+    assert layers.ledger_imports_past_api() == []
+    # The check could pass by reading nothing: the tests, which reach inside, must show up.
+    assert any("imports ledger.storage" in line for line in layers.ledger_imports_past_api(("tests",)))
+
+
+def test_only_ledger_storage_builds_sql() -> None:
+    assert layers.ledger_sql_outside_storage() == []
+    # What the check reads: the storage's own imports of SQLAlchemy are seen (and allowed there).
+    store_imports = layers.imported_names(layers.ROOT / "ledger" / "storage" / "store.py")
+    assert ("sqlalchemy", "select") in store_imports

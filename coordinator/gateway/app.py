@@ -16,6 +16,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.errors import CoordinatorError, Unauthenticated, UnknownModel
@@ -30,6 +31,7 @@ from coordinator.gateway.errors import (
     on_job_error,
     on_validation_error,
 )
+from coordinator.gateway.request_ids import RequestIds
 from coordinator.gateway.requests import chat_submission, completion_submission
 from coordinator.gateway.schemas import (
     ChatCompletion,
@@ -86,6 +88,7 @@ def create_app(bridge: Bridge) -> FastAPI:
                   description="OpenAI-compatible inference on Macs lent to MLX Network, with "
                               "metered API keys, verifiable receipts and job records.")
     app.state.bridge = bridge
+    app.add_middleware(RequestIds)  # X-Request-Id, and the id on the request's log lines
     app.add_exception_handler(CoordinatorError, on_coordinator_error)
     app.add_exception_handler(JobError, on_job_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
@@ -140,6 +143,12 @@ def create_app(bridge: Bridge) -> FastAPI:
               responses={**_COMMON_ERRORS, 409: _ERROR})
     async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
         return await job_response(await bridge.call(service.jobs.cancel, job_id, who), who)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus metrics (coordinator.metrics); the network's figures are read at each scrape."""
+        body = await bridge.call(service.core.metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
     return app

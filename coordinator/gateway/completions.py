@@ -31,8 +31,10 @@ from coordinator.gateway.render import (
     finish_reason,
     job_usage,
     sse,
+    tool_calls_reason,
 )
 from coordinator.gateway.requests import ResponsePlan
+from coordinator.gateway.tools import StreamedCalls
 from coordinator.jobs.stops import StopScanner
 from coordinator.jobs.submission import Submission
 from coordinator.model import (
@@ -201,6 +203,7 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
     """The job as OpenAI chunks; cancels the job if the client leaves before its end."""
     renderer = StreamRenderer(plan, events.job_id, created_s)
     scanner = StopScanner(plan.stop)
+    calls = StreamedCalls(events.job_id) if plan.tool_calls else None
     finished, streamed = False, 0
     item = first
     try:
@@ -212,17 +215,22 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
                 offset = scanner.shown_chars
                 text = scanner.feed(item.text)
                 logprobs = item.logprobs if plan.logprobs else ()
+                deltas: list[dict] = []
+                if calls is not None:
+                    text, deltas = calls.feed(text)
                 if text or logprobs:
                     if not offset:
                         hop_trace.job_hop(events.job_id, "first text to the client")
                     yield renderer.content_chunk(text, logprobs, offset)
+                for delta in deltas:
+                    yield renderer.delta_chunk(delta)
                 if scanner.stopped:  # the node need not generate further
                     bridge.cancel_soon(events.job_id, caller, ERROR_STOP_SEQUENCE)
             item = await events.next()
         finished = True
         if not ended_well(item.job):  # settle before the client reads the error and looks
             await bridge.call(bridge.service.money.close_billing, events.job_id)
-        yield _ending(renderer, scanner, item.job, streamed)
+        yield _ending(renderer, scanner, item.job, streamed, calls)
         yield DONE_EVENT
     finally:
         events.close()
@@ -230,13 +238,23 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
             bridge.cancel_soon(events.job_id, caller)
 
 
-def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, streamed: int) -> str:
+def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, streamed: int,
+            calls: StreamedCalls | None) -> str:
     if not ended_well(job):
         return sse(body_for(failure_error(job)))
     ending = ""
-    if rest := scanner.flush():
+    rest = scanner.flush()
+    reason = finish_reason(job, scanner.stopped)
+    if calls is not None:
+        shown, deltas = calls.feed(rest)
+        held, more = calls.finish()
+        rest, deltas = shown + held, deltas + more
+    if rest:
         ending += renderer.content_chunk(rest, (), scanner.shown_chars - len(rest))
-    ending += renderer.finish_chunk(finish_reason(job, scanner.stopped))
+    if calls is not None:
+        ending += "".join(renderer.delta_chunk(delta) for delta in deltas)
+        reason = tool_calls_reason(reason) if calls.sent else reason
+    ending += renderer.finish_chunk(reason)
     if renderer.plan.include_usage:
         ending += renderer.usage_chunk(job_usage(job, streamed))
     return ending

@@ -12,9 +12,6 @@ from __future__ import annotations
 # Fields refused with a reason more useful than "not supported" (any other unknown field gets
 # the generic one). Keyed by the field's path as the error handler names it.
 REFUSAL_REASONS: dict[str, str] = {
-    "tools": "tool calling is not supported yet",
-    "tool_choice": "tool calling is not supported yet",
-    "parallel_tool_calls": "tool calling is not supported yet",
     "response_format": "structured output (json_object, json_schema) is not supported yet; "
                        "only {\"type\": \"text\"} is accepted",
     "functions": "the legacy `functions` field is not supported; send `tools`",

@@ -12,7 +12,7 @@ from coordinator.gateway.render import ended_well, finish_reason, job_usage
 from coordinator.money.job_money import JobCost
 from coordinator.scheduling.capacity import ModelCapacity
 from coordinator.service import JobView
-from ledger.units import BASE_UNITS_PER_MLX
+from ledger.api import BASE_UNITS_PER_MLX
 
 OWNER = "mlxnet"
 HOW_TO_VERIFY = (

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contracts.logprobs import TokenLogprob
+from contracts.tool_calls import parse_tool_calls
+from coordinator.gateway import tools
 from coordinator.gateway.requests import ResponsePlan
 from coordinator.jobs.stops import cut_at_stop
 from coordinator.model import ERROR_STOP_SEQUENCE, JobRecord, JobStatus, TokenChunk
@@ -39,6 +41,11 @@ def finish_reason(job: JobRecord, stopped_by_sequence: bool) -> str:
         return "stop"
     # Fewer tokens than allowed means the model sampled its end-of-sequence token.
     return "stop" if job.completion_tokens < job.max_tokens else "length"
+
+
+def tool_calls_reason(reason: str) -> str:
+    """An answer that called tools ends with "tool_calls", unless it ran out of tokens."""
+    return "tool_calls" if reason == "stop" else reason
 
 
 def response_id(plan: ResponsePlan, job_id: str) -> str:
@@ -112,6 +119,11 @@ class StreamRenderer:
             choice = {"text": text, "logprobs": rendered, "finish_reason": None}
         return self._chunk(choice, with_usage=True)
 
+    def delta_chunk(self, delta: dict) -> str:
+        """A chat delta of its own (a tool call's part)."""
+        return self._chunk({"delta": delta, "logprobs": None, "finish_reason": None},
+                           with_usage=True)
+
     def finish_chunk(self, reason: str) -> str:
         if self.plan.kind == "chat":
             choice = {"delta": {}, "logprobs": None, "finish_reason": reason}
@@ -136,7 +148,13 @@ def final_body(plan: ResponsePlan, job: JobRecord, chunks: list[TokenChunk]) -> 
     common = {"id": response_id(plan, job.job_id), "created": job.created_at_ms // 1000,
               "model": plan.model, "usage": job_usage(job, streamed), "system_fingerprint": None}
     if plan.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+        message: dict = {"role": "assistant", "content": text, "refusal": None}
+        if plan.tool_calls and (parsed := parse_tool_calls(text)).calls:
+            message["content"] = parsed.content.strip() or None
+            message["tool_calls"] = [tools.call_json(job.job_id, index, call)
+                                     for index, call in enumerate(parsed.calls)]
+            reason = tool_calls_reason(reason)
+        choice = {"index": 0, "message": message,
                   "logprobs": chat_logprobs(entries) if plan.logprobs else None,
                   "finish_reason": reason}
         return {**common, "object": "chat.completion", "choices": [choice]}

@@ -8,6 +8,7 @@ from typing import Literal
 
 from contracts.chat import ChatMessage
 from coordinator.errors import InvalidRequest
+from coordinator.gateway import tools as tool_calls
 from coordinator.gateway.schemas import ChatCompletionRequest, ChatMessageIn, CompletionRequest, Stop
 from coordinator.jobs.submission import SEED_MAX, Submission
 from coordinator.money.api_keys import Caller
@@ -27,6 +28,7 @@ class ResponsePlan:
     logprobs: bool
     top_logprobs: int
     stop: tuple[str, ...]
+    tool_calls: bool = False  # read the output for tool calls
 
 
 def _stops(stop: Stop) -> tuple[str, ...]:
@@ -51,7 +53,9 @@ def chat_submission(body: ChatCompletionRequest, caller: Caller,
     if body.top_logprobs is not None and not body.logprobs:
         raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
     top_logprobs = (body.top_logprobs or 0) if body.logprobs else -1
-    messages = tuple(ChatMessage(m.role, _content(m)) for m in body.messages)
+    tools = tool_calls.chat_tools(body)
+    messages = tuple(ChatMessage(m.role, _content(m), tool_calls.message_tool_calls(m),
+                                 m.tool_call_id or "") for m in body.messages)
     stops = _stops(body.stop)
     submission = Submission(
         consumer_id=caller.consumer_id, model_id=body.model, prompt="",
@@ -59,10 +63,11 @@ def chat_submission(body: ChatCompletionRequest, caller: Caller,
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
         top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=messages, stop=stops, top_logprobs=top_logprobs,
-        api_key_id=caller.key.key_id if caller.key else None)
+        api_key_id=caller.key.key_id if caller.key else None, tools=tools)
     plan = ResponsePlan("chat", body.model, bool(body.stream),
                         bool(body.stream_options and body.stream_options.include_usage),
-                        top_logprobs >= 0, max(0, top_logprobs), stops)
+                        top_logprobs >= 0, max(0, top_logprobs), stops,
+                        tool_calls.reads_calls(tools))
     return submission, plan
 
 

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from contracts.chat import MESSAGES_MAX
-from contracts.limits import MODEL_ID_CHARS_MAX, NAME_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
+from contracts.chat import MESSAGES_MAX, TOOLS_MAX
+from contracts.limits import MODEL_ID_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.fields import HINT_DESCRIPTION
@@ -71,10 +71,53 @@ class TextPart(_Request):
     text: Annotated[Text, Field(max_length=PROMPT_CHARS_CEILING)]
 
 
+FUNCTION_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # as OpenAI
+TOOL_CALL_ID_CHARS_MAX = 128
+FunctionName = Annotated[str, Field(pattern=FUNCTION_NAME_PATTERN)]
+
+
+class FunctionCallIn(_Request):
+    name: FunctionName
+    arguments: Text = Field(description="the call's arguments as JSON text")
+
+
+class ToolCallIn(_Request):
+    id: Text = Field(min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX)
+    type: Literal["function"]
+    function: FunctionCallIn
+
+
 class ChatMessageIn(_Request):
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: Annotated[Text, Field(max_length=PROMPT_CHARS_CEILING)] | list[TextPart] | None = None
-    name: Annotated[Text, Field(max_length=NAME_CHARS_MAX)] | None = None
+    name: Text | None = Field(default=None, max_length=HINT_CHARS_MAX, description=HINT_DESCRIPTION)
+    tool_calls: list[ToolCallIn] | None = Field(default=None, max_length=TOOLS_MAX,
+                                                description="an assistant's calls, sent back")
+    tool_call_id: Text | None = Field(default=None, min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX,
+                                     description="a tool message: the call it answers")
+    refusal: None = Field(default=None, description="only null (as an assistant message echoed)")
+
+
+class FunctionDefinition(_Request):
+    name: FunctionName
+    description: Text | None = None
+    parameters: dict | None = Field(default=None, description="a JSON schema of the arguments")
+    strict: Literal[False] | None = Field(default=None, description="strict true (arguments "
+                                          "forced to the schema under tool_choice auto) is refused")
+
+
+class ToolDefinition(_Request):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Request):
+    name: FunctionName
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 StopText = Annotated[Text, Field(min_length=1, max_length=STOP_CHARS_MAX)]
@@ -117,6 +160,15 @@ class ChatCompletionRequest(_Generation):
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
     response_format: ResponseFormat | None = None
+    tools: list[ToolDefinition] | None = Field(default=None, max_length=TOOLS_MAX, description=(
+        "rendered by the model's chat template on the node; a model whose template has no "
+        "tools is refused with a 400"))
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = Field(
+        default=None, description="required or a named function: the node decodes under a "
+                                  "grammar that admits only calls to the offered tools. Both need "
+                                  "tools, and a named function must be one of them (else a 400); "
+                                  "tools must be named once each")
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(_Generation):
@@ -154,17 +206,29 @@ class ChatLogprobs(BaseModel):
     refusal: None = None
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: FunctionCallOut
+
+
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
     refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: ChatMessageOut
     logprobs: ChatLogprobs | None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class ChatCompletion(BaseModel):

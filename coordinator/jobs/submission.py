@@ -12,10 +12,18 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from contracts import limits
-from contracts.chat import MESSAGES_MAX, ROLES, ChatMessage, encode_chat_prompt, is_chat_prompt
+from contracts.chat import (
+    MESSAGES_MAX,
+    NO_TOOLS,
+    ROLES,
+    ChatMessage,
+    ChatTools,
+    encode_chat_prompt,
+    is_chat_prompt,
+)
 from contracts.ids import JobId, job_id_for_request, new_job_id
 from contracts.logprobs import TOP_LOGPROBS_MAX
-from contracts.models import ModelSpec
+from contracts.models import CHAT_FEATURE_TOOLS, ModelSpec
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest, UnknownModel
 from coordinator.model import PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus
@@ -42,11 +50,24 @@ class Submission:
     stop: tuple[str, ...] = ()
     top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's; k: and the top k
     api_key_id: str | None = None
+    tools: ChatTools = NO_TOOLS  # a chat's tools, rendered by the model's template
 
     @property
     def prompt_text(self) -> str:
         """What the job stores and the receipt digests: the prompt, or the canonical messages."""
-        return encode_chat_prompt(self.messages) if self.messages else self.prompt
+        return encode_chat_prompt(self.messages, self.tools) if self.messages else self.prompt
+
+
+def _check_template(sub: Submission, spec: ModelSpec) -> None:
+    """Tools, or messages about calls, go only to a model whose chat template renders them."""
+    if CHAT_FEATURE_TOOLS in spec.chat_features:
+        return
+    if sub.tools.definitions and sub.tools.choice != "none":
+        raise InvalidRequest(f"model {spec.model_id!r} cannot take tools: its chat template does "
+                             "not render them", param="tools")
+    if any(m.tool_calls or m.tool_call_id for m in sub.messages):
+        raise InvalidRequest(f"model {spec.model_id!r} cannot take tool calls or results: its "
+                             "chat template does not render them", param="messages")
 
 
 def _validate_messages(messages: tuple[ChatMessage, ...]) -> None:
@@ -143,6 +164,7 @@ def prepare(session: Session, sub: Submission, config: CoordinatorConfig, now_ms
     if spec is None:
         known = ", ".join(sorted(catalog)) or "none yet"
         raise UnknownModel(f"model {sub.model_id!r} is not served by any node; served models: {known}")
+    _check_template(sub, spec)
     max_tokens = sub.max_tokens or config.max_tokens_default
     if max_tokens >= spec.max_context_tokens:
         raise InvalidRequest(f"max_tokens {max_tokens} leaves no room for the prompt in "

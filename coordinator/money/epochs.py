@@ -29,12 +29,21 @@ from coordinator.model import JobStatus
 from coordinator.storage import node_rows
 from coordinator.storage.database import Database
 from coordinator.storage.tables import job_assignments, jobs
-from ledger import epoch_store
-from ledger.anchoring import PayoutChainLike, anchor_epochs
-from ledger.epochs import EPOCH_LENGTH_S_DEFAULT, EpochClose, close_epoch, due_epoch
-from ledger.errors import LedgerError
-from ledger.full_audit import ExpectedCredit
-from ledger.seats import SeatInput, availability_bps
+from ledger.api import (
+    EPOCH_LENGTH_S_DEFAULT,
+    EpochClose,
+    ExpectedCredit,
+    LedgerError,
+    PayoutChainLike,
+    SeatInput,
+    anchor_epochs,
+    availability_bps,
+    close_epoch,
+    connect_chain,
+    due_epoch,
+    in_process_chain,
+    last_epoch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +102,7 @@ def close_due_epoch(db: Database, settings: EpochSettings, now_us: int | None = 
     """Close the latest finished epoch if it is not closed yet; None when nothing is due."""
     number = due_epoch(now_us if now_us is not None else time.time_ns() // 1_000, settings.length_s)
     with db.transaction() as session:
-        last = epoch_store.last_epoch(session)
+        last = last_epoch(session)
         if number < 0 or (last is not None and last.number >= number):
             return None
         result = close_epoch(session, number, gather_seats(session, number, settings),
@@ -104,15 +113,13 @@ def close_due_epoch(db: Database, settings: EpochSettings, now_us: int | None = 
 
 
 def payout_chain_from_environment() -> PayoutChainLike:
-    from ledger.anchor import PayoutChain  # web3 loads only when a chain is used
-
     url = os.environ.get(RPC_URL_ENV)
     if not url:
-        return PayoutChain.in_process()
+        return in_process_chain()
     distributor = os.environ.get(DISTRIBUTOR_ENV)
     if not distributor:
         raise ValueError(f"{RPC_URL_ENV} needs {DISTRIBUTOR_ENV}, the distributor contract's address")
-    return PayoutChain.connect(url, distributor, os.environ.get(PUBLISHER_KEY_ENV))
+    return connect_chain(url, distributor, os.environ.get(PUBLISHER_KEY_ENV))
 
 
 def anchor_closed_epochs(db: Database, chain: PayoutChainLike) -> int:

@@ -32,19 +32,31 @@ from coordinator.model import PROMPT_TEXT, JobRecord, JobStatus
 from coordinator.money import api_keys
 from coordinator.storage import job_rows, node_rows
 from coordinator.storage.database import writes_serialized
-from ledger import job_batches
-from ledger import jobs as ledger_jobs
-from ledger.book import (
+from ledger.api import (
+    JOBS_PER_CALL_MAX,
+    JobPayment,
+    JobPrice,
     JobStep,
+    ResultCode,
+    TransferKind,
+    TransferState,
     balance,
+    complete_job,
+    consumer_account_id,
     get_transfer,
     job_transfer_id,
     lock_ledger,
+    max_job_charge,
     pending_state,
+    price_job,
+    reject_job_credit,
+    release_job_credit,
+    release_job_credits,
+    reserve_job,
+    settle_job,
     transfers_for_job,
+    void_job,
 )
-from ledger.model import ResultCode, TransferKind, TransferState
-from ledger.policy import JobPrice, max_job_charge, price_job
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +65,7 @@ log = logging.getLogger(__name__)
 SPECIAL_TOKENS_MAX = 8
 COMPLETED_CLOSE_WINDOW_MS = 3_600_000  # completed jobs the sweep still waits on
 SWEEP_JOBS_MAX = 100
-CREDITS_RELEASED_PER_CALL_MAX = job_batches.JOBS_PER_CALL_MAX  # the ledger's batch limit
+CREDITS_RELEASED_PER_CALL_MAX = JOBS_PER_CALL_MAX  # the ledger's batch limit
 
 
 def prompt_tokens_bound(job: JobRecord, spec: ModelSpec) -> int:
@@ -87,7 +99,7 @@ def max_charge(job: JobRecord, spec: ModelSpec) -> int:
 
 def consumer_balance(session: Session, consumer_id: str) -> int:
     """Base units the consumer can still reserve (0 without an account)."""
-    found = balance(session, ledger_jobs.consumer_account_id(ConsumerId(consumer_id)))
+    found = balance(session, consumer_account_id(ConsumerId(consumer_id)))
     return 0 if found is None else found.available
 
 
@@ -111,7 +123,7 @@ def reserve(session: Session, job: JobRecord, key: api_keys.ApiKey) -> None:
     amount = job.reserved_base_units
     assert amount > 0, "a free job reserves nothing"
     api_keys.add_spend(session, key.key_id, amount)
-    result = ledger_jobs.reserve_job(session, job.job_id, ConsumerId(job.consumer_id), amount)
+    result = reserve_job(session, job.job_id, ConsumerId(job.consumer_id), amount)
     if result.code in (ResultCode.DEBIT_ACCOUNT_NOT_FOUND, ResultCode.EXCEEDS_CREDITS):
         available = consumer_balance(session, job.consumer_id)
         raise InsufficientBalance(
@@ -131,7 +143,7 @@ def complete(session: Session, job: JobRecord, operator_id: OperatorId, spec: Mo
     """Charge the consumer for a verified receipt and hold the operator's credit; the key's
     spend forgets the part of the reservation that was not charged."""
     price = chargeable_price(job, spec, prompt_tokens, completion_tokens)
-    payment = ledger_jobs.complete_job(session, job.job_id, paying_consumer(job), operator_id,
+    payment = complete_job(session, job.job_id, paying_consumer(job), operator_id,
                                        price, hold_s=hold_s)
     # The caller moves the job out of its active state in this same transaction, so a second
     # completion cannot be attempted; anything but ok is a ledger fault.
@@ -181,20 +193,20 @@ def close_ended_jobs(session: Session, now_ms: int) -> list[JobId]:
     return closed
 
 
-def release_credit(session: Session, job_id: str) -> ledger_jobs.JobPayment:
+def release_credit(session: Session, job_id: str) -> JobPayment:
     """Post the operator's held credit: its check passed, or its window closed unchecked."""
-    return ledger_jobs.release_job_credit(session, JobId(job_id))
+    return release_job_credit(session, JobId(job_id))
 
 
-def release_credits(session: Session, job_ids: list[str]) -> list[ledger_jobs.JobPayment]:
+def release_credits(session: Session, job_ids: list[str]) -> list[JobPayment]:
     """release_credit for many jobs in one ledger call: one lock, one read, one write."""
-    return job_batches.release_job_credits(session, [JobId(job_id) for job_id in job_ids])
+    return release_job_credits(session, [JobId(job_id) for job_id in job_ids])
 
 
-def reject_credit(session: Session, job_id: str) -> ledger_jobs.JobPayment:
+def reject_credit(session: Session, job_id: str) -> JobPayment:
     """Void the held credit of a job that failed its check, refunding the consumer in full;
     its key's spend forgets the charge too."""
-    payment = ledger_jobs.reject_job_credit(session, JobId(job_id))
+    payment = reject_job_credit(session, JobId(job_id))
     if not payment.ok:
         return payment
     job = job_rows.job_by_id(session, job_id)
@@ -225,12 +237,12 @@ def _charge_streamed(session: Session, job: JobRecord) -> int:
     consumer = ConsumerId(job.consumer_id)
     if charge is not None and charge[1].consumer_charge > 0:
         operator_id, price = charge
-        payment = ledger_jobs.settle_job(session, job.job_id, consumer, operator_id, price)
+        payment = settle_job(session, job.job_id, consumer, operator_id, price)
         if payment.ok:
             return price.consumer_charge
         log.warning("job %s: charging its streamed tokens failed (%s); releasing it instead",
                     job.job_id, payment.failure)
-    result = ledger_jobs.void_job(session, job.job_id)
+    result = void_job(session, job.job_id)
     assert result.code in (ResultCode.CREATED, ResultCode.EXISTS,
                            ResultCode.PENDING_ALREADY_RESOLVED), result.code
     return _posted_charge(session, job.job_id)

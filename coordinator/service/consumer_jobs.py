@@ -25,6 +25,7 @@ from coordinator.errors import (
 from coordinator.jobs import ending, submission
 from coordinator.live.chunks import LiveReader
 from coordinator.live.notifier import job_topic, node_topic
+from coordinator.metrics.names import STREAM_CONSUMER
 from coordinator.model import (
     ERROR_CANCELLED,
     ERROR_NO_CAPACITY,
@@ -217,6 +218,7 @@ class ConsumerJobs:
                            place_now: bool, now: int) -> Placement | None:
         """The placement a Mac could take now, None when it must wait; raises if it never can."""
         decision = self._place_over_index(session, request, now)
+        self._core.metrics.placement_decided(decision)
         if not isinstance(decision, PlacementRefusal):
             return decision
         if decision.permanent:
@@ -275,6 +277,7 @@ class ConsumerJobs:
                 raise AlreadyDone(f"job {job_id} ended meanwhile")
             freed = job_rows.release_assignments(session, job_id)
         self._core.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
+        self._core.record_ended([job_id])
         self._core.run_scheduler()
         return self.get(job_id)
 
@@ -293,6 +296,12 @@ class ConsumerJobs:
     def stream(self, job_id: str, is_active: Callable[[], bool],
                    caller: Caller | None = None,
                    watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
+        """Every token chunk from the first, as stored, then the final job view (_stream)."""
+        with self._core.metrics.stream_open(STREAM_CONSUMER):
+            yield from self._stream(job_id, is_active, caller, watch)
+
+    def _stream(self, job_id: str, is_active: Callable[[], bool], caller: Caller | None,
+                watch: Watch | None) -> Iterator[TokenChunk | JobView]:
         """Every token chunk from the first, as stored, then the final job view.
 
         Chunks this process stores come straight from the node's stream once committed;

@@ -14,6 +14,9 @@ from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
 from coordinator.live.chunks import LiveChunks
 from coordinator.live.notifier import Notifier, job_topic, node_topic
+from coordinator.metrics import readings, timing
+from coordinator.metrics.recorder import CoordinatorMetrics
+from coordinator.model import TERMINAL_STATUSES, JobStatus
 from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
 from coordinator.storage import job_rows
@@ -34,6 +37,25 @@ class ServiceCore:
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self.draws = draws or random.SystemRandom()
+        self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
+        self.metrics.watch(readings.NetworkCollector(self.read_network))
+
+    def read_network(self) -> readings.NetworkReading:
+        """The network's figures for a metrics scrape, in one read transaction."""
+        with self.db.read_transaction() as session:
+            return readings.read_network(session, self.clock.now_ms(), self.config.node_offline_after_ms)
+
+    def record_ended(self, job_ids: list[str] | tuple[str, ...]) -> None:
+        """After commit: the request metrics of those of these jobs that have ended."""
+        if not job_ids:
+            return
+        with self.db.read_transaction() as session:
+            for job_id in job_ids:
+                job = job_rows.job_by_id(session, job_id)
+                if job is None or job.status not in TERMINAL_STATUSES or job.finished_at_ms is None:
+                    continue
+                streamed = job_rows.token_count(session, job_id) if job.status is JobStatus.FAILED else 0
+                self.metrics.request_finished(timing.finished_request(job, streamed))
 
     def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
         """After commit: readers of these jobs, and streams of these nodes, look again."""
@@ -51,6 +73,8 @@ class ServiceCore:
                     return scheduler.SchedulingPass((), ())
         with self.db.transaction() as session:
             result = scheduler.schedule_queued(session, now, self.config, self.fleet)
+        self.metrics.scheduling_pass(len(result.placed), len(result.failed))
+        self.record_ended(result.failed)
         for job_id, node_ids in result.placed:
             log.info("job %s assigned to %s", job_id, ", ".join(node_ids))
             self.wake_jobs([job_id], node_ids)

@@ -13,6 +13,7 @@ from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
 from coordinator.live.notifier import job_topic, node_topic
+from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
     JobStatus,
@@ -54,6 +55,7 @@ class NodeSessions:
             reports.accept_heartbeat(
                 session, node, report or reports.HeartbeatReport(running_jobs), now)
         self._core.fleet.note_changed([node.node_id])
+        self._core.metrics.heartbeat()
         self._core.run_scheduler()
         return now
 
@@ -84,6 +86,10 @@ class NodeSessions:
 
     def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
         """Jobs assigned to the node and not yet started, each sent once per stream."""
+        with self._core.metrics.stream_open(STREAM_NODE):
+            yield from self._assignments(node, is_active)
+
+    def _assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -134,6 +140,7 @@ class NodeSessions:
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)
         self._core.notifier.notify(job_topic(job_id), VERIFICATION_TOPIC)
+        self._core.record_ended([job_id])
         self._core.run_scheduler()
         return result
 
@@ -145,6 +152,7 @@ class NodeSessions:
         self._core.fleet.note_changed([node.node_id])
         log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
         self._core.notifier.notify(job_topic(job_id))
+        self._core.record_ended([job_id])
         self._core.run_scheduler()
 
     def reap_offline(self) -> list[str]:
@@ -158,5 +166,6 @@ class NodeSessions:
                     touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now)
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
+            self._core.record_ended(touched)
             self._core.run_scheduler()
         return touched

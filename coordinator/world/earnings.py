@@ -11,10 +11,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ledger.book import JobStep, job_transfer_id
-from ledger.merkle import PayoutLeaf, leaf_hash
-from ledger.model import Transfer, TransferKind, TransferState
-from ledger.units import format_mlx
+from ledger.api import (
+    JobStep,
+    PayoutLeaf,
+    Transfer,
+    TransferKind,
+    TransferState,
+    format_mlx,
+    job_transfer_id,
+    leaf_hash,
+)
 
 # The leaf and pair rules of ledger/merkle.py, named so the browser can check any proof.
 LEAF_ENCODING = "keccak256(keccak256(abi.encode(uint256 epoch, address account, uint256 amount)))"

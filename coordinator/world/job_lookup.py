@@ -16,8 +16,7 @@ from coordinator.verification import store as check_store
 from coordinator.world.earnings import CheckFacts, JobPay, job_pay
 from coordinator.world.public_job import PlacedNode, public_job
 from coordinator.world.queries import display_names
-from ledger import book
-from ledger.jobs import operator_account_id
+from ledger.api import operator_account_id, transfers_for_job
 
 JOB_ID_CHARS_MAX = 64
 
@@ -51,7 +50,7 @@ def pay_of(session: Session, job: JobRecord, check: CheckFacts | None) -> JobPay
         select(nodes.c.operator_id).where(nodes.c.node_id == signer)).scalar()
     account = "" if operator is None else operator_account_id(operator)
     return job_pay(job.job_id, job.status.value, job.error, job.receipt_verified,
-                   book.transfers_for_job(session, job.job_id), account, check)
+                   transfers_for_job(session, job.job_id), account, check)
 
 
 def _layers(session: Session, job: JobRecord) -> dict[str, int]:

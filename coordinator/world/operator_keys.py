@@ -19,7 +19,7 @@ from coordinator.storage import key_rows
 from coordinator.storage.tables import nodes
 from coordinator.world.fleet import REGION_CHARS_MAX
 from coordinator.world.tables import node_regions, operator_keys
-from ledger.rules import valid_id
+from ledger.api import valid_id
 
 KEY_PREFIX = "mlxo_"
 KEY_ID_HEX_CHARS = 16

@@ -22,16 +22,14 @@ from coordinator.world.earnings import (
 )
 from coordinator.world.job_lookup import check_of
 from coordinator.world.queries import Liveness, display_names, node_rows
-from ledger import book, epoch_store
-from ledger import tables as ledger_tables
-from ledger.epoch_store import EpochRecord
-from ledger.jobs import operator_account_id
-from ledger.merkle import PayoutLeaf
+from ledger import api as ledger
+from ledger.api import EpochRecord, PayoutLeaf
 
 OPERATOR_NODES_MAX = 1_000
 JOBS_PAGE_SIZE_MAX = 100
 EPOCHS_SHOWN_MAX = 12
 TRANSFERS_PER_WINDOW_MAX = 50_000
+ANCHORS_SHOWN_MAX = 16
 
 
 def operator_node_ids(session: Session, operator_id: str) -> list[str]:
@@ -43,7 +41,7 @@ def summary_json(session: Session, operator_id: str, live: Liveness) -> dict[str
     """The operator's Macs (public rows plus nothing secret) and their balance."""
     node_ids = operator_node_ids(session, operator_id)
     rows = node_rows(session, node_ids, live)
-    balance = book.balance(session, operator_account_id(operator_id))  # type: ignore[arg-type]
+    balance = ledger.balance(session, ledger.operator_account_id(operator_id))  # type: ignore[arg-type]
     return {
         "operator_id": operator_id,
         "nodes": [rows[node_id] for node_id in node_ids if node_id in rows],
@@ -52,7 +50,7 @@ def summary_json(session: Session, operator_id: str, live: Liveness) -> dict[str
             "held": money(0 if balance is None else balance.credits_pending),
             "earned_all_time": money(0 if balance is None else balance.credits_posted),
         },
-        "payout_address": epoch_store.payout_address(session, operator_id),
+        "payout_address": ledger.payout_address(session, operator_id),
     }
 
 
@@ -73,12 +71,12 @@ def jobs_json(session: Session, operator_id: str, page: int, page_size: int) -> 
         jobs.c.attempt).where(mine).order_by(jobs.c.created_at_ms.desc(), jobs.c.job_id)
         .limit(page_size).offset((page - 1) * page_size)).all()
     placed = _placed_nodes(session, [(row.job_id, row.attempt) for row in rows], operator_id)
-    account = operator_account_id(operator_id)  # type: ignore[arg-type]
+    account = ledger.operator_account_id(operator_id)  # type: ignore[arg-type]
     items = []
     for row in rows:
         check = check_of(session, row.job_id)
         pay: JobPay = job_pay(row.job_id, row.status, row.error, row.receipt_verified,
-                              book.transfers_for_job(session, row.job_id), account, check)
+                              ledger.transfers_for_job(session, row.job_id), account, check)
         items.append({
             "job_id": row.job_id, "model_id": row.model_id, "status": row.status,
             "error": row.error, "receipt_verified": row.receipt_verified,
@@ -115,8 +113,8 @@ def _placed_nodes(session: Session, job_attempts: list[tuple[str, int]],
 
 def _epoch_json(session: Session, operator_id: str, epoch: EpochRecord | None, after_us: int,
                 until_us: int) -> dict[str, object]:
-    account = operator_account_id(operator_id)  # type: ignore[arg-type]
-    transfers = epoch_store.transfers_in_window(session, account, after_us, until_us,
+    account = ledger.operator_account_id(operator_id)  # type: ignore[arg-type]
+    transfers = ledger.transfers_in_window(session, account, after_us, until_us,
                                                 TRANSFERS_PER_WINDOW_MAX)
     earnings = epoch_earnings(transfers, account)
     payload: dict[str, object] = {
@@ -128,8 +126,8 @@ def _epoch_json(session: Session, operator_id: str, epoch: EpochRecord | None, a
     }
     if epoch is None:
         return payload
-    seats = epoch_store.seat_outcomes(session, epoch.number, operator_id)
-    payouts = [p for p in epoch_store.payouts(session, epoch.number) if p.operator_id == operator_id]
+    seats = ledger.seat_outcomes(session, epoch.number, operator_id)
+    payouts = [p for p in ledger.epoch_payouts(session, epoch.number) if p.operator_id == operator_id]
     payload.update({
         "nominal_start_us": epoch.start_us, "nominal_end_us": epoch.end_us,
         "root": epoch.root, "policy_version": epoch.policy_version,
@@ -149,14 +147,14 @@ def _epoch_json(session: Session, operator_id: str, epoch: EpochRecord | None, a
 def epochs_json(session: Session, operator_id: str, now_us: int, before: int | None) -> dict[str, object]:
     """Earnings per epoch, newest first: the open window (on the first page), then closed epochs."""
     items: list[dict[str, object]] = []
-    newest = (epoch_store.last_epoch(session) if before is None
-              else epoch_store.previous_epoch(session, before))
+    newest = (ledger.last_epoch(session) if before is None
+              else ledger.previous_epoch(session, before))
     if before is None:
         open_since = 0 if newest is None else newest.cutoff_us
         items.append(_epoch_json(session, operator_id, None, open_since, now_us))
     epoch = newest
     while epoch is not None and len(items) < EPOCHS_SHOWN_MAX + 1:
-        previous = epoch_store.previous_epoch(session, epoch.number)
+        previous = ledger.previous_epoch(session, epoch.number)
         items.append(_epoch_json(session, operator_id, epoch, 0 if previous is None else previous.cutoff_us,
                                  epoch.cutoff_us))
         epoch = previous
@@ -166,7 +164,7 @@ def epochs_json(session: Session, operator_id: str, now_us: int, before: int | N
 
 def payout_leaf(session: Session, operator_id: str, number: int) -> PayoutLeaf | None:
     """The epoch's leaf paying this operator's address (shared addresses are paid in one leaf)."""
-    recorded = epoch_store.payouts(session, number)
+    recorded = ledger.epoch_payouts(session, number)
     mine = next((p for p in recorded if p.operator_id == operator_id), None)
     if mine is None:
         return None
@@ -176,11 +174,8 @@ def payout_leaf(session: Session, operator_id: str, number: int) -> PayoutLeaf |
 
 def anchored_roots(session: Session, number: int) -> list[ChainRoot]:
     """Where the epoch's root was published on chain, as recorded when it was published."""
-    table = ledger_tables.epoch_anchors
-    rows = session.execute(select(table).where(table.c.epoch == number)
-                           .order_by(table.c.anchored_at_us.desc()).limit(16))
-    return [ChainRoot(row.root, "anchor", row.chain_id, row.distributor, row.tx_hash, row.block_number)
-            for row in rows]
+    return [ChainRoot(anchor.root, "anchor", anchor.chain_id, anchor.distributor, anchor.tx_hash,
+                      anchor.block_number) for anchor in ledger.anchors_of_epoch(session, number, ANCHORS_SHOWN_MAX)]
 
 
 def _root_json(root: ChainRoot) -> dict[str, object]:

@@ -31,8 +31,7 @@ from coordinator.world.fleet import (
 )
 from coordinator.world.tables import node_regions
 from coordinator.world.totals import RATE_WINDOW_MS, Candidate, Totals, largest_candidate
-from ledger import tables as ledger_tables
-from ledger.model import AccountKind
+from ledger import api as ledger
 
 PODS_READ_MAX = 10_000
 FACETS_MAX = 200  # distinct chips or regions offered as filters
@@ -286,15 +285,13 @@ def totals(session: Session, live: Liveness) -> Totals:
     recent = session.execute(select(func.count(), func.sum(jobs.c.completion_tokens)).where(
         jobs.c.status == "completed", jobs.c.created_at_ms >= live.now_ms - RATE_CREATED_LOOKBACK_MS,
         jobs.c.finished_at_ms >= since)).one()
-    accounts = ledger_tables.accounts
-    paid = session.execute(select(func.sum(accounts.c.credits_posted), func.sum(accounts.c.credits_pending))
-                           .where(accounts.c.kind == AccountKind.OPERATOR.value)).one()
+    paid_base_units, held_base_units = ledger.operator_credit_totals(session)
     return Totals(
         at_ms=live.now_ms, macs_total=int(counts[0]), macs_online=int(counts[1] or 0),
         macs_busy=int(busy), pods_online=sum(1 for c in candidates if c.kind == "pod"),
         memory_lendable_bytes=int(counts[2] or 0), largest=largest_candidate(candidates),
         jobs_last_minute=int(recent[0]), tokens_last_minute=int(recent[1] or 0),
-        operator_paid_base_units=int(paid[0] or 0), operator_held_base_units=int(paid[1] or 0))
+        operator_paid_base_units=paid_base_units, operator_held_base_units=held_base_units)
 
 
 def display_names(session: Session, node_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -309,6 +306,4 @@ def display_names(session: Session, node_ids: Iterable[str]) -> dict[str, tuple[
 
 def epochs_version(session: Session) -> tuple[int, int]:
     """(the newest closed epoch or -1, how many roots were anchored): moves when an operator's page should."""
-    last = session.execute(select(func.max(ledger_tables.epochs.c.number))).scalar()
-    anchored = session.execute(select(func.count()).select_from(ledger_tables.epoch_anchors)).scalar_one()
-    return (-1 if last is None else int(last), int(anchored))
+    return ledger.epochs_progress(session)

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ledger.units import format_mlx
+from ledger.api import format_mlx
 
 RATE_WINDOW_MS = 60_000  # jobs per minute and tokens per second are over the last minute
 KV_AND_RUNTIME_RESERVE_BPS = 1_500  # 15% of free memory is kept for KV cache and overhead

@@ -22,10 +22,7 @@ from coordinator.world.earnings import ChainRoot, proof_json
 from coordinator.world.live import Snapshot, WorldFeed
 from coordinator.world.operator_keys import OperatorKey
 from coordinator.world.totals import TotalsHistory
-from ledger import epoch_store
-from ledger.epochs import epoch_tree
-from ledger.errors import LedgerError
-from ledger.merkle import PayoutTree
+from ledger.api import LedgerError, PayoutTree, epoch_tree, read_epoch
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +172,7 @@ class World:
 
     def operator_proof(self, key: OperatorKey, number: int) -> dict[str, object]:
         def work(session: Session):  # type: ignore[no-untyped-def]
-            epoch = epoch_store.read_epoch(session, number)
+            epoch = read_epoch(session, number)
             if epoch is None:
                 raise NotFound(f"epoch {number} is not closed yet (or does not exist)")
             leaf = operator_view.payout_leaf(session, key.operator_id, number)

@@ -3,9 +3,9 @@
 Revision ID: 0002_ledger
 Revises: 0001_coordinator
 
-Written out in full rather than imported from ledger.tables, so this revision keeps
+Written out in full rather than imported from ledger.storage.tables, so this revision keeps
 describing what it created after the ledger's tables evolve. tests/ledger checks that
-it matches ledger.tables.metadata today.
+it matches ledger.storage.tables.metadata today.
 """
 
 import sqlalchemy as sa

@@ -4,7 +4,7 @@ operators' payout addresses and on-chain anchors.
 Revision ID: 0005_ledger_epochs
 Revises: 0004_api_keys
 
-Written out in full, like 0002_ledger; tests/ledger checks 0002 + 0005 match ledger.tables.
+Written out in full, like 0002_ledger; tests/ledger checks 0002 + 0005 match ledger.storage.tables.
 """
 
 import sqlalchemy as sa

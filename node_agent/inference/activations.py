@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import mlx.core as mx
 import numpy as np
@@ -154,14 +154,30 @@ def _prefill(model, ids: mx.array, cache, recorder: _Recorder) -> int:  # type: 
     return done
 
 
+class Constraint(Protocol):
+    """Which tokens may come next (inference/constraints.py)."""
+
+    def mask_logits(self, logits: np.ndarray) -> np.ndarray: ...
+
+    def advance(self, token_id: int) -> None: ...
+
+
+def _constrained(logits: mx.array, constraint: Constraint) -> mx.array:
+    row = constraint.mask_logits(np.array(logits[0].astype(mx.float32)))
+    return mx.array(row)[None]
+
+
 def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  # type: ignore[no-untyped-def]
            top_p: float, seed: int, eos_token_ids: frozenset[int],
            on_step: Callable[[DecodeStep], bool],
-           on_last: Callable[[], None] | None = None) -> Decoded | None:
+           on_last: Callable[[], None] | None = None,
+           constraint: Constraint | None = None) -> Decoded | None:
     """Generate up to max_tokens, recording hidden states; None when on_step asked to stop.
 
     on_last is called once the last step is handed out, before the recorded states are
     gathered: a consumer holding the last token back can release it without that wait.
+    A constraint masks each step's logits before the token is chosen (and is not pipelined:
+    the mask needs the token before).
 
     Step s runs the model on the previous token (the last prompt token at s = 0) and
     samples token s. Greedy steps are pipelined as in mlx_lm's generate_step: step s+1
@@ -173,6 +189,7 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
     recorder = _Recorder(len(prompt_ids))
     done = _prefill(model, ids, cache, recorder)
     greedy = temperature == 0.0
+    pipelined = greedy and constraint is None
 
     def forward(inputs: mx.array, step: int) -> tuple[mx.array, mx.array | None, mx.array | None]:
         """The step's hidden state, and (before the last step) its logits and lazy token."""
@@ -180,6 +197,8 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
         if step == max_tokens:  # the last token's state is recorded; nothing more to sample
             return hidden, None, None
         logits = _logits(model, hidden[:, -1, :])
+        if constraint is not None:
+            logits = _constrained(logits, constraint)
         if greedy:
             return hidden, logits, _greedy(logits)
         return hidden, logits, mx.array([sample_token(np.array(logits[0].astype(mx.float32)),
@@ -191,10 +210,12 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
     finish = FinishReason.LENGTH
     for step in range(max_tokens):
         assert token is not None
-        following = forward(token, step + 1) if greedy else None
+        following = forward(token, step + 1) if pipelined else None
         if following is not None and following[2] is not None:
             mx.async_eval(following[2])
         token_id = int(token.item())
+        if constraint is not None:
+            constraint.advance(token_id)
         if token_id in eos_token_ids:
             finish = FinishReason.END_TOKEN
             break

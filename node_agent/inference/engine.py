@@ -66,6 +66,9 @@ class PromptTooLong(ValueError):
     """The prompt and max_tokens do not fit the model's context."""
 
 
+PromptRefused = prompts.PromptRefused  # the template has no tools, or the tool grammar fails
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -121,6 +124,7 @@ class Engine:
         """
         model, tokenizer = self._model(request.model_path)
         prompt_ids = prompts.encode_job_prompt(tokenizer, request.prompt)
+        constraint = prompts.job_constraint(tokenizer, request.prompt)
         if len(prompt_ids) + request.max_tokens > max_context_tokens:
             raise PromptTooLong(f"prompt is {len(prompt_ids)} tokens; with max_tokens "
                                 f"{request.max_tokens} that exceeds the model's context of "
@@ -171,7 +175,8 @@ class Engine:
         hop_trace.job_hop(request.job_id, "prefill started")
         decoded = activations.decode(model, prompt_ids, request.max_tokens, request.temperature,
                                      request.top_p, request.seed,
-                                     self.end_token_ids(request.model_path), on_step, on_last)
+                                     self.end_token_ids(request.model_path), on_step, on_last,
+                                     constraint)
         tokens = tuple(token_id for token_id, _ in accepted)
         text = "".join(text for _, text in accepted)
         if decoded is None or len(tokens) < len(decoded.token_ids):  # cancelled: no proof
@@ -184,8 +189,9 @@ class Engine:
                check_step: Callable[[int, np.ndarray], T]) -> Replay[T]:
         """The verifier's pass: prompt plus output through the model at once (see activations.replay)."""
         model, tokenizer = self._model(model_path)
+        constraint = prompts.job_constraint(tokenizer, prompt)
         return activations.replay(model, prompts.encode_job_prompt(tokenizer, prompt), output_ids,
-                                  check_step)
+                                  prompts.constrained_check(constraint, output_ids, check_step))
 
 
 class LocalReplayer:

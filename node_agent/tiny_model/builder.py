@@ -70,10 +70,30 @@ BOS_TOKEN = "<s>"
 EOS_TOKEN = "</s>"
 ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
 SPECIAL_TOKENS = (BOS_TOKEN, EOS_TOKEN, *ROLE_TOKENS)
-CHAT_TEMPLATE = (
+# Plain messages render as `<|role|>\ncontent</s>\n`. Tools render Qwen-style: their
+# definitions in a system block, an assistant's calls as <tool_call> JSON blocks, and a
+# tool's result as a <tool_response>.
+PLAIN_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% if tools %}<|system|>\n# Tools\n\nYou may call one or more functions. "
+    "Their signatures are within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\n"
+    "For each call, return a JSON object with the function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+    "{{ eos_token }}\n{% endif %}"
+    "{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{% if message['role'] == 'tool' and message.tool_call_id is defined %}"
+    "<tool_response>\n{{ message['content'] }}\n</tool_response>"
+    "{% else %}{{ message['content'] or '' }}{% endif %}"
+    "{% if message.tool_calls is defined %}{% for call in message.tool_calls %}"
+    "<tool_call>\n{\"name\": \"{{ call.function.name }}\", \"arguments\": "
+    "{{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}{% endif %}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 
 # Additive smoothing mass (in tokens) spread by the unigram distribution.

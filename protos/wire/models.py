@@ -14,7 +14,8 @@ def model_spec_to_pb(spec: ModelSpec) -> common_pb2.ModelSpec:
         parameter_count=spec.parameter_count, num_layers=spec.num_layers,
         num_attention_heads=spec.num_attention_heads, num_kv_heads=spec.num_kv_heads,
         head_dim=spec.head_dim, max_context_tokens=spec.max_context_tokens,
-        kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest)
+        kv_bytes_per_element=spec.kv_bytes_per_element, weights_digest=spec.weights_digest,
+        chat_features=list(spec.chat_features))
 
 
 def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
@@ -25,4 +26,4 @@ def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
         num_attention_heads=message.num_attention_heads, num_kv_heads=message.num_kv_heads,
         head_dim=message.head_dim, max_context_tokens=message.max_context_tokens,
         kv_bytes_per_element=message.kv_bytes_per_element or KV_BYTES_PER_ELEMENT_UNSET,
-        weights_digest=message.weights_digest)
+        weights_digest=message.weights_digest, chat_features=tuple(message.chat_features))

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from ledger.tables import metadata
+from ledger.storage.tables import metadata
 
 POSTGRES_URL = os.environ.get(
     "MLXNET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

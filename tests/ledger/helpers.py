@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ledger import book, tables
+from ledger import book
+from ledger.storage import tables
 from ledger.model import AccountKind, ResultCode, TransferKind, TransferRequest
 
 NOW_US = 1_800_000_000_000_000  # a fixed clock: 2027-01-15, in microseconds

@@ -6,7 +6,8 @@ import pytest
 from sqlalchemy import Engine, delete
 from sqlalchemy.orm import Session
 
-from ledger import book, tables
+from ledger import book
+from ledger.storage import tables
 from ledger.errors import LedgerNotInstalledError
 from ledger.model import (
     AccountKind,

@@ -18,7 +18,8 @@ from hypothesis.stateful import rule, run_state_machine_as_test
 from sqlalchemy import Engine, select, text
 from sqlalchemy.orm import Session
 
-from ledger import book, epochs, rules, tables
+from ledger import book, epochs, rules
+from ledger.storage import tables
 from ledger.model import (
     Balance,
     Operation,

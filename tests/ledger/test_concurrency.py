@@ -13,7 +13,8 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger import book, jobs, tables
+from ledger import book, jobs
+from ledger.storage import tables
 from ledger.model import Balance, ResultCode
 from ledger.policy import max_job_charge, price_job
 from ledger.units import parse_mlx

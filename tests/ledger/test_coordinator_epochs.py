@@ -14,7 +14,8 @@ from coordinator.model import NodeRecord
 from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
 from coordinator.storage import node_rows
 from coordinator.storage.database import Database, upgrade_schema
-from ledger import epoch_store, epochs, jobs
+from ledger import epochs, jobs
+from ledger.storage import epoch_store
 from ledger.anchor import PayoutChain
 from ledger.policy import price_job
 from mlxnet import cli

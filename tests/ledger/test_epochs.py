@@ -5,7 +5,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, OperatorId
-from ledger import book, epoch_store, epochs, jobs
+from ledger import book, epochs, jobs
+from ledger.storage import epoch_store
 from ledger.epochs import EpochCode
 from ledger.merkle import PayoutLeaf, verify_proof
 from ledger.model import Balance, ResultCode

@@ -16,7 +16,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger import epochs, jobs, tables
+from ledger import epochs, jobs
+from ledger.storage import tables
 from ledger.full_audit import audit
 from ledger.model import ResultCode
 from ledger.policy import max_job_charge, price_job

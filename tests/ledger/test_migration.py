@@ -1,4 +1,4 @@
-"""0002_ledger.py, 0005_ledger_epochs.py and 0008_ledger_transfer_keys.py create exactly ledger.tables.metadata, and drop it again."""
+"""0002_ledger.py, 0005_ledger_epochs.py and 0008_ledger_transfer_keys.py create exactly ledger.storage.tables.metadata, and drop it again."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from alembic.operations import Operations
 from sqlalchemy import Engine, inspect
 from sqlalchemy.orm import Session
 
-from ledger import book, tables
+from ledger import book
+from ledger.storage import tables
 from ledger.chain import GENESIS_HASH
 from ledger.model import AccountKind, ResultCode
 

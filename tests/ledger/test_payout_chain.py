@@ -7,7 +7,8 @@ from sqlalchemy import text, update
 from sqlalchemy.orm import Session
 
 from contracts.ids import ConsumerId, JobId, OperatorId
-from ledger import epochs, jobs, tables
+from ledger import epochs, jobs
+from ledger.storage import tables
 from ledger.anchor import ChainError, PayoutChain
 from ledger.anchoring import AnchorMismatchError, anchor_epochs
 from ledger.full_audit import ExpectedCredit, audit

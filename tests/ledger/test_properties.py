@@ -18,7 +18,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ledger import book, tables
+from ledger import book
+from ledger.storage import tables
 from ledger.model import (
     AccountKind,
     ExpirePending,

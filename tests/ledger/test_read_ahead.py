@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ledger.store import _read_ahead
+from ledger.storage.store import _read_ahead
 
 
 def _pages(count: int, fail_at: int | None = None) -> Iterator[list[tuple[int]]]:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dprotos/mlxnet/v1/common.proto\x12\tmlxnet.v1\"\xf8\x01\n\tModelSpec\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x15\n\rweights_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fparameter_count\x18\x03 \x01(\x03\x12\x12\n\nnum_layers\x18\x04 \x01(\x05\x12\x1b\n\x13num_attention_heads\x18\x05 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x06 \x01(\x05\x12\x10\n\x08head_dim\x18\x07 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x08 \x01(\x05\x12\x1c\n\x14kv_bytes_per_element\x18\t \x01(\x05\x12\x16\n\x0eweights_digest\x18\n \x01(\t\"V\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x01\x12\r\n\x05top_p\x18\x03 \x01(\x01\x12\x0c\n\x04seed\x18\x04 \x01(\x04\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"Q\n\x0cTokenLogprob\x12\x0f\n\x07logprob\x18\x01 \x01(\x01\x12\"\n\x03top\x18\x02 \x03(\x0b\x32\x15.mlxnet.v1.TopLogprob\x12\x0c\n\x04text\x18\x03 \x01(\t\"0\n\rSignedReceipt\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dprotos/mlxnet/v1/common.proto\x12\tmlxnet.v1\"\x8f\x02\n\tModelSpec\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x15\n\rweights_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fparameter_count\x18\x03 \x01(\x03\x12\x12\n\nnum_layers\x18\x04 \x01(\x05\x12\x1b\n\x13num_attention_heads\x18\x05 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x06 \x01(\x05\x12\x10\n\x08head_dim\x18\x07 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x08 \x01(\x05\x12\x1c\n\x14kv_bytes_per_element\x18\t \x01(\x05\x12\x16\n\x0eweights_digest\x18\n \x01(\t\x12\x15\n\rchat_features\x18( \x03(\t\"V\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x01\x12\r\n\x05top_p\x18\x03 \x01(\x01\x12\x0c\n\x04seed\x18\x04 \x01(\x04\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"Q\n\x0cTokenLogprob\x12\x0f\n\x07logprob\x18\x01 \x01(\x01\x12\"\n\x03top\x18\x02 \x03(\x0b\x32\x15.mlxnet.v1.TopLogprob\x12\x0c\n\x04text\x18\x03 \x01(\t\"0\n\rSignedReceipt\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,15 +32,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.mlxnet.v1.common_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODELSPEC']._serialized_start=45
-  _globals['_MODELSPEC']._serialized_end=293
-  _globals['_SAMPLINGPARAMS']._serialized_start=295
-  _globals['_SAMPLINGPARAMS']._serialized_end=381
-  _globals['_CHATMESSAGE']._serialized_start=383
-  _globals['_CHATMESSAGE']._serialized_end=427
-  _globals['_TOPLOGPROB']._serialized_start=429
-  _globals['_TOPLOGPROB']._serialized_end=490
-  _globals['_TOKENLOGPROB']._serialized_start=492
-  _globals['_TOKENLOGPROB']._serialized_end=573
-  _globals['_SIGNEDRECEIPT']._serialized_start=575
-  _globals['_SIGNEDRECEIPT']._serialized_end=623
+  _globals['_MODELSPEC']._serialized_end=316
+  _globals['_SAMPLINGPARAMS']._serialized_start=318
+  _globals['_SAMPLINGPARAMS']._serialized_end=404
+  _globals['_CHATMESSAGE']._serialized_start=406
+  _globals['_CHATMESSAGE']._serialized_end=450
+  _globals['_TOPLOGPROB']._serialized_start=452
+  _globals['_TOPLOGPROB']._serialized_end=513
+  _globals['_TOKENLOGPROB']._serialized_start=515
+  _globals['_TOKENLOGPROB']._serialized_end=596
+  _globals['_SIGNEDRECEIPT']._serialized_start=598
+  _globals['_SIGNEDRECEIPT']._serialized_end=646
 # @@protoc_insertion_point(module_scope)

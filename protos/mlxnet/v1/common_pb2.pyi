@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ModelSpec(_message.Message):
-    __slots__ = ("model_id", "weights_bytes", "parameter_count", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "max_context_tokens", "kv_bytes_per_element", "weights_digest")
+    __slots__ = ("model_id", "weights_bytes", "parameter_count", "num_layers", "num_attention_heads", "num_kv_heads", "head_dim", "max_context_tokens", "kv_bytes_per_element", "weights_digest", "chat_features")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class ModelSpec(_message.Message):
     MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     KV_BYTES_PER_ELEMENT_FIELD_NUMBER: _ClassVar[int]
     WEIGHTS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FEATURES_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     weights_bytes: int
     parameter_count: int
@@ -28,7 +29,8 @@ class ModelSpec(_message.Message):
     max_context_tokens: int
     kv_bytes_per_element: int
     weights_digest: str
-    def __init__(self, model_id: _Optional[str] = ..., weights_bytes: _Optional[int] = ..., parameter_count: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., kv_bytes_per_element: _Optional[int] = ..., weights_digest: _Optional[str] = ...) -> None: ...
+    chat_features: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_id: _Optional[str] = ..., weights_bytes: _Optional[int] = ..., parameter_count: _Optional[int] = ..., num_layers: _Optional[int] = ..., num_attention_heads: _Optional[int] = ..., num_kv_heads: _Optional[int] = ..., head_dim: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., kv_bytes_per_element: _Optional[int] = ..., weights_digest: _Optional[str] = ..., chat_features: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("max_tokens", "temperature", "top_p", "seed")

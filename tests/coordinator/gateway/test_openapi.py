@@ -29,6 +29,22 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     service.db.dispose()
 
 
+def _expressible(case) -> bool:  # type: ignore[no-untyped-def]
+    """Leaves out the one rule of the chat body JSON Schema cannot state: a tool choice names
+    one of the request's tools, which are named once each (published in tool_choice's
+    description; tests/coordinator/gateway/test_tools_e2e.py checks its 400s)."""
+    body = case.body if isinstance(case.body, dict) else {}
+    choice, tools = body.get("tool_choice"), body.get("tools")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return not (isinstance(choice, dict) or choice == "required")
+    names = [(t.get("function") or {}).get("name") for t in tools]
+    if len(set(map(str, names))) != len(names):
+        return False
+    if isinstance(choice, dict):
+        return (choice.get("function") or {}).get("name") in names
+    return choice != "required" or bool(tools)
+
+
 def test_the_api_keeps_its_published_contract(api: tuple[str, str]) -> None:
     base_url, key = api
     schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
@@ -47,7 +63,7 @@ def test_the_api_keeps_its_published_contract(api: tuple[str, str]) -> None:
     assert {op.path for op in operations} >= {"/v1/chat/completions", "/v1/completions",
                                                "/v1/models", "/v1/jobs/{job_id}"}
     for operation in operations:
-        @given(case=operation.as_strategy())
+        @given(case=operation.as_strategy().filter(_expressible))
         @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
         def keeps_contract(case) -> None:  # type: ignore[no-untyped-def]
             case.call_and_validate()

@@ -13,7 +13,7 @@ from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 from coordinator.world import operator_keys
 from coordinator.world.world import World, chain_reader_from_environment
 from ledger.anchor import ChainError
-from ledger.epoch_store import AnchorRecord, insert_anchor
+from ledger.storage.epoch_store import AnchorRecord, insert_anchor
 from ledger.merkle import PayoutLeaf, verify_proof
 from tests.coordinator.world.conftest import SECRET_OUTPUT, WorldEnv, add_job, add_node, pay_out_epoch
 

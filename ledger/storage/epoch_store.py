@@ -1,7 +1,7 @@
 """The SQL shell for epochs, payouts, seat results, payout addresses and anchors.
 
-Like ledger.store, it works through the caller's Session, never commits, and returns
-frozen records only. Writers hold the chain-head lock (ledger.store.lock_chain_head).
+Like ledger.storage.store, it works through the caller's Session, never commits, and returns
+frozen records only. Writers hold the chain-head lock (ledger.storage.store.lock_chain_head).
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import insert, literal, select, update
+from sqlalchemy import func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
-from ledger import tables
+from ledger.storage import tables
 from ledger.model import AccountKind, Transfer, TransferKind, TransferState
 from ledger.seats import SeatOutcome
-from ledger.store import _transfer_from_row
+from ledger.storage.among import among, json_ids
+from ledger.storage.store import _transfer_from_row
 
 OPERATOR_ACCOUNT_PREFIX = "operator:"  # ledger.jobs.operator_account_id
-IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
 
 
 @dataclass(frozen=True)
@@ -152,19 +152,15 @@ def payable_operators(session: Session, limit: int) -> list[tuple[str, str, int]
 def posted_job_credits(session: Session, job_ids: Iterable[str], credit_account: str,
                        after_us: int, until_us: int) -> list[Transfer]:
     """Posted operator credits of these jobs to the account, created in (after_us, until_us]."""
-    wanted = sorted(set(job_ids))
-    found: list[Transfer] = []
     transfers = tables.transfers
-    for start in range(0, len(wanted), IN_CHUNK):
-        query = (select(transfers)
-                 .where(transfers.c.job_id.in_(wanted[start:start + IN_CHUNK]),
-                        transfers.c.kind == str(TransferKind.JOB_OPERATOR_CREDIT),
-                        transfers.c.state == str(TransferState.POSTED),
-                        transfers.c.credit_account == credit_account,
-                        transfers.c.created_at_us > after_us, transfers.c.created_at_us <= until_us)
-                 .order_by(transfers.c.sequence))
-        found.extend(_transfer_from_row(row) for row in session.execute(query))
-    return found
+    query = (select(transfers)
+             .where(among(transfers.c.job_id),
+                    transfers.c.kind == str(TransferKind.JOB_OPERATOR_CREDIT),
+                    transfers.c.state == str(TransferState.POSTED),
+                    transfers.c.credit_account == credit_account,
+                    transfers.c.created_at_us > after_us, transfers.c.created_at_us <= until_us)
+             .order_by(transfers.c.sequence))
+    return [_transfer_from_row(row) for row in session.execute(query, {"among": json_ids(job_ids)})]
 
 
 def transfers_in_window(session: Session, account_id: str, after_us: int, until_us: int,
@@ -188,5 +184,23 @@ def insert_anchor(session: Session, anchor: AnchorRecord) -> None:
 def anchors(session: Session, chain_id: int, distributor: str) -> dict[int, AnchorRecord]:
     table = tables.epoch_anchors
     query = select(table).where(table.c.chain_id == chain_id, table.c.distributor == distributor)
-    return {r.epoch: AnchorRecord(r.epoch, r.chain_id, r.distributor, r.root, r.tx_hash, r.block_number,
-                                  r.gas_used, r.anchored_at_us) for r in session.execute(query)}
+    return {row.epoch: _anchor(row) for row in session.execute(query)}
+
+
+def _anchor(row) -> AnchorRecord:  # type: ignore[no-untyped-def]
+    return AnchorRecord(row.epoch, row.chain_id, row.distributor, row.root, row.tx_hash, row.block_number,
+                        row.gas_used, row.anchored_at_us)
+
+
+def anchors_of_epoch(session: Session, epoch: int, limit: int) -> list[AnchorRecord]:
+    """Where the epoch's root was published, newest first, as recorded when it was published."""
+    table = tables.epoch_anchors
+    query = select(table).where(table.c.epoch == epoch).order_by(table.c.anchored_at_us.desc()).limit(limit)
+    return [_anchor(row) for row in session.execute(query)]
+
+
+def epochs_progress(session: Session) -> tuple[int, int]:
+    """(the newest closed epoch or -1, how many roots were anchored): moves when an epoch closes or anchors."""
+    last = session.execute(select(func.max(tables.epochs.c.number))).scalar()
+    anchored = session.execute(select(func.count()).select_from(tables.epoch_anchors)).scalar_one()
+    return (-1 if last is None else int(last), int(anchored))

@@ -1,0 +1,133 @@
+"""The ledger's public API: what the coordinator, the CLI and the benchmarks call.
+
+Everything here takes the caller's SQLAlchemy Session and never commits, so a job's state
+and its money move in one transaction. Expected outcomes are values (ResultCode, JobPayment,
+EpochClose); real failures raise LedgerError. The names below are re-exported from the
+modules that own them (see the map in ledger/__init__.py); callers outside the ledger import
+this module only, so the ledger can move its insides without touching them.
+
+    accounts and balances   ensure/open accounts, balance, deposit, lock_ledger
+    a job's money           reserve, complete (held credit), settle, void, release, reject
+    epochs                  close, payout addresses, epoch and payout reads, payout trees
+    reads for the pages     transfers of a job or an account's window, seat results, anchors
+    audits and proofs       audit, operator statements, proof bundles
+    the payout chain        anchor_epochs, in_process_chain / connect_chain (web3 loads lazily)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ledger.anchoring import AnchorMismatchError, PayoutChainLike, anchor_epochs, check_anchors
+from ledger.book import (
+    JobStep,
+    balance,
+    chain_head,
+    get_transfer,
+    job_transfer_id,
+    lock_ledger,
+    pending_state,
+    transfers_for_job,
+)
+from ledger.epochs import (
+    EPOCH_LENGTH_S_DEFAULT,
+    EpochClose,
+    EpochCode,
+    close_epoch,
+    due_epoch,
+    epoch_tree,
+    set_payout_address,
+)
+from ledger.errors import ChainError, LedgerError, LedgerNotInstalledError
+from ledger.full_audit import AuditReport, Difference, ExpectedCredit, audit
+from ledger.job_batches import (
+    JOBS_PER_CALL_MAX,
+    JobCompletion,
+    JobReservation,
+    complete_jobs,
+    release_job_credits,
+    reserve_jobs,
+)
+from ledger.jobs import (
+    JobPayment,
+    complete_job,
+    consumer_account_id,
+    deposit_for_consumer,
+    ensure_system_accounts,
+    open_consumer_account,
+    open_operator_account,
+    operator_account_id,
+    reject_job_credit,
+    release_job_credit,
+    reserve_job,
+    settle_job,
+    void_job,
+)
+from ledger.merkle import PayoutLeaf, PayoutTree, build_tree, leaf_hash, verify_proof
+from ledger.model import (
+    AccountKind,
+    Balance,
+    ChainHead,
+    ResultCode,
+    Transfer,
+    TransferKind,
+    TransferResult,
+    TransferState,
+)
+from ledger.policy import JobPrice, max_job_charge, price_job
+from ledger.rules import valid_id
+from ledger.seats import SeatInput, SeatOutcome, availability_bps
+from ledger.statements import Statement, bundle_root, leaf_from_bundle, operator_statement
+from ledger.storage.epoch_store import (
+    AnchorRecord,
+    EpochRecord,
+    PayoutRecord,
+    anchors_of_epoch,
+    epochs_progress,
+    last_epoch,
+    payout_address,
+    previous_epoch,
+    read_epoch,
+    seat_outcomes,
+    transfers_in_window,
+)
+from ledger.storage.epoch_store import payouts as epoch_payouts
+from ledger.storage.store import operator_credit_totals
+from ledger.storage.tables import metadata
+from ledger.units import BASE_UNITS_PER_MLX, format_mlx, parse_mlx
+
+if TYPE_CHECKING:
+    from ledger.anchor import PayoutChain
+
+__all__ = [
+    "BASE_UNITS_PER_MLX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
+    "AccountKind", "AnchorMismatchError", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
+    "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "JobCompletion", "JobPayment",
+    "JobPrice", "JobReservation", "JobStep", "LedgerError", "LedgerNotInstalledError", "PayoutChainLike",
+    "PayoutLeaf", "PayoutRecord", "PayoutTree", "ResultCode", "SeatInput", "SeatOutcome", "Statement", "Transfer",
+    "TransferKind", "TransferResult", "TransferState",
+    "anchor_epochs", "anchors_of_epoch", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
+    "chain_head", "check_anchors", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
+    "consumer_account_id", "deposit_for_consumer", "due_epoch", "ensure_system_accounts", "epoch_payouts",
+    "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "in_process_chain", "job_transfer_id",
+    "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata",
+    "open_consumer_account", "open_operator_account", "operator_account_id", "operator_credit_totals",
+    "operator_statement", "parse_mlx", "payout_address", "pending_state", "previous_epoch", "price_job",
+    "read_epoch", "reject_job_credit", "release_job_credit", "release_job_credits", "reserve_job",
+    "reserve_jobs", "seat_outcomes", "set_payout_address", "settle_job", "transfers_for_job",
+    "transfers_in_window", "valid_id", "verify_proof", "void_job",
+]
+
+
+def in_process_chain() -> PayoutChain:
+    """A fresh eth-tester chain with the contracts deployed, living as long as this process."""
+    from ledger.anchor import PayoutChain as Chain  # web3 loads only when a chain is used
+
+    return Chain.in_process()
+
+
+def connect_chain(rpc_url: str, distributor_address: str, private_key: str | None = None) -> PayoutChain:
+    """The deployed distributor at a JSON-RPC URL; ChainError when it cannot be used."""
+    from ledger.anchor import PayoutChain as Chain  # web3 loads only when a chain is used
+
+    return Chain.connect(rpc_url, distributor_address, private_key)
