@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test protos lint-protos browser clean compile
+.PHONY: demo test protos lint-protos browser clean compile anvil
 
 # Installing compiles the placement planner with mypyc (setup.py), so a change to its source installs again.
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard coordinator/placement/*.py)
@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard coordinator/placement/*.p
 
 compile: $(VENV)/.installed
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed $(ANVIL)
 	$(VENV)/bin/mlxnet demo
 
 BUF := .tools/node_modules/.bin/buf
@@ -22,6 +22,15 @@ BUF_VERSION := 1.75.0
 
 $(BUF):
 	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+
+# The embedded payout chain (ledger/anvil.py): Foundry's anvil, whose npm platform package ships the binary.
+ANVIL := .tools/node_modules/.bin/anvil
+ANVIL_VERSION := 1.7.1
+
+$(ANVIL):
+	npm install --silent --no-audit --no-fund --prefix .tools @foundry-rs/anvil@$(ANVIL_VERSION)
+
+anvil: $(ANVIL)
 
 lint-protos: $(BUF)
 	$(BUF) lint --path protos
@@ -32,7 +41,7 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 	  else echo "MLX World's browser tests need chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
 
-test: $(VENV)/.installed lint-protos browser
+test: $(VENV)/.installed lint-protos browser $(ANVIL)
 	$(PY) -m protos.generate --check
 	$(PY) -m ledger.contracts.build --check
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import openai
 
-from bench.gateway import MODEL_ID, bare_completion_stream, loopback_gateway, sse_events
+from bench.gateway import MODEL_ID, Gateway, bare_completion_stream, loopback_gateway, sse_events
 from contracts import hop_trace
 
 PROMPT = "In the beginning"
@@ -37,10 +37,10 @@ CLIENT_SENT, CLIENT_FIRST_TEXT = "client sent", "client has its first text"
 PREFILL_STARTED, FIRST_TOKEN = "prefill started", "first token"
 
 
-def _bare_request(address: str, key: str) -> tuple[str, int, int]:
+def _bare_request(gateway: Gateway) -> tuple[str, int, int]:
     """(job id, ns when sent, ns when its first text arrived), with http.client."""
     body = {"model": MODEL_ID, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
-    with bare_completion_stream(address, key, body) as (sent, response):
+    with bare_completion_stream(gateway, body) as (sent, response):
         first = 0
         for event in sse_events(response):
             if not first and event["choices"] and event["choices"][0]["text"]:
@@ -96,10 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mlxnet-bench-hops-") as tmp:
         trace_path = Path(tmp) / "hops.trace"
         os.environ[hop_trace.ENVIRONMENT_VARIABLE] = str(trace_path)  # the processes started below inherit it
-        with loopback_gateway(Path(tmp), args.model_dir) as (address, key, _), \
-                openai.OpenAI(base_url=f"http://{address}/v1", api_key=key, max_retries=0, timeout=600) as client:
+        with loopback_gateway(Path(tmp), args.model_dir) as gateway, gateway.openai_client() as client:
             request = (lambda: _openai_request(client)) if args.client == "openai" else \
-                (lambda: _bare_request(address, key))
+                (lambda: _bare_request(gateway))
             for _ in range(WARM_UP_REQUESTS):
                 request()
             measured = []

@@ -36,9 +36,10 @@ def _direct(model_dir: Path, tokens: int) -> tuple[int, float]:
 def _network(work_dir: Path, model_dir: Path, tokens: int) -> tuple[int, float]:
     coordinator = start_coordinator(work_dir, allow_anonymous=True)
     nodes = start_nodes(work_dir, coordinator.extra["address"],
-                        [("bench-node", [f"bench/tiny={model_dir}"], "m3-ultra-512", "bench")])
+                        [("bench-node", [f"bench/tiny={model_dir}"], "m3-ultra-512", "bench")],
+                        coordinator.trust)
     try:
-        with JobClient(coordinator.extra["address"]) as client:
+        with JobClient(coordinator.extra["address"], trust=coordinator.trust) as client:
             job = client.submit("bench/tiny", "warm up", max_tokens=4)
             list(client.stream(job.job_id))
             made, started = 0, time.perf_counter()

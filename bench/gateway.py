@@ -34,6 +34,7 @@ import contextlib
 import http.client
 import json
 import os
+import ssl
 import statistics
 import sys
 import tempfile
@@ -104,11 +105,11 @@ def _through_gateway(client: openai.OpenAI, prompt: str, max_tokens: int) -> Run
                first_ms)
 
 
-def _through_bare_http(address: str, key: str, prompt: str, max_tokens: int) -> Run:
+def _through_bare_http(gateway: Gateway, prompt: str, max_tokens: int) -> Run:
     """The same request with http.client: what a minimal client waits for its first text."""
     body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
-    with bare_completion_stream(address, key, body) as (sent_ns, response):
+    with bare_completion_stream(gateway, body) as (sent_ns, response):
         first = last = tokens = 0
         for event in sse_events(response):
             if event.get("usage"):
@@ -119,16 +120,36 @@ def _through_bare_http(address: str, key: str, prompt: str, max_tokens: int) -> 
     return Run(tokens, (first - sent_ns) / 1e9, (last - first) / 1e9)
 
 
+@dataclass(frozen=True)
+class Gateway:
+    """A gateway on loopback: its HOST:PORT, a funded key, the model, and its TLS certificate."""
+
+    address: str
+    key: str
+    model_dir: Path
+    ssl_context: ssl.SSLContext | None  # None: plaintext (--insecure)
+    coordinator_pid: int = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"{'https' if self.ssl_context else 'http'}://{self.address}/v1"
+
+    def openai_client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=self.key, max_retries=0, timeout=600,
+                             http_client=openai.DefaultHttpxClient(verify=self.ssl_context or False))
+
+
 @contextlib.contextmanager
-def bare_completion_stream(address: str, key: str,
+def bare_completion_stream(gateway: Gateway,
                            body: dict[str, object]) -> Iterator[tuple[int, http.client.HTTPResponse]]:
     """POST a streaming completion with http.client: (monotonic ns when it went out, the answer, a 200)."""
-    host, port = address.rsplit(":", 1)
+    host, port = gateway.address.rsplit(":", 1)
     text = json.dumps(body)
-    connection = http.client.HTTPConnection(host, int(port), timeout=600)
+    connection = (http.client.HTTPSConnection(host, int(port), timeout=600, context=gateway.ssl_context)
+                  if gateway.ssl_context else http.client.HTTPConnection(host, int(port), timeout=600))
     try:
         sent_ns = time.monotonic_ns()
-        connection.request("POST", "/v1/completions", text, {"Authorization": f"Bearer {key}",
+        connection.request("POST", "/v1/completions", text, {"Authorization": f"Bearer {gateway.key}",
                                                                "Content-Type": "application/json"})
         response = connection.getresponse()
         if response.status != 200:
@@ -147,22 +168,24 @@ def sse_events(response: http.client.HTTPResponse) -> Iterator[dict]:
 
 @contextlib.contextmanager
 def loopback_gateway(work_dir: Path, model_dir: Path | None, max_concurrent_jobs: int = 1,
-                     coordinator_nice: int = 0) -> Iterator[tuple[str, str, Path]]:
-    """A coordinator (SQLite) and one node agent as processes on loopback, and a funded key:
-    (the gateway's address, the key, the model's directory: the project's tiny model unless given)."""
+                     coordinator_nice: int = 0, tls: bool = True) -> Iterator[Gateway]:
+    """A coordinator (SQLite) and one node agent as processes on loopback, and a funded key;
+    the model is the project's tiny model unless given. tls=False: plaintext (--insecure)."""
     model_dir = model_dir or build_tiny_model(work_dir / "tiny")
     database_url = f"sqlite:///{work_dir / 'coordinator.db'}"
-    coordinator = start_coordinator(work_dir, database_url=database_url)
+    coordinator = start_coordinator(work_dir, database_url=database_url, tls=tls)
     _renice(coordinator.process.pid, coordinator_nice)
     node = None
     try:
         node = wait_until_registered(spawn_node(
             work_dir, "bench-node", coordinator.extra["address"], [f"{MODEL_ID}={model_dir}"],
-            profile="m3-ultra-512", operator="bench", max_concurrent_jobs=max_concurrent_jobs))
+            profile="m3-ultra-512", operator="bench", max_concurrent_jobs=max_concurrent_jobs,
+            trust=coordinator.trust))
         db = Database(database_url)
         _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**6 * 10**9)
         db.dispose()
-        yield coordinator.extra["http_address"], key, model_dir
+        yield Gateway(coordinator.extra["http_address"], key, model_dir,
+                      coordinator.ssl_context() if tls else None, coordinator.process.pid)
     finally:
         for child in (node, coordinator):
             if child is not None:
@@ -201,7 +224,7 @@ def _phases(client: openai.OpenAI, runs: list[Run]) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in steps.items()}
 
 
-def _alternating(model_dir: Path, client: openai.OpenAI, address: str, key: str, runs: int,
+def _alternating(model_dir: Path, client: openai.OpenAI, gateway: Gateway, runs: int,
                  max_tokens: int) -> tuple[list[Run], list[Run], list[Run]]:
     """Direct, gateway and bare-HTTP runs in turns, so a busy moment on the machine hits all alike."""
     model, tokenizer = load(str(model_dir))
@@ -215,7 +238,7 @@ def _alternating(model_dir: Path, client: openai.OpenAI, address: str, key: str,
         time.sleep(SETTLE_S)
         gateway.append(_through_gateway(client, prompt, max_tokens))
         time.sleep(SETTLE_S)
-        bare.append(_through_bare_http(address, key, prompt, max_tokens))
+        bare.append(_through_bare_http(gateway, prompt, max_tokens))
     return direct, gateway, bare
 
 
@@ -265,10 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                         "project's tiny model, built here)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="mlxnet-bench-gateway-") as tmp, \
-            loopback_gateway(Path(tmp), args.model_dir, args.concurrency, args.coordinator_nice) as (
-                address, key, model_dir), \
-            openai.OpenAI(base_url=f"http://{address}/v1", api_key=key, max_retries=0, timeout=600) as client:
-        direct, gateway, bare = _alternating(model_dir, client, address, key, args.runs, args.max_tokens)
+            loopback_gateway(Path(tmp), args.model_dir, args.concurrency, args.coordinator_nice) as served, \
+            served.openai_client() as client:
+        direct, gateway, bare = _alternating(served.model_dir, client, served, args.runs, args.max_tokens)
         phases = _phases(client, gateway)
         loaded, wall_s = _concurrent(client, args.concurrency, args.max_tokens)
     _report(direct, gateway, bare, loaded, wall_s, args.concurrency, phases, sys.stdout)

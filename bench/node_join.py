@@ -23,20 +23,21 @@ from mlxnet.processes import spawn_node, start_coordinator, wait_until_registere
 from node_agent.tiny_model import build_tiny_model
 from node_agent.lending.config import BenchmarkConfig, LendingConfig, NodeConfig, save_config
 from contracts.lending import LendingMode
+from contracts.tls import CoordinatorTrust
 
 
-def _one(work: Path, address: str, name: str, model_dir: Path, profile: str | None,
-         benchmark: str) -> tuple[float, float]:
+def _one(work: Path, address: str, trust: CoordinatorTrust, name: str, model_dir: Path,
+         profile: str | None, benchmark: str) -> tuple[float, float]:
     save_config(work / "nodes" / name / "node.toml",
                 NodeConfig(lending=LendingConfig(mode=LendingMode.DEDICATED),
                            benchmark=BenchmarkConfig(enabled=benchmark)))
     model_id = f"bench/{name}"
     started = time.perf_counter()
-    child = spawn_node(work, name, address, [f"{model_id}={model_dir}"], profile=profile)
+    child = spawn_node(work, name, address, [f"{model_id}={model_dir}"], profile=profile, trust=trust)
     try:
         wait_until_registered(child)
         registered_s = time.perf_counter() - started
-        with JobClient(address) as client:
+        with JobClient(address, trust=trust) as client:
             job = client.submit(model_id, "In the beginning", max_tokens=8)
             for item in client.stream(job.job_id):
                 if isinstance(item, StreamedTokens):
@@ -58,7 +59,7 @@ def main() -> None:
             address = coordinator.extra["address"]
             for label, profile, benchmark in (("simulated Mac, no self-benchmark", "m4-pro-64", "off"),
                                               ("this host, self-benchmark at join", None, "on")):
-                runs = [_one(work, address, f"{profile or 'host'}-{benchmark}-{n}", model_dir, profile,
+                runs = [_one(work, address, coordinator.trust, f"{profile or 'host'}-{benchmark}-{n}", model_dir, profile,
                              benchmark) for n in range(args.repeats)]
                 registered = statistics.median(r for r, _ in runs)
                 first_job = statistics.median(f for _, f in runs)

@@ -16,12 +16,15 @@ import contextvars
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 ENVIRONMENT_VARIABLE = "MLXNET_HOP_TRACE"
 
 _file: TextIO | None = None
 _lock = threading.Lock()
+# Also given every hop when set, file or not: OpenTelemetry spans (mlxnet/tracing.py).
+_sink: Callable[[list[tuple[int, str, str]]], None] | None = None
 # Hops of the current request before its job id is known: (ns, hop) in order.
 _pending: contextvars.ContextVar[list[tuple[int, str]] | None] = contextvars.ContextVar("hop_trace_pending",
                                                                                         default=None)
@@ -35,19 +38,25 @@ def open_from_environment() -> None:
         _file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
 
 
+def set_sink(sink: Callable[[list[tuple[int, str, str]]], None] | None) -> None:
+    """Hand every hop, as (monotonic ns, job id, hop), to sink too; None stops it."""
+    global _sink
+    _sink = sink
+
+
 def enabled() -> bool:
-    return _file is not None
+    return _file is not None or _sink is not None
 
 
 def begin_request() -> None:
     """A request starts in this context: its hops wait for bind()."""
-    if _file is not None:
+    if _file is not None or _sink is not None:
         _pending.set([(time.monotonic_ns(), "request")])
 
 
 def hop(name: str) -> None:
     """A hop of the current request, before its job id is known."""
-    if _file is not None:
+    if _file is not None or _sink is not None:
         pending = _pending.get()
         if pending is not None:
             pending.append((time.monotonic_ns(), name))
@@ -55,7 +64,7 @@ def hop(name: str) -> None:
 
 def bind(job_id: str) -> None:
     """The current request's job: write the hops it waited with, under that id."""
-    if _file is not None:
+    if _file is not None or _sink is not None:
         pending = _pending.get()
         if pending:
             _write([(ns, job_id, name) for ns, name in pending])
@@ -64,17 +73,20 @@ def bind(job_id: str) -> None:
 
 def job_hop(job_id: str, name: str, at_ns: int | None = None) -> None:
     """A hop of a job whose id is known here (at_ns: when it happened, if not now)."""
-    if _file is not None:
+    if _file is not None or _sink is not None:
         _write([(time.monotonic_ns() if at_ns is None else at_ns, job_id, name)])
 
 
 def _write(lines: list[tuple[int, str, str]]) -> None:
-    assert _file is not None
     # A job id comes from a node's message too: one with a space or a line break would break the line.
-    text = "".join(f"{ns} {job_id} {name}\n" for ns, job_id, name in lines
-                   if job_id and len(job_id.split()) == 1 and job_id.isprintable())
-    with _lock:
-        _file.write(text)
+    lines = [(ns, job_id, name) for ns, job_id, name in lines
+             if job_id and len(job_id.split()) == 1 and job_id.isprintable()]
+    if _sink is not None:
+        _sink(lines)
+    if _file is not None:
+        text = "".join(f"{ns} {job_id} {name}\n" for ns, job_id, name in lines)
+        with _lock:
+            _file.write(text)
 
 
 def read(path: str) -> dict[str, list[tuple[int, str]]]:

@@ -13,6 +13,10 @@ Version 2 (what nodes sign now):
     u64 started_at_ms | u64 first_token_at_ms | u64 finished_at_ms |
     bytes activation_commitment
 
+A node may sign partial receipts as it goes: the same encoding with finish_reason
+CUT_OFF, over the first completion_tokens tokens and the commitment to them, so work
+cut off by a fault (the node dies, the consumer leaves) can still be proven and paid.
+
 Version 1 (still decoded, for receipts stored before proofs) lacks finish_reason
 and first_token_at_ms and carries an empty activation commitment. In version 2
 the commitment is `contracts.commitments`' encoding, and the sampler is the one
@@ -47,6 +51,12 @@ class ReceiptFormatError(ValueError):
 class FinishReason(IntEnum):
     LENGTH = 0  # max_tokens reached
     END_TOKEN = 1  # the model sampled an end-of-sequence token (not part of the output)
+    CUT_OFF = 2  # a partial receipt: the job was still running after these tokens
+
+
+def is_partial(receipt: Receipt) -> bool:
+    """A receipt signed mid-job over the tokens made so far: it proves them, not an end."""
+    return receipt.finish_reason is FinishReason.CUT_OFF
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ checks it, and `python -m tests.layers` prints any import that breaks it):
 
     model.py        the shared vocabulary: JobRecord, NodeRecord, TokenChunk, job states, error codes
     clock.py, errors.py, config.py   injected time, the one error hierarchy, the settings value
+    tls.py          the coordinator's TLS identity: the operator's certificate or a self-signed one
     placement/      pure: where a job should run, and why (filters, scores, the fleet index)
     storage/        the SQL edge: engines and sessions, tables, node, job and key rows
     live/           in-process hand-offs: wake-ups, live token chunks, live assignments
@@ -17,5 +18,6 @@ checks it, and `python -m tests.layers` prints any import that breaks it):
     rpc/            the gRPC edge: servicers, protobuf <-> domain, the status table
     world/          MLX World, the public pages and each operator's own
     gateway/        the HTTP edge: OpenAI-compatible routes
+    background.py   the supervised background loops: reaper, sweeps, scheduler, verifier, epochs
     server.py       the process: gRPC and HTTP servers, background loops
 """

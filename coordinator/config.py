@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from coordinator.verification.policy import TrustPolicy
 from coordinator.verification.tolerances import Tolerances
@@ -34,6 +35,12 @@ class CoordinatorConfig:
     trust: TrustPolicy = field(default_factory=TrustPolicy)
     tolerances: Tolerances = field(default_factory=Tolerances)
     credits_released_per_pass_max: int = 500
+    # The coordinator's Ed25519 key for the ledger (created on first use): it signs each closed
+    # epoch's journal head and operators' statements. None: epochs close unsigned (tests).
+    ledger_key_path: Path | None = None
+    # Where the coordinator's own anvil keeps its state and contract addresses (ledger.anvil), when
+    # MLXNET_PAYOUT_RPC_URL names no chain. None: an in-process chain that ends with the process (tests).
+    chain_dir: Path | None = None
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max

@@ -12,6 +12,7 @@
     ├── InsufficientBalance  the consumer's prepaid balance or key spend limit is too low
     ├── RateLimited          the API key's request rate or concurrent-job limit is reached
     ├── NoCapacityNow        every Mac that could run the job is busy or offline right now
+    ├── DatabaseUnavailable  the database cannot be reached or refused the transaction; retry
     └── JobFailed            the job ran and failed (its node failed or stopped mid-stream)
 
 The gateway maps the same classes to HTTP codes in coordinator/gateway/errors.py.
@@ -69,6 +70,15 @@ class RateLimited(CoordinatorError):
 
 
 class NoCapacityNow(CoordinatorError):
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DatabaseUnavailable(CoordinatorError):
+    """The database is away (restarting, unreachable) or refused the transaction (a conflict,
+    a lock wait): nothing was written, and the same request can be sent again."""
+
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s

@@ -33,6 +33,16 @@ ERROR_CANCELLED = "cancelled"  # the consumer cancelled it (or went away mid-str
 ERROR_STOP_SEQUENCE = "stop_sequence"  # ended at a stop sequence the consumer asked for
 ERROR_NO_CAPACITY = "no_capacity"  # no Mac took it within the gateway's admission wait
 ACTIVE_STATUSES = frozenset({JobStatus.ASSIGNED, JobStatus.RUNNING})
+# Failures a retry would only repeat: a retried request id returns them rather than run again.
+FINAL_FAILURES = frozenset({ERROR_PROMPT_TOO_LONG, ERROR_STOP_SEQUENCE})
+
+
+def retry_runs_again(job: JobRecord) -> bool:
+    """Whether a retry of the job's request id (an Idempotency-Key) starts a new attempt: the
+    job failed (its node died, the network or the database failed, no Mac took it, the client
+    went away or cancelled) for a reason a retry need not repeat. A completed, queued or
+    running job is returned as it is, and so is a failure a retry would repeat."""
+    return job.status is JobStatus.FAILED and job.error_code not in FINAL_FAILURES
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,13 @@ class NodeRecord:
 
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.model_id == model_id), None)
+
+
+# How a job's consumer reads its output. A stream (gRPC, an HTTP stream) sees each token as
+# it is stored; a whole answer (a non-streaming HTTP request) sees nothing unless the job ends
+# well, so a failed whole-answer job delivered nothing and costs nothing.
+DELIVERY_STREAM = "stream"
+DELIVERY_WHOLE = "whole"
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,19 @@ class JobRecord:
     stop: tuple[str, ...] = ()
     top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's only; k: and the top k
     error_code: str | None = None
+    # A failed job's money (coordinator.jobs.ending): the latest partial receipt its node
+    # signed, unchecked until the job ends, and how its consumer reads the output.
+    partial_receipt_body: bytes | None = None
+    partial_receipt_signature: bytes | None = None
+    delivery: str = DELIVERY_STREAM
+
+
+@dataclass(frozen=True)
+class SignedReceipt:
+    """A receipt's canonical bytes (contracts.receipts) and the node's signature over them."""
+
+    body: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)

@@ -60,13 +60,33 @@ class PayoutChain:
     def in_process(cls) -> PayoutChain:
         """A fresh eth-tester chain with both contracts deployed by its first account."""
         w3 = Web3(EthereumTesterProvider())
-        sender = w3.eth.accounts[0]
+        return cls._deployed(w3, w3.eth.accounts[0])
+
+    @classmethod
+    def deploy(cls, rpc_url: str) -> PayoutChain:
+        """Deploy both contracts on a JSON-RPC node from its first (unlocked) account, as on anvil."""
+        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": RPC_TIMEOUT_S}))
+        try:
+            sender = w3.eth.accounts[0]
+            return cls._deployed(w3, sender)
+        except (Web3Exception, OSError, ValueError, IndexError) as error:
+            raise ChainError(f"cannot deploy the payout contracts at {rpc_url}: {error}") from error
+
+    @classmethod
+    def _deployed(cls, w3: Web3, sender: str) -> PayoutChain:
         token = _deploy(w3, sender, "MLXToken")
         distributor = _deploy(w3, sender, "MerklePayoutDistributor", token)
         chain = cls(w3, distributor, sender)
         contract = w3.eth.contract(address=token, abi=_artifact("MLXToken")["abi"])
         chain._send(contract.functions.setMinter(distributor))
         return chain
+
+    def is_deployed(self) -> bool:
+        """Whether the distributor's code is on this chain (a chain restarted without its state has none)."""
+        try:
+            return len(self._w3.eth.get_code(self._distributor.address)) > 0
+        except (Web3Exception, OSError) as error:
+            raise ChainError(f"payout chain call failed: {error}") from error
 
     @classmethod
     def connect(cls, rpc_url: str, distributor_address: str, private_key: str | None = None) -> PayoutChain:
@@ -87,9 +107,14 @@ class PayoutChain:
         root = bytes(self._call(self._distributor.functions.epochRoot(epoch)))
         return None if root == ZERO_ROOT else root
 
-    def publish(self, epoch: int, root: bytes, total: int) -> ChainReceipt:
-        assert len(root) == 32 and root != ZERO_ROOT and total > 0
-        return self._send(self._distributor.functions.publishEpoch(epoch, root, total))
+    def epoch_head(self, epoch: int) -> bytes | None:
+        """The digest of the epoch's signed record anchored with its root, or None."""
+        head = bytes(self._call(self._distributor.functions.epochHead(epoch)))
+        return None if head == ZERO_ROOT else head
+
+    def publish(self, epoch: int, root: bytes, total: int, head: bytes) -> ChainReceipt:
+        assert len(root) == 32 and root != ZERO_ROOT and total > 0 and len(head) == 32 and head != ZERO_ROOT
+        return self._send(self._distributor.functions.publishEpoch(epoch, root, total, head))
 
     def verify(self, epoch: int, address: str, amount: int, proof: Sequence[bytes]) -> bool:
         """The contract's own check of a proof against the anchored root."""

@@ -1,13 +1,16 @@
-"""Anchoring closed epochs' roots on the payout chain, and checking them there.
+"""Anchoring closed epochs' roots and journal heads on the payout chain, and checking them there.
 
 The chain is injected (ledger.anchor.PayoutChain, or a fake in tests) through the
-PayoutChainLike protocol, so this module imports no web3. Publishing is outside the
-database transaction: a root already on chain is recognised and only recorded, so a
-crash between publishing and committing never publishes twice.
+PayoutChainLike protocol, so this module imports no web3. Beside each root goes the digest
+of the epoch's record (ledger.head_signatures.head_digest: its journal head, root and
+total), so the audit can hold the database to the chain without trusting the coordinator.
+Publishing is outside the database transaction: a root already on chain is recognised and
+only recorded, so a crash between publishing and committing never publishes twice.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,8 +20,11 @@ from sqlalchemy.orm import Session
 from ledger.storage import epoch_store
 from ledger.storage.epoch_store import AnchorRecord
 from ledger.errors import LedgerError
+from ledger.head_signatures import head_digest
 
 ANCHORS_PER_CALL_MAX = 100
+REORG_CHECKED_MAX = 16  # recent anchors looked up on chain each call: deeper reorgs are not expected
+log = logging.getLogger(__name__)
 
 
 class PayoutChainLike(Protocol):
@@ -27,7 +33,9 @@ class PayoutChainLike(Protocol):
 
     def epoch_root(self, epoch: int) -> bytes | None: ...
 
-    def publish(self, epoch: int, root: bytes, total: int) -> ChainReceiptLike: ...
+    def epoch_head(self, epoch: int) -> bytes | None: ...
+
+    def publish(self, epoch: int, root: bytes, total: int, head: bytes) -> ChainReceiptLike: ...
 
 
 class ChainReceiptLike(Protocol):
@@ -48,23 +56,32 @@ class AnchorProblem:
 
 def anchor_epochs(session: Session, chain: PayoutChainLike, *, limit: int = ANCHORS_PER_CALL_MAX,
                   now_us: int | None = None) -> list[AnchorRecord]:
-    """Publish every closed epoch with payouts that this distributor lacks, oldest first; caller commits."""
+    """Publish every closed epoch with payouts that this distributor lacks, oldest first; caller commits.
+
+    The newest REORG_CHECKED_MAX anchors recorded are looked up on chain first: one whose root
+    is gone (a reorg dropped its transaction) loses its record and is published again.
+    """
     assert 0 < limit <= ANCHORS_PER_CALL_MAX
     done = epoch_store.anchors(session, chain.chain_id, chain.distributor_address)
+    for number in sorted(done)[-REORG_CHECKED_MAX:]:
+        if chain.epoch_root(number) is None:
+            log.warning("epoch %d: its anchor (tx %s) is no longer on chain: publishing it again",
+                        number, done[number].tx_hash)
+            epoch_store.delete_anchor(session, done.pop(number))
     anchored: list[AnchorRecord] = []
     for epoch in epoch_store.all_epochs(session):
         if epoch.root is None or epoch.number in done:
             continue
         if len(anchored) == limit:
             break
-        root = bytes.fromhex(epoch.root[2:])
+        root, head = bytes.fromhex(epoch.root[2:]), head_digest(epoch)
         onchain = chain.epoch_root(epoch.number)
-        if onchain is not None and onchain != root:
+        if onchain is not None and (onchain, chain.epoch_head(epoch.number)) != (root, head):
             raise AnchorMismatchError(
-                f"epoch {epoch.number}: the chain holds root 0x{onchain.hex()} but the ledger closed it with "
-                f"{epoch.root}; run `mlxnet ledger audit`")
+                f"epoch {epoch.number}: the chain holds root 0x{onchain.hex()} and another head than the ledger's "
+                f"record (root {epoch.root}); run `mlxnet ledger audit`")
         if onchain is None:
-            receipt = chain.publish(epoch.number, root, epoch.total)
+            receipt = chain.publish(epoch.number, root, epoch.total, head)
             tx_hash, block_number, gas_used = receipt.tx_hash, receipt.block_number, receipt.gas_used
         else:
             tx_hash, block_number, gas_used = "0x" + "0" * 64, 0, 0  # published before a crash
@@ -76,7 +93,7 @@ def anchor_epochs(session: Session, chain: PayoutChainLike, *, limit: int = ANCH
 
 
 def check_anchors(session: Session, chain: PayoutChainLike) -> list[AnchorProblem]:
-    """Every closed epoch with payouts must have exactly its root on chain."""
+    """Every closed epoch with payouts must have exactly its root and its record's digest on chain."""
     problems: list[AnchorProblem] = []
     for epoch in epoch_store.all_epochs(session):
         if epoch.root is None:
@@ -87,4 +104,7 @@ def check_anchors(session: Session, chain: PayoutChainLike) -> list[AnchorProble
         elif "0x" + onchain.hex() != epoch.root:
             problems.append(AnchorProblem(
                 epoch.number, f"the chain holds 0x{onchain.hex()}, the ledger {epoch.root}"))
+        elif chain.epoch_head(epoch.number) != head_digest(epoch):
+            problems.append(AnchorProblem(
+                epoch.number, "the epoch's record (journal head, total) differs from the digest anchored on chain"))
     return problems

@@ -10,8 +10,10 @@ this module only, so the ledger can move its insides without touching them.
     a job's money           reserve, complete (held credit), settle, void, release, reject
     epochs                  close, payout addresses, epoch and payout reads, payout trees
     reads for the pages     transfers of a job or an account's window, seat results, anchors
-    audits and proofs       audit, operator statements, proof bundles
-    the payout chain        anchor_epochs, in_process_chain / connect_chain (web3 loads lazily)
+    audits and proofs       audit (with signed heads and kept statements), operator statements
+                            (signed_statement), proof bundles
+    the payout chain        anchor_epochs, embedded_chain (an anvil process), connect_chain,
+                            in_process_chain (eth-tester, for tests); web3 loads lazily
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ledger.anchoring import AnchorMismatchError, PayoutChainLike, anchor_epochs, check_anchors
+from ledger.anvil import AnvilProcess, anvil_binary, embedded_chain
 from ledger.book import (
     JobStep,
     balance,
@@ -40,6 +43,7 @@ from ledger.epochs import (
 )
 from ledger.errors import ChainError, LedgerError, LedgerNotInstalledError
 from ledger.full_audit import AuditReport, Difference, ExpectedCredit, audit
+from ledger.head_signatures import HeadSigner, head_message, signature_valid
 from ledger.job_batches import (
     JOBS_PER_CALL_MAX,
     JobCompletion,
@@ -77,7 +81,14 @@ from ledger.model import (
 from ledger.policy import JobPrice, max_job_charge, price_job
 from ledger.rules import valid_id
 from ledger.seats import SeatInput, SeatOutcome, availability_bps
-from ledger.statements import Statement, bundle_root, leaf_from_bundle, operator_statement
+from ledger.statements import (
+    Statement,
+    bundle_root,
+    leaf_from_bundle,
+    operator_statement,
+    signed_statement,
+    statement_problem,
+)
 from ledger.storage.epoch_store import (
     AnchorRecord,
     EpochRecord,
@@ -101,20 +112,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASE_UNITS_PER_MLX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
-    "AccountKind", "AnchorMismatchError", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
-    "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "JobCompletion", "JobPayment",
+    "AccountKind", "AnchorMismatchError", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
+    "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "HeadSigner", "JobCompletion",
+    "JobPayment",
     "JobPrice", "JobReservation", "JobStep", "LedgerError", "LedgerNotInstalledError", "PayoutChainLike",
     "PayoutLeaf", "PayoutRecord", "PayoutTree", "ResultCode", "SeatInput", "SeatOutcome", "Statement", "Transfer",
     "TransferKind", "TransferResult", "TransferState",
-    "anchor_epochs", "anchors_of_epoch", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
+    "anchor_epochs", "anchors_of_epoch", "anvil_binary", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
     "chain_head", "check_anchors", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
-    "consumer_account_id", "deposit_for_consumer", "due_epoch", "ensure_system_accounts", "epoch_payouts",
-    "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "in_process_chain", "job_transfer_id",
+    "consumer_account_id", "deposit_for_consumer", "due_epoch", "embedded_chain", "ensure_system_accounts", "epoch_payouts",
+    "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "head_message", "in_process_chain",
+    "job_transfer_id",
     "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata",
     "open_consumer_account", "open_operator_account", "operator_account_id", "operator_credit_totals",
     "operator_statement", "parse_mlx", "payout_address", "pending_state", "previous_epoch", "price_job",
     "read_epoch", "reject_job_credit", "release_job_credit", "release_job_credits", "reserve_job",
-    "reserve_jobs", "seat_outcomes", "set_payout_address", "settle_job", "transfers_for_job",
+    "reserve_jobs", "seat_outcomes", "set_payout_address", "settle_job", "signature_valid", "signed_statement",
+    "statement_problem", "transfers_for_job",
     "transfers_in_window", "valid_id", "verify_proof", "void_job",
 ]
 

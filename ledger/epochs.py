@@ -6,7 +6,8 @@ Closing epoch N, at cutoff = now (after N's nominal end), in one transaction:
    reward and its job bonus from the bonus pool (pool:bonus), topped up from issuance;
 2. each operator with a payout address and a positive available balance is swept,
    operator -> payouts:onchain, and gets a leaf (N, address, amount) in the Merkle tree;
-3. the epoch row records the root, the total and the journal's head.
+3. the epoch row records the root, the total and the journal's head, and, given the
+   coordinator's key, its signature over that record (ledger.head_signatures).
 From then on, a transfer dated at or before the cutoff answers `epoch_closed`.
 Transfer ids derive from (epoch, step, subject), so a retried close never pays twice.
 """
@@ -24,6 +25,7 @@ from ledger.storage import epoch_store, store
 from ledger.book import create_transfers, ensure_account
 from ledger.storage.epoch_store import EpochRecord, PayoutRecord
 from ledger.errors import LedgerError
+from ledger.head_signatures import HeadSigner, sign_head
 from ledger.jobs import ISSUANCE_REWARDS_ACCOUNT, ensure_system_accounts, operator_account_id
 from ledger.merkle import LEAVES_MAX, PayoutLeaf, PayoutTree, build_tree, normalize_address, valid_address
 from ledger.model import BATCH_SIZE_MAX, AccountKind, Operation, ResultCode, TransferKind, TransferRequest
@@ -93,8 +95,13 @@ def close_epoch(
     length_s: int = EPOCH_LENGTH_S_DEFAULT,
     policy: EarningPolicy = DEFAULT_POLICY,
     now_us: int | None = None,
+    signer: HeadSigner | None = None,
 ) -> EpochClose:
-    """Close epoch `number` (see the module docstring); the caller commits."""
+    """Close epoch `number` (see the module docstring); the caller commits.
+
+    With a signer (the coordinator's key), its signature over the epoch's record is kept
+    beside it, in the same transaction, so no closed epoch is left unsigned by a crash.
+    """
     assert type(number) is int and number >= 0 and 0 < length_s <= EPOCH_LENGTH_S_MAX
     if not _check_seats(seats):
         return EpochClose(EpochCode.INVALID_SEAT)
@@ -123,6 +130,8 @@ def close_epoch(
         leaf_count=0 if tree is None else len(tree.leaves), last_sequence=head.last_sequence,
         last_hash=head.last_hash)
     epoch_store.insert_epoch(session, epoch, payouts, outcomes)
+    if signer is not None:
+        epoch_store.insert_head_signature(session, sign_head(epoch, signer, now))
     return EpochClose(EpochCode.CREATED, epoch)
 
 

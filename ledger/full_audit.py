@@ -4,6 +4,11 @@
 - balances: every account's stored balance against the replayed transfers;
 - epochs: each payout sweep moved exactly the operator's balance, each root rebuilds
   from the payouts, and the journal head recorded at the close is still there;
+- signed heads (given the coordinator's public keys, kept outside the database): each
+  epoch's record carries a valid signature by one of them, so a rewrite with every later
+  row re-hashed and the recorded head fixed still shows;
+- kept statements (signed_statement documents an operator kept): the journal still holds
+  the head and every transfer hash each one names;
 - job credits (when the coordinator supplies the receipts): each credit equals the
   policy's price for the receipt's token counts, under the version the transfer names;
 - anchors (when a chain is supplied): each epoch's root is the one on chain.
@@ -19,6 +24,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -26,8 +32,10 @@ from ledger.storage import epoch_store, store
 from ledger.anchoring import PayoutChainLike, check_anchors
 from ledger.chain import GENESIS_HASH, stored_row_encoder
 from ledger.epochs import epoch_tree
+from ledger.head_signatures import head_problem
 from ledger.model import TransferKind
 from ledger.policy import price_job, policy_for_version
+from ledger.statements import statement_marks, statement_problem
 
 # Small enough that a page's rows stay in the CPU cache while they are hashed: 5,000-row
 # pages cost about 10% more CPU a transfer than 1,000-row ones (bench.ledger, both databases).
@@ -90,24 +98,57 @@ class _Replay:
     balances: defaultdict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0]))
     open_pending: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     credits: dict[str, list[tuple[str, str, int, str | None]]] = field(default_factory=dict)
-    hashes: dict[int, str] = field(default_factory=dict)  # only at epoch heads
+    hashes: dict[int, str] = field(default_factory=dict)  # only at epoch heads and statements' marks
 
 
 def audit(session: Session, *, chain: PayoutChainLike | None = None,
-          expected_credits: Sequence[ExpectedCredit] | None = None) -> AuditReport:
+          expected_credits: Sequence[ExpectedCredit] | None = None,
+          trusted_keys: frozenset[str] | None = None,
+          statements: Sequence[dict[str, Any]] = ()) -> AuditReport:
+    """trusted_keys: hex Ed25519 public keys whose head signatures count (None: not checked)."""
     report = AuditReport()
     epochs = epoch_store.all_epochs(session)
-    heads = {epoch.last_sequence for epoch in epochs}
+    marks = _statement_marks(report, statements, trusted_keys)
+    heads = {epoch.last_sequence for epoch in epochs} | {sequence for _, sequence, _, _ in marks}
     replay = _Replay()
     _scan(session, report, replay, heads)
     _check_balances(session, report, replay.balances)
     _check_epochs(session, report, replay, epochs)
+    if trusted_keys is not None:
+        signed = epoch_store.head_signatures(session)
+        for epoch in epochs:
+            problem = head_problem(epoch, signed.get(epoch.number), trusted_keys)
+            if problem is not None:
+                report.add("signature", f"epoch {epoch.number}", problem)
+    for operator, sequence, expected_hash, what in marks:
+        found = replay.hashes.get(sequence)
+        if found != expected_hash:
+            now = "is missing" if found is None else f"now hashes to {found}"
+            report.add("statement", f"sequence {sequence}", f"{what} in {operator}'s kept statement was "
+                       f"{expected_hash}; the journal's row at that sequence {now}")
     if expected_credits is not None:
         _check_credits(report, replay.credits, expected_credits)
     if chain is not None:
         for problem in check_anchors(session, chain):
             report.add("anchor", f"epoch {problem.epoch}", problem.reason)
     return report
+
+
+def _statement_marks(report: AuditReport, statements: Sequence[dict[str, Any]],
+                     trusted_keys: frozenset[str] | None) -> list[tuple[str, int, str, str]]:
+    """(operator, sequence, hash, what) for every journal position the kept statements name."""
+    marks = []
+    for document in statements:
+        operator = str(document.get("operator", "?")) if isinstance(document, dict) else "?"
+        problem = None if trusted_keys is None else statement_problem(document, trusted_keys)
+        if problem is not None:
+            report.add("statement", f"statement of {operator}", problem)
+            continue
+        try:
+            marks.extend((operator, sequence, hash_, what) for sequence, hash_, what in statement_marks(document))
+        except ValueError as error:
+            report.add("statement", f"statement of {operator}", str(error))
+    return marks
 
 
 def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int]) -> None:
@@ -123,8 +164,8 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
                 # encode trusts prev_hash only once it matched the previous link (the `and` keeps that order).
                 if not (sequence == expected_sequence and row_prev_hash == prev_hash
                         and sha256(encode(row)).hexdigest() == row_hash):
-                    report.add("chain", transfer_id, _link_problem(sequence, expected_sequence, row_prev_hash,
-                                                                   prev_hash))
+                    report.add("chain", *_link_problem(transfer_id, sequence, expected_sequence, row_prev_hash,
+                                                       prev_hash))
                     chain_ok = False
                 expected_sequence, prev_hash = sequence + 1, row_hash
             if sequence in heads:
@@ -170,13 +211,22 @@ def _scan(session: Session, report: AuditReport, replay: _Replay, heads: set[int
         report.add("chain", head.last_transfer_id or "(head)", "the chain head's hash differs from the last transfer")
 
 
-def _link_problem(sequence: int, expected_sequence: int, row_prev_hash: str, prev_hash: str) -> str:
-    """Why a row failed the chain check, in the order the checks ran."""
+def _link_problem(transfer_id: str, sequence: int, expected_sequence: int, row_prev_hash: str,
+                  prev_hash: str) -> tuple[str, str]:
+    """(subject, detail): why a row failed the chain check, in the order the checks ran.
+
+    A missing row is named by its own sequence (or the run of them), not by the row after it.
+    """
+    if sequence > expected_sequence:
+        missing = (f"sequence {expected_sequence}" if sequence == expected_sequence + 1
+                   else f"sequences {expected_sequence}-{sequence - 1}")
+        detail = f"missing from the journal: {transfer_id} at sequence {sequence} follows {expected_sequence - 1}"
+        return missing, detail
     if sequence != expected_sequence:
-        return f"expected sequence {expected_sequence}, found {sequence}: a transfer is missing"
+        return transfer_id, f"expected sequence {expected_sequence}, found {sequence}: the rows are out of order"
     if row_prev_hash != prev_hash:
-        return "prev_hash does not match the previous transfer's hash"
-    return "hash does not match the transfer's fields: the row was edited"
+        return transfer_id, "prev_hash does not match the previous transfer's hash"
+    return transfer_id, "hash does not match the transfer's fields: the row was edited"
 
 
 def _check_balances(session: Session, report: AuditReport, balances: dict[str, list[int]]) -> None:

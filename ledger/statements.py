@@ -2,10 +2,13 @@
 
 A statement shows one operator's own account only. Its proof bundle (JSON) is what
 `mlxnet ledger verify-proof` checks against the chain, with no trust in the coordinator.
+Signed by the coordinator's key (signed_statement), it is evidence the operator keeps: the
+audit checks the journal still holds every hash it names.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +18,7 @@ from ledger.storage import epoch_store, store
 from ledger.book import JobStep, job_transfer_id
 from ledger.storage.epoch_store import EpochRecord, PayoutRecord
 from ledger.epochs import epoch_tree, payout_leaves
+from ledger.head_signatures import HeadSigner, signature_valid
 from ledger.merkle import PayoutLeaf, normalize_address, root_from_proof, valid_address
 from ledger.model import Transfer, TransferKind
 from ledger.policy import BPS_ONE
@@ -116,3 +120,63 @@ def leaf_from_bundle(bundle: dict[str, Any]) -> tuple[PayoutLeaf, tuple[bytes, .
 def bundle_root(bundle: dict[str, Any]) -> bytes:
     leaf, proof, _ = leaf_from_bundle(bundle)
     return root_from_proof(leaf, proof)
+
+
+STATEMENT_FORMAT = "mlxnet-operator-statement-v1"
+
+
+def signed_statement(session: Session, statement: Statement, signer: HeadSigner, now_us: int) -> dict[str, Any]:
+    """The statement as a JSON document an operator keeps, signed by the coordinator's key.
+
+    It names the journal head at the time (sequence and hash) and each of the operator's
+    transfers by sequence and hash, so `mlxnet ledger audit --statement FILE` later shows
+    any rewrite of the journal up to that head, even one with every row re-hashed.
+    """
+    head = store.read_chain_head(session)
+    document: dict[str, Any] = {
+        "format": STATEMENT_FORMAT,
+        "operator": statement.operator_id,
+        "epoch": None if statement.epoch is None else statement.epoch.number,
+        "root": None if statement.epoch is None else statement.epoch.root,
+        "head": {"sequence": head.last_sequence, "hash": head.last_hash},
+        "transfers": [{"id": line.transfer.id, "sequence": line.transfer.sequence, "hash": line.transfer.hash,
+                       "kind": str(line.transfer.kind), "state": str(line.transfer.state),
+                       "amount": str(line.transfer.amount), "job_id": line.transfer.job_id}
+                      for line in statement.lines],
+        "payout": None if statement.payout is None else str(statement.payout.amount),
+        "signed_at_us": now_us,
+        "public_key": signer.public_key_raw.hex(),
+    }
+    document["signature"] = signer.sign(statement_message(document)).hex()
+    return document
+
+
+def statement_message(document: dict[str, Any]) -> bytes:
+    """What the signature covers: every field but the signature, as sorted compact JSON."""
+    unsigned = {key: value for key, value in document.items() if key != "signature"}
+    return json.dumps(unsigned, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def statement_problem(document: dict[str, Any], trusted_keys: frozenset[str]) -> str | None:
+    """Why a kept statement is not the coordinator's word, or None when it is."""
+    if not isinstance(document, dict) or document.get("format") != STATEMENT_FORMAT:
+        return f"not a signed statement (format {STATEMENT_FORMAT})"
+    public_key, signature = document.get("public_key"), document.get("signature")
+    if not isinstance(public_key, str) or not isinstance(signature, str):
+        return "the statement carries no public key or signature"
+    if public_key not in trusted_keys:
+        return f"the statement is signed by key {public_key}, which is not a trusted coordinator key"
+    if not signature_valid(public_key, statement_message(document), signature):
+        return "the signature does not match the statement: it was changed after signing"
+    return None
+
+
+def statement_marks(document: dict[str, Any]) -> list[tuple[int, str, str]]:
+    """(sequence, hash, what) for each journal position the statement vouches for; ValueError when malformed."""
+    try:
+        marks = [(int(document["head"]["sequence"]), str(document["head"]["hash"]), "the journal head")]
+        marks.extend((int(item["sequence"]), str(item["hash"]), f"transfer {item['id']}")
+                     for item in document["transfers"])
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"malformed statement: {error!r}") from error
+    return [mark for mark in marks if mark[0] > 0]

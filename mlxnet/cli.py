@@ -21,9 +21,10 @@ import signal
 import sys
 from pathlib import Path
 
-from mlxnet import log_format, log_lines
+from mlxnet import log_format, log_lines, tracing
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
+log = logging.getLogger("mlxnet")
 
 
 def _database_url(args: argparse.Namespace) -> str:
@@ -61,23 +62,38 @@ def _verifier_replayer(models: list[str]):  # type: ignore[no-untyped-def]
 
 def _coordinator(args: argparse.Namespace) -> int:
     from contracts import hop_trace
+    from contracts.tls import TransportRefused
     from coordinator.config import CoordinatorConfig
     from coordinator.server import start
+    from coordinator.tls import TlsSetupError
+    from mlxnet.coordinator_tls import server_tls
     from mlxnet.heap import freeze_start_up_heap
+    from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-coordinator")
+    try:
+        tls = server_tls(args)
+    except (TransportRefused, TlsSetupError) as error:
+        log.error("%s", error)
+        return 2
     config = CoordinatorConfig(database_url=_database_url(args),
                                heartbeat_interval_ms=args.heartbeat_interval_ms,
                                node_offline_after_ms=5 * args.heartbeat_interval_ms,
-                               allow_anonymous=args.allow_anonymous)
+                               allow_anonymous=args.allow_anonymous,
+                               ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
+                               chain_dir=args.data_dir / "anvil")
     running = start(config, args.host, args.port, http_port=args.http_port,
-                    replayer=_verifier_replayer(args.verify_model))
+                    replayer=_verifier_replayer(args.verify_model), tls=tls)
     freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
     sys.stdout.write(f"coordinator listening on {args.host}:{running.port}\n")
     assert running.gateway is not None
     sys.stdout.write(f"gateway listening on {args.host}:{running.gateway.port}\n")
+    # The third line: `coordinator certificate FINGERPRINT PATH`, or `... none` in plaintext.
+    sys.stdout.write(f"coordinator certificate {tls.fingerprint} {tls.cert_path}\n" if tls
+                     else "coordinator certificate none (plaintext on loopback)\n")
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, lambda *_: running.server.stop(2))
     try:
@@ -142,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--heartbeat-interval-ms", type=int, default=2000)
     coordinator.add_argument("--http-port", type=int, default=8080,
                              help="the OpenAI-compatible HTTP API's port; 0 picks a free port")
+    coordinator.add_argument("--tls-cert", type=Path, help="the certificate chain (PEM), e.g. "
+                             "from an ACME client; default: a self-signed one kept in --data-dir")
+    coordinator.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
+    coordinator.add_argument("--insecure", action="store_true",
+                             help="plaintext gRPC and HTTP, allowed only on a loopback --host")
     coordinator.add_argument("--allow-anonymous", action="store_true",
                              help="accept consumers without an API key (the network pays)")
     coordinator.add_argument("--verify-model", action="append", default=[], metavar="[ID=]PATH",

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.tls import CoordinatorTrust
 from mlxnet.checks_view import render_check, wait_for_checks
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.explain_view import render_explanation
@@ -48,9 +49,9 @@ class DemoResult:
     seconds: float
 
 
-def _run_job(address: str, prompt: str) -> DemoResult:
+def _run_job(address: str, trust: CoordinatorTrust, prompt: str) -> DemoResult:
     started = time.perf_counter()
-    with JobClient(address, consumer="demo") as client:
+    with JobClient(address, consumer="demo", trust=trust) as client:
         job = client.submit(MODEL_ID, prompt, max_tokens=MAX_TOKENS)
         token_ids: list[int] = []
         final = job
@@ -101,7 +102,7 @@ def _start_fleet(work_dir: Path, model_dir: Path) -> list[Child]:
     try:
         nodes = start_nodes(work_dir, coordinator.extra["address"], [
             (name, [f"{MODEL_ID}={model_dir}"], profile, operator)
-            for name, profile, operator in NODES])
+            for name, profile, operator in NODES], coordinator.trust)
     except BaseException:
         coordinator.stop()
         raise
@@ -121,12 +122,13 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"built {MODEL_ID} in {model_dir} ({time.perf_counter() - started:.1f}s)\n")
         children = _start_fleet(work_dir, model_dir)
         try:
-            address = children[0].extra["address"]
+            address, trust = children[0].extra["address"], children[0].trust
             names = {c.extra["node_id"]: c.name for c in children[1:]}
-            out.write(f"coordinator on {address}; nodes: " + ", ".join(
-                f"{name} ({profile}, operator {op})" for name, profile, op in NODES) + "\n")
+            out.write(f"coordinator on {address} over TLS, certificate {trust.fingerprint}; "
+                      "nodes: " + ", ".join(
+                          f"{name} ({profile}, operator {op})" for name, profile, op in NODES) + "\n")
             with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
-                results = list(pool.map(lambda p: _run_job(address, p), PROMPTS))
+                results = list(pool.map(lambda p: _run_job(address, trust, p), PROMPTS))
             all_ok = all([_show(r, names, out) for r in results])
             tokens = sum(len(r.token_ids) for r in results)
             seconds = max(r.seconds for r in results)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mlxnet.consumer import JobClient, JobRequestError
+from mlxnet.consumer import JobRequestError, add_trust_arguments, client_from_args
 from mlxnet.explain_view import render_explanation
 from protos.mlxnet.v1 import job_pb2
 
@@ -18,6 +18,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
         parser = jobs_commands.add_parser(name, help=text)
         parser.add_argument("job_id")
         parser.add_argument("--coordinator", default="127.0.0.1:50051")
+        add_trust_arguments(parser)
         parser.set_defaults(handler=handler)
     place = commands.add_parser("place", help="where a job would go now (--dry-run)")
     place.add_argument("--dry-run", action="store_true", required=True,
@@ -26,6 +27,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     place.add_argument("--context", type=int, required=True, help="context length in tokens")
     place.add_argument("--min-tokens-per-s", type=float, default=0.0)
     place.add_argument("--coordinator", default="127.0.0.1:50051")
+    add_trust_arguments(place)
     place.set_defaults(handler=_place)
 
 
@@ -36,7 +38,7 @@ def _fail(error: JobRequestError) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     try:
-        with JobClient(args.coordinator) as client:
+        with client_from_args(args) as client:
             job = client.get(args.job_id)
     except JobRequestError as error:
         return _fail(error)
@@ -58,7 +60,7 @@ def _get(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     try:
-        with JobClient(args.coordinator) as client:
+        with client_from_args(args) as client:
             job = client.get(args.job_id)
     except JobRequestError as error:
         return _fail(error)
@@ -69,7 +71,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _place(args: argparse.Namespace) -> int:
     try:
-        with JobClient(args.coordinator) as client:
+        with client_from_args(args) as client:
             answer = client.explain_placement(args.model, args.context, args.min_tokens_per_s)
     except JobRequestError as error:
         return _fail(error)

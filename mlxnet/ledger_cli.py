@@ -1,13 +1,18 @@
 """`mlxnet ledger ...`: audit the ledger, print an operator's statement, verify a payout proof on chain.
 
-    mlxnet ledger audit [--rpc-url URL --distributor ADDR]
-    mlxnet ledger statement --operator X [--epoch N] [--json]
+    mlxnet ledger audit [--rpc-url URL --distributor ADDR] [--coordinator-key HEX ...] [--statement FILE ...]
+    mlxnet ledger statement --operator X [--epoch N] [--json | --signed]
+    mlxnet ledger key
     mlxnet ledger verify-proof --proof FILE --rpc-url URL --distributor ADDR
+    mlxnet ledger claim --proof FILE --rpc-url URL --distributor ADDR   (sends from $MLXNET_CLAIM_KEY)
+    mlxnet ledger chain                  the coordinator's own anvil: its RPC URL and contract addresses
     mlxnet ledger close-epoch [--rpc-url URL --distributor ADDR]
     mlxnet ledger set-payout-address --operator X --address 0x...
 
 audit, statement, close-epoch and set-payout-address read the coordinator's database
 (--database-url or $MLXNET_DATABASE_URL); verify-proof needs only the proof and a chain.
+The coordinator's ledger key (--data-dir/ledger_key.pem) signs each closed epoch's journal
+head and `statement --signed`; `key` prints its public half, which the audit trusts.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 EXIT_DIFFERENCES = 1
 EXIT_USAGE = 2
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
+LEDGER_KEY_FILE = "ledger_key.pem"  # in the coordinator's --data-dir
+CLAIM_KEY_ENV = "MLXNET_CLAIM_KEY"  # the payout address's private key (hex); without it, the node's first account
 
 
 def add_subcommands(commands: argparse._SubParsersAction) -> None:
@@ -30,18 +37,35 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     audit = sub.add_parser("audit", help="check the hash chain, balances, epochs, credits and anchored roots")
     _database_flags(audit)
     _chain_flags(audit, required=False)
+    audit.add_argument("--coordinator-key", action="append", default=[], metavar="HEX",
+                       help="a trusted coordinator public key (`mlxnet ledger key`); repeatable; default: "
+                            "the key in --data-dir, if there is one")
+    audit.add_argument("--statement", action="append", default=[], type=Path, metavar="FILE",
+                       help="a signed statement an operator kept (`statement --signed`); repeatable")
     audit.set_defaults(handler=_audit)
     statement = sub.add_parser("statement", help="an operator's transfers, seat bonus, payout and proof")
     _database_flags(statement)
     statement.add_argument("--operator", required=True, help="the operator id (as given to `mlxnet node`)")
     statement.add_argument("--epoch", type=int, help="a closed epoch; default: the open one")
     statement.add_argument("--json", action="store_true", help="machine-readable, with the proof bundle")
+    statement.add_argument("--signed", action="store_true",
+                           help="the statement signed by the coordinator's key, naming the journal head: keep it")
     statement.set_defaults(handler=_statement)
+    key = sub.add_parser("key", help="print the coordinator's ledger public key (created on first use)")
+    key.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
+    key.set_defaults(handler=_key)
     verify = sub.add_parser("verify-proof", help="check a payout proof against the root on chain")
     verify.add_argument("--proof", type=Path, required=True,
                         help="a proof bundle (statement --json's `proof`, or the whole statement); - for stdin")
     _chain_flags(verify, required=True)
     verify.set_defaults(handler=_verify_proof)
+    claim = sub.add_parser("claim", help="claim a payout on chain with its proof (MLX tokens to the leaf's address)")
+    claim.add_argument("--proof", type=Path, required=True, help="a proof bundle, or the whole statement; - for stdin")
+    _chain_flags(claim, required=True)
+    claim.set_defaults(handler=_claim)
+    chain = sub.add_parser("chain", help="where the coordinator's own anvil chain listens, and its contracts")
+    chain.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
+    chain.set_defaults(handler=_chain_info)
     close = sub.add_parser("close-epoch", help="close the latest finished epoch and anchor its root")
     _database_flags(close)
     _chain_flags(close, required=False)
@@ -81,20 +105,48 @@ def _chain(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return connect_chain(args.rpc_url, args.distributor, os.environ.get("MLXNET_PAYOUT_PUBLISHER_KEY"))
 
 
+def _signer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from contracts.keyfile import signer_from_file
+
+    return signer_from_file(args.data_dir / LEDGER_KEY_FILE)
+
+
+def _trusted_keys(args: argparse.Namespace) -> frozenset[str] | None:
+    """The keys given, else the data dir's own key if it exists; None when there is neither."""
+    keys = {key.lower().removeprefix("0x") for key in args.coordinator_key}
+    if not keys and (args.data_dir / LEDGER_KEY_FILE).exists():
+        keys.add(_signer(args).public_key_raw.hex())
+    return frozenset(keys) or None
+
+
+def _keys_text(trusted: frozenset[str] | None) -> str:
+    return "not checked (no coordinator key)" if not trusted else "checked against " + ", ".join(sorted(trusted))
+
+
+def _key(args: argparse.Namespace) -> int:
+    sys.stdout.write(f"{_signer(args).public_key_raw.hex()}\n")
+    return 0
+
+
 def _audit(args: argparse.Namespace) -> int:
     from coordinator.money.epochs import expected_credits
     from ledger.api import audit
 
+    trusted = _trusted_keys(args)
+    statements = [json.loads(path.read_text(encoding="utf-8")) for path in args.statement]
     db, chain = _database(args), _chain(args)
     try:
         with db.transaction() as session:
-            report = audit(session, chain=chain, expected_credits=list(expected_credits(session)))
+            report = audit(session, chain=chain, expected_credits=list(expected_credits(session)),
+                           trusted_keys=trusted, statements=statements)
     finally:
         db.dispose()
     out = sys.stdout
     out.write(f"transfers checked: {report.transfers_checked}\nepochs checked: {report.epochs_checked}\n"
               f"job credits recomputed: {report.credits_checked}\n"
-              f"anchored roots: {'checked on chain' if chain else 'not checked (no --rpc-url)'}\n")
+              f"anchored roots: {'checked on chain' if chain else 'not checked (no --rpc-url)'}\n"
+              f"head signatures: {_keys_text(trusted)}\n"
+              f"kept statements: {len(statements)}\n")
     for difference in report.differences:
         out.write(f"DIFFERENCE [{difference.check}] {difference.subject}: {difference.detail}\n")
     out.write("audit passed\n" if report.ok else f"audit FAILED: {len(report.differences)} differences\n")
@@ -102,19 +154,26 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _statement(args: argparse.Namespace) -> int:
-    from ledger.api import operator_statement
+    import time
+
+    from ledger.api import operator_statement, signed_statement
 
     db = _database(args)
     try:
         with db.transaction() as session:
             statement = operator_statement(session, args.operator, args.epoch)
             tokens = _token_counts(session, statement) if statement else {}
+            signed = None if statement is None or not args.signed else signed_statement(
+                session, statement, _signer(args), time.time_ns() // 1_000)
     finally:
         db.dispose()
     if statement is None:
         sys.stderr.write(f"epoch {args.epoch} is not closed; statements cover closed epochs or the open one\n")
         return EXIT_USAGE
-    if args.json:
+    if signed is not None:
+        json.dump(signed, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.json:
         json.dump(_statement_json(statement, tokens), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -178,12 +237,47 @@ def _statement_text(statement, tokens) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines) + "\n"
 
 
+def _read_bundle(path: Path) -> dict[str, Any]:
+    """A proof bundle from a file (or - for stdin), or the bundle inside a whole statement."""
+    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    bundle = json.loads(text)
+    return bundle.get("proof", bundle) if isinstance(bundle, dict) and "lines" in bundle else bundle
+
+
+def _claim(args: argparse.Namespace) -> int:
+    from ledger.api import ChainError, connect_chain, leaf_from_bundle
+
+    try:
+        leaf, proof, _ = leaf_from_bundle(_read_bundle(args.proof))
+    except ValueError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_USAGE
+    chain = connect_chain(args.rpc_url, args.distributor, os.environ.get(CLAIM_KEY_ENV))
+    try:
+        receipt = chain.claim(leaf.epoch, leaf.address, leaf.amount, proof)
+    except ChainError as error:
+        sys.stderr.write(f"claim refused: {error}\n")
+        return EXIT_DIFFERENCES
+    sys.stdout.write(f"claimed {leaf.amount} base units of MLX for {leaf.address} (epoch {leaf.epoch}) in "
+                     f"{receipt.tx_hash}, block {receipt.block_number}, gas {receipt.gas_used}; "
+                     f"balance now {chain.token_balance(leaf.address)}\n")
+    return 0
+
+
+def _chain_info(args: argparse.Namespace) -> int:
+    record = args.data_dir / "anvil" / "contracts.json"
+    if not record.exists():
+        sys.stderr.write(f"no embedded chain in {args.data_dir} yet: the coordinator starts one when it first "
+                         "anchors an epoch's root\n")
+        return EXIT_USAGE
+    sys.stdout.write(record.read_text(encoding="utf-8"))
+    return 0
+
+
 def _verify_proof(args: argparse.Namespace) -> int:
     from ledger.api import bundle_root, leaf_from_bundle
 
-    text = sys.stdin.read() if str(args.proof) == "-" else args.proof.read_text(encoding="utf-8")
-    bundle = json.loads(text)
-    bundle = bundle.get("proof", bundle) if isinstance(bundle, dict) and "lines" in bundle else bundle
+    bundle = _read_bundle(args.proof)
     try:
         leaf, proof, claimed_root = leaf_from_bundle(bundle)
     except ValueError as error:
@@ -208,7 +302,7 @@ def _close_epoch(args: argparse.Namespace) -> int:
 
     db, chain = _database(args), _chain(args)
     try:
-        result = close_due_epoch(db, EpochSettings.from_environment())
+        result = close_due_epoch(db, EpochSettings.from_environment(), signer=_signer(args))
         if result is None:
             sys.stdout.write("no epoch is due: the latest finished epoch is already closed\n")
         else:

@@ -48,6 +48,8 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     config.add_argument("--coordinator")
     config.add_argument("--operator")
     config.add_argument("--name")
+    config.add_argument("--region", help="where MLX World's map shows this Mac: coordinates "
+                        "(\"38.72, -9.13\") or a time zone or city (\"Europe/Lisbon\"); \"\" clears it")
     config.add_argument("--model", action="append", help="serve this model (replaces the list)")
     config.add_argument("--mode", choices=[m.value for m in LendingMode])
     config.add_argument("--idle-minutes", type=float)
@@ -115,7 +117,8 @@ def _config(args: argparse.Namespace) -> int:
 
 def _apply_flags(config: NodeConfig, args: argparse.Namespace) -> NodeConfig:
     top = {key: value for key, value in (("coordinator", args.coordinator), ("operator", args.operator),
-                                         ("name", args.name)) if value is not None}
+                                         ("name", args.name), ("region", args.region))
+           if value is not None}
     if args.model:
         top["models"] = tuple(args.model)
     lending = {key: value for key, value in (

@@ -20,13 +20,17 @@ from contracts import hop_trace
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
+from contracts.tls import CoordinatorTrust, is_loopback, normalize_fingerprint
+from mlxnet import tracing
 from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
 from node_agent.hardware.discover import discover_host, simulated_profile
 from node_agent.identity import load_or_create_identity
 from node_agent.inference.engine import Engine, device_info
 from node_agent.lending.activity import file_activity_source, host_activity_source
-from node_agent.lending.config import CONFIG_FILE_NAME, ConfigError, NodeConfig, load_config
+from node_agent.lending.config import (
+    CONFIG_FILE_NAME, ConfigError, NodeConfig, load_config, save_config,
+)
 from node_agent.lending.monitor import LendingMonitor
 from node_agent.model_files import describe_model
 from node_agent.operator_hooks import OperatorHooks
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = Path("~/.mlxnet/node").expanduser()
 REFERENCE_MODEL_ID = "mlxnet/tiny-llama (reference)"
+EXIT_UNTRUSTED = 3  # the coordinator's certificate was refused
 
 
 def parse_model_flag(value: str) -> tuple[str, Path]:
@@ -49,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from mlxnet import node_cli
 
     parser.add_argument("--coordinator", help="coordinator HOST:PORT (default: from node.toml)")
+    parser.add_argument("--coordinator-fingerprint", metavar="SHA256",
+                        help="the coordinator's certificate fingerprint, as it prints it; "
+                        "without one the system's CAs vouch for it, or the first join trusts "
+                        "and remembers it in node.toml (a changed certificate is then refused)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="plaintext to a coordinator on loopback (nowhere else)")
     parser.add_argument("--model", action="append", default=[], metavar="[ID=]PATH|HUB_ID",
                         help="a local MLX model directory, or a Hugging Face hub id fetched "
                         "into the model cache (repeatable; default: from node.toml)")
@@ -57,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--operator", help="operator account credited for this node's work "
                         "(default: node.toml, else the node id)")
     parser.add_argument("--name", default="", help="display name shown in MLX World")
+    parser.add_argument("--region", help="where MLX World's map shows this Mac: coordinates "
+                        "(\"38.72, -9.13\") or a time zone or city (\"Europe/Lisbon\"); "
+                        "default: node.toml's region")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
                         help="identity key, node.toml, status and the reference model live here")
     parser.add_argument("--max-concurrent-jobs", type=int, default=1)
@@ -102,11 +116,17 @@ def run(args: argparse.Namespace) -> int:
     models = _models(model_flags, config)
     if models is None:
         return 2
+    trust = coordinator_trust(args, config, coordinator)
+    if trust is None:
+        return 2
     settings = AgentSettings(
         coordinator=coordinator, identity=identity, hardware=hardware, models=tuple(models),
         operator_id=args.operator or config.operator or identity.node_id,
         display_name=args.name or config.name or identity.node_id,
-        max_concurrent_jobs=args.max_concurrent_jobs)
+        max_concurrent_jobs=args.max_concurrent_jobs, trust=trust,
+        on_first_use=lambda fingerprint: remember_coordinator(args.data_dir, coordinator,
+                                                              fingerprint),
+        region=args.region if args.region is not None else config.region)
     hooks = _hooks(args, config, settings)
     agent = NodeAgent(settings, Engine(), hooks)
     if args.metrics_port is not None:
@@ -127,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
              hardware.chip, hardware.memory_bytes >> 30, hooks.monitor.state.mode.value,
              ", ".join(spec.model_id for spec, _ in models))
     hop_trace.open_from_environment()
+    tracing.start_from_environment("mlxnet-node")
     freeze_start_up_heap()
     try:
         agent.run()
@@ -135,9 +156,43 @@ def run(args: argparse.Namespace) -> int:
     (args.data_dir / PID_FILE_NAME).unlink(missing_ok=True)
     # MLX's and gRPC's native threads may still be winding down; tearing the interpreter
     # down under them can abort the process, so a finished agent exits here, cleanly.
+    tracing.flush()
     logging.shutdown()
     sys.stdout.flush()
-    os._exit(0)
+    os._exit(EXIT_UNTRUSTED if agent.untrusted is not None else 0)
+
+
+def coordinator_trust(args: argparse.Namespace, config: NodeConfig,
+                      coordinator: str) -> CoordinatorTrust | None:
+    """--insecure, --coordinator-fingerprint, node.toml's pin, else CAs or first use; None: bad flag."""
+    if args.insecure:
+        host = coordinator.rpartition(":")[0].removeprefix("[").removesuffix("]")
+        if not is_loopback(host):
+            log.error("--insecure (plaintext) is only allowed to a coordinator on loopback, "
+                      "not %s", coordinator)
+            return None
+        return CoordinatorTrust(insecure=True)
+    pinned = config.fingerprint_for(coordinator)
+    if args.coordinator_fingerprint:
+        try:
+            given = normalize_fingerprint(args.coordinator_fingerprint)
+        except ValueError as error:
+            log.error("--coordinator-fingerprint: %s", error)
+            return None
+        if pinned and given != pinned:
+            log.warning("--coordinator-fingerprint %s replaces the pin %s remembered for %s",
+                        given, pinned, coordinator)
+        if given != pinned:
+            remember_coordinator(args.data_dir, coordinator, given)
+        pinned = given
+    return CoordinatorTrust(fingerprint=pinned, trust_on_first_use=not pinned)
+
+
+def remember_coordinator(data_dir: Path, coordinator: str, fingerprint: str) -> None:
+    """Pin the coordinator's fingerprint in node.toml, as SSH's known_hosts does."""
+    path = data_dir / CONFIG_FILE_NAME
+    save_config(path, load_config(path).knowing(coordinator, fingerprint))
+    log.info("remembered the coordinator %s as %s in %s", coordinator, fingerprint, path)
 
 
 def _setup_problem(config: NodeConfig, args: argparse.Namespace, node_id: str,

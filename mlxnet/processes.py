@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import selectors
+import ssl
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from contracts.tls import CoordinatorTrust
 
 READY_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
@@ -41,6 +44,16 @@ class Child:
         if self.process.stdout is not None:
             self.process.stdout.close()
         return self.process.returncode
+
+    @property
+    def trust(self) -> CoordinatorTrust:
+        """How a client trusts this coordinator: its fingerprint pinned, or plaintext on loopback."""
+        fingerprint = self.extra.get("fingerprint", "")
+        return CoordinatorTrust(fingerprint=fingerprint) if fingerprint else CoordinatorTrust(insecure=True)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """For HTTPS clients of this coordinator's gateway: its certificate as the only CA."""
+        return ssl.create_default_context(cafile=self.extra["certificate"])
 
     def kill(self) -> None:
         """SIGKILL: the crash case, nothing gets to clean up."""
@@ -84,14 +97,24 @@ def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | Non
 def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: int = 0,
                       heartbeat_interval_ms: int = 1000, env: dict[str, str] | None = None,
                       http_port: int = 0, allow_anonymous: bool = False,
-                      verify_models: tuple[str, ...] = (), extra_args: tuple[str, ...] = ()) -> Child:
-    """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's.
+                      verify_models: tuple[str, ...] = (), tls: bool = True,
+                      certificate: tuple[Path, Path] | None = None,
+                      extra_args: tuple[str, ...] = ()) -> Child:
+    """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's,
+    extra["url"] the gateway's base URL; with TLS (its self-signed certificate in its data
+    dir), extra["fingerprint"] and extra["certificate"] (the PEM's path) say how to trust it.
 
     verify_models ("ID=PATH") run a verifier worker that replays sampled jobs of those models.
+    tls=False serves plaintext (--insecure, on loopback); certificate: (cert, key) PEM files
+    to serve instead of the self-signed one.
     """
     argv = ["coordinator", "--port", str(port), "--data-dir", str(work_dir / "coordinator"),
             "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--http-port", str(http_port),
             *extra_args]
+    if not tls:
+        argv.append("--insecure")
+    if certificate is not None:
+        argv += ["--tls-cert", str(certificate[0]), "--tls-key", str(certificate[1])]
     if database_url:
         argv += ["--database-url", database_url]
     if allow_anonymous:
@@ -106,21 +129,36 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
         gateway_line = child.process.stdout.readline().strip() if child.process.stdout else ""
         if not gateway_line.startswith("gateway listening on"):
             raise ProcessStartError(f"coordinator did not report its HTTP gateway; see {child.log_path}")
+        certificate_line = child.process.stdout.readline().strip() if child.process.stdout else ""
+        if not certificate_line.startswith("coordinator certificate "):
+            raise ProcessStartError(f"coordinator did not report its certificate; see {child.log_path}")
     except ProcessStartError:
         child.stop()
         raise
     child.extra["address"] = child.ready_line.rsplit(" ", 1)[1]
     child.extra["http_address"] = gateway_line.rsplit(" ", 1)[1]
+    fingerprint, _, certificate = certificate_line.removeprefix("coordinator certificate ").partition(" ")
+    if fingerprint != "none":
+        child.extra["fingerprint"], child.extra["certificate"] = fingerprint, certificate
+    scheme = "https" if fingerprint != "none" else "http"
+    child.extra["url"] = f"{scheme}://{child.extra['http_address']}"
     return child
 
 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
                profile: str | None = None, operator: str | None = None,
                env: dict[str, str] | None = None, max_concurrent_jobs: int = 1,
-               extra_args: tuple[str, ...] = ()) -> Child:
-    """Start a node agent without waiting; pass it to wait_until_registered."""
+               trust: CoordinatorTrust | None = None, extra_args: tuple[str, ...] = ()) -> Child:
+    """Start a node agent without waiting; pass it to wait_until_registered.
+
+    trust: the coordinator's pinned fingerprint, or plaintext; None trusts it on first use.
+    """
     argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
             "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs), *extra_args]
+    if trust is not None and trust.insecure:
+        argv.append("--insecure")
+    elif trust is not None and trust.fingerprint:
+        argv += ["--coordinator-fingerprint", trust.fingerprint]
     for model in models:
         argv += ["--model", model]
     if profile:
@@ -141,9 +179,11 @@ def wait_until_registered(child: Child) -> Child:
 
 
 def start_nodes(work_dir: Path, coordinator: str,
-                nodes: list[tuple[str, list[str], str | None, str | None]]) -> list[Child]:
+                nodes: list[tuple[str, list[str], str | None, str | None]],
+                trust: CoordinatorTrust | None = None) -> list[Child]:
     """Start (name, models, profile, operator) agents together; return once all registered."""
-    children = [spawn_node(work_dir, name, coordinator, models, profile=profile, operator=operator)
+    children = [spawn_node(work_dir, name, coordinator, models, profile=profile, operator=operator,
+                           trust=trust)
                 for name, models, profile, operator in nodes]
     try:
         return [wait_until_registered(child) for child in children]

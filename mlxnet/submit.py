@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
+from mlxnet.consumer import JobRequestError, StreamedTokens, add_trust_arguments, client_from_args
 from mlxnet.receipt_view import check_receipt_locally, render_receipt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator", default="127.0.0.1:50051", help="coordinator HOST:PORT")
+    add_trust_arguments(parser)
     parser.add_argument("--model", required=True, help="model id or path a node serves")
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--max-tokens", type=int, default=0, help="0: the coordinator's default")
@@ -23,7 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout
-    with JobClient(args.coordinator, args.consumer) as client:
+    try:
+        client = client_from_args(args, args.consumer)
+    except JobRequestError as error:
+        sys.stderr.write(f"mlxnet submit: {error.code}: {error.message}\n")
+        return 1
+    with client:
         try:
             job = client.submit(args.model, args.prompt, max_tokens=args.max_tokens,
                                 temperature=args.temperature, top_p=args.top_p, seed=args.seed,

@@ -11,19 +11,24 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from contracts import hop_trace
 from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
+from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
-    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, SessionExpired,
+    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
+    SessionExpired,
 )
 from node_agent.hooks import AgentHooks
 from node_agent.identity import Identity
+from node_agent.inference.activations import Decoded
 from node_agent.inference.engine import (
     Engine,
     GenerationRequest,
@@ -55,6 +60,9 @@ class AgentSettings:
     operator_id: str
     display_name: str
     max_concurrent_jobs: int = 1
+    trust: CoordinatorTrust = CoordinatorTrust()  # how the coordinator's certificate is checked
+    on_first_use: Callable[[str], None] | None = None  # remembers a fingerprint trusted on first use
+    region: str = ""  # published on MLX World's map; empty: not shown there
 
 
 class NodeAgent:
@@ -65,7 +73,7 @@ class NodeAgent:
         self._engine = engine
         self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
         self._heartbeat_wake = threading.Event()
-        self._client = CoordinatorClient(settings.coordinator)
+        self._client = CoordinatorClient(settings.coordinator, settings.trust, settings.on_first_use)
         self.stopping = threading.Event()
         self._reports = JobReports(self._client, settings.identity, self._hooks.job_finished,
                                    self.stopping)
@@ -78,6 +86,7 @@ class NodeAgent:
         self._sender_threads = SenderThreads()
         self._heartbeat_interval_s = 2.0
         self.registered = threading.Event()
+        self.untrusted: CoordinatorUntrusted | None = None  # why the agent stopped, if it did
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -87,19 +96,37 @@ class NodeAgent:
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
         delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
+            opened = time.monotonic()
             try:
                 if not self.registered.is_set():
                     self._register()
-                delay_s = RECONNECT_DELAY_S_MIN
                 for assignment in self._client.assignments():
                     self._accept(assignment)
             except SessionExpired:
                 self.registered.clear()
+            except CoordinatorUntrusted as error:
+                log.error("refusing the coordinator: %s", error)
+                self.untrusted = error
+                self.stop()
             except CoordinatorUnavailable as error:
+                # Back off while every try fails at once (a coordinator restarting, a cut link
+                # that accepts and drops): only a stream that stayed up starts again from the
+                # shortest delay, so a fleet does not hammer a coordinator as it comes back.
+                if time.monotonic() - opened > RECONNECT_DELAY_S_MAX:
+                    delay_s = RECONNECT_DELAY_S_MIN
                 log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
                 self.stopping.wait(delay_s)
                 delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
+                self._check_trust()  # a changed certificate only shows as UNAVAILABLE
         self._client.close()
+
+    def _check_trust(self) -> None:
+        try:
+            self._client.check_trust()
+        except CoordinatorUntrusted as error:
+            log.error("refusing the coordinator: %s", error)
+            self.untrusted = error
+            self.stop()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -133,7 +160,7 @@ class NodeAgent:
         interval_ms = self._client.register(s.identity, s.hardware, tuple(m for m, _ in s.models),
                                             s.operator_id, s.display_name, s.max_concurrent_jobs,
                                             self._hooks.status(self._warm_model_ids()),
-                                            self._hooks.pod())
+                                            self._hooks.pod(), s.region)
         self._heartbeat_interval_s = interval_ms / 1000
         self._active.clear()  # a new registration hands back everything from before
         self.registered.set()
@@ -207,8 +234,14 @@ class NodeAgent:
             max_tokens=assignment.max_tokens, temperature=assignment.temperature,
             top_p=assignment.top_p, seed=assignment.seed, job_id=assignment.job_id,
             top_logprobs=assignment.top_logprobs)
+        started_at_ms, first_token_at_ms = time.time_ns() // 1_000_000, [0]
+
+        def prove(token_ids: tuple[int, ...], recorded: Decoded) -> tuple[bytes, bytes]:
+            return self._reports.partial_receipt(assignment, token_ids, recorded, started_at_ms,
+                                                 first_token_at_ms[0])
+
         sender = TokenSender(self._client, assignment.job_id, timeline=timeline,
-                             threads=self._sender_threads)
+                             threads=self._sender_threads, prover=prove)
         keep_going = self._hooks.keep_going
         metrics, job_id = self.metrics, assignment.job_id
         timeline.mark("generating")
@@ -217,6 +250,7 @@ class NodeAgent:
         def on_token(index: int, token_id: int, text: str) -> bool:
             if index == 0:
                 timeline.mark("first_token")
+                first_token_at_ms[0] = time.time_ns() // 1_000_000
             metrics.token_made(job_id)
             return sender.offer(index, token_id, text) and keep_going(assignment.job_id)
 
@@ -228,7 +262,8 @@ class NodeAgent:
 
             result = self._engine.generate(request, assignment.model.max_context_tokens, on_token,
                                            on_prompt, sender.note_logprob,
-                                           on_end=sender.finish, commit=False)
+                                           on_end=sender.finish, commit=False,
+                                           on_proven=sender.note_proven)
         except PromptTooLong as error:
             sender.close()
             self._reports.failure(assignment.job_id, str(error), prompt_too_long=True)

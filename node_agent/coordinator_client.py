@@ -5,13 +5,21 @@ gRPC failures are translated here, once:
     CoordinatorCallError
     ├── CoordinatorUnavailable   retry later (network, restart, deadline)
     ├── SessionExpired           register again
-    └── CallRejected             the coordinator refused; retrying the same call won't help
+    ├── CallRejected             the coordinator refused; retrying the same call won't help
+    └── CoordinatorUntrusted     its certificate is not the trusted one: stop, loudly
+
+The channel is TLS (protos.wire.channel), opened at the first call: the certificate is then
+checked against the pin, the system's CAs, or (a node's first join) trusted on first use
+and reported through on_first_use so the agent remembers it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -23,12 +31,16 @@ from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration
 from contracts.signing import register_challenge
+from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
+from protos.wire.channel import open_channel
 from protos.wire.models import model_spec_to_pb
 
+log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
 RPC_DEADLINE_S = 15.0
+ATTEMPTS_KEPT_MAX = 4_096  # jobs whose attempt the client remembers, oldest forgotten first
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
               grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
               grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -50,6 +62,10 @@ class CallRejected(CoordinatorCallError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+class CoordinatorUntrusted(CoordinatorCallError):
+    """Plaintext off loopback, a certificate no CA or pin vouches for, or a changed one."""
 
 
 def _translate(error: grpc.RpcError) -> CoordinatorCallError:
@@ -88,11 +104,13 @@ class Chunk:
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token, or none
     prompt_tokens: int = 0  # on the job's first chunk
+    # A signed partial receipt (body, signature) over the job's tokens so far, none or the latest.
+    partial_receipt: tuple[bytes, bytes] | None = None
 
     def merged(self, following: Chunk) -> Chunk:
         return Chunk(self.first_index, self.token_ids + following.token_ids,
                      self.text + following.text, self.logprobs + following.logprobs,
-                     self.prompt_tokens)
+                     self.prompt_tokens, following.partial_receipt or self.partial_receipt)
 
 
 def _logprob_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
@@ -150,23 +168,85 @@ class NodeStatus:
 
 
 class CoordinatorClient:
-    def __init__(self, address: str) -> None:
-        self._channel = grpc.insecure_channel(address)
-        self._stub = node_pb2_grpc.NodeServiceStub(self._channel)
+    def __init__(self, address: str, trust: CoordinatorTrust = CoordinatorTrust(),
+                 on_first_use: Callable[[str], None] | None = None) -> None:
+        """on_first_use(fingerprint): a certificate was trusted on first use; remember it."""
+        self._address = address
+        self._trust = trust
+        self._on_first_use = on_first_use
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub_value: node_pb2_grpc.NodeServiceStub | None = None
+        self._closed = False
         self._session = ""
+        self._attempts: dict[str, int] = {}  # job id -> the attempt last assigned here
         self._models: dict[str, ModelSpec] = {}
         self._identity: Identity | None = None
         self._last_sent_ms = 0
 
+    @property
+    def trust(self) -> CoordinatorTrust:
+        return self._trust
+
+    @property
+    def session_token(self) -> str:
+        """The session's token since register() ("" before), sent as x-mlxnet-session."""
+        return self._session
+
+    @property
+    def _stub(self) -> node_pb2_grpc.NodeServiceStub:
+        with self._lock:
+            if self._closed:
+                raise CoordinatorUnavailable("the client is closed")
+            if self._stub_value is None:
+                self._open()
+            assert self._stub_value is not None
+            return self._stub_value
+
+    def _open(self) -> None:
+        try:
+            channel, decision = open_channel(self._address, self._trust)
+        except TransportRefused as error:
+            raise CoordinatorUntrusted(str(error)) from error
+        except (OSError, ValueError) as error:
+            raise CoordinatorUnavailable(f"cannot reach {self._address}: {error}") from error
+        if decision.basis == "first use":
+            log.warning("trusting the coordinator at %s on first use: certificate fingerprint "
+                        "%s; from now on only this certificate is accepted", self._address,
+                        decision.fingerprint)
+            self._trust = dataclasses.replace(self._trust, fingerprint=decision.fingerprint,
+                                              trust_on_first_use=False)
+            if self._on_first_use is not None:
+                self._on_first_use(decision.fingerprint)
+        self._channel = channel
+        self._stub_value = node_pb2_grpc.NodeServiceStub(channel)
+
+    def check_trust(self) -> None:
+        """Raises CoordinatorUntrusted when the coordinator now shows a certificate not trusted.
+
+        For after a broken connection: a channel pinned to the old certificate only says
+        UNAVAILABLE, and this says why. An unreachable coordinator has nothing to check yet.
+        """
+        try:
+            decide(self._address, self._trust)
+        except TransportRefused as error:
+            raise CoordinatorUntrusted(str(error)) from error
+        except (OSError, ValueError):
+            pass
+
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            self._closed = True
+            if self._channel is not None:
+                self._channel.close()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return ((SESSION_METADATA_KEY, self._session),)
 
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,
-                 status: NodeStatus | None = None, pod: PodDeclaration | None = None) -> int:
+                 status: NodeStatus | None = None, pod: PodDeclaration | None = None,
+                 region: str = "") -> int:
         """Register and keep the session; returns the heartbeat interval in ms."""
         timestamp_ms = time.time_ns() // 1_000_000
         request = node_pb2.RegisterRequest(
@@ -175,7 +255,7 @@ class CoordinatorClient:
             timestamp_ms=timestamp_ms, hardware=_hardware_pb(hardware),
             models=[model_spec_to_pb(m) for m in models], operator_id=operator_id,
             display_name=display_name, max_concurrent_jobs=max_concurrent_jobs,
-            agent_version="0.1.0")
+            agent_version="0.1.0", region=region)
         if status is not None:
             request.lending.CopyFrom(_lending_pb(status.lending))
             request.warm_models.extend(status.warm_models)
@@ -221,6 +301,7 @@ class CoordinatorClient:
                 if spec is None:
                     raise CallRejected("FAILED_PRECONDITION",
                                        f"assigned model {message.model.model_id} is not served here")
+                self._note_attempt(message.job_id, message.attempt)
                 yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
                                  max_tokens=message.sampling.max_tokens,
                                  temperature=message.sampling.temperature,
@@ -235,12 +316,22 @@ class CoordinatorClient:
         finally:
             stream.cancel()
 
+    def _note_attempt(self, job_id: str, attempt: int) -> None:
+        """Every report on the job names this attempt, its fencing token: the coordinator
+        refuses one from an attempt that is over."""
+        if len(self._attempts) >= ATTEMPTS_KEPT_MAX:
+            self._attempts.pop(next(iter(self._attempts)))
+        self._attempts[job_id] = attempt
+
     def stream_tokens(self, job_id: str,
                       chunks: Iterator[Chunk | tuple[int, tuple[int, ...], str]]) -> int:
         """Send chunks (or (first_index, token_ids, text) tuples) in one call; returns tokens accepted."""
+        attempt = self._attempts.get(job_id, 0)
         requests = (node_pb2.StreamTokensRequest(
             job_id=job_id, first_index=c.first_index, token_ids=c.token_ids, text=c.text,
-            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens)
+            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens,
+            attempt=attempt, partial_receipt=None if c.partial_receipt is None else common_pb2.SignedReceipt(
+                body=c.partial_receipt[0], signature=c.partial_receipt[1]))
             for c in (chunk if isinstance(chunk, Chunk) else Chunk(*chunk) for chunk in chunks))
         try:
             response = self._stub.StreamTokens(requests, metadata=self._metadata())
@@ -250,7 +341,8 @@ class CoordinatorClient:
 
     def report_receipt(self, job_id: str, body: bytes, signature: bytes) -> int:
         request = node_pb2.ReportResultRequest(
-            job_id=job_id, receipt=common_pb2.SignedReceipt(body=body, signature=signature))
+            job_id=job_id, receipt=common_pb2.SignedReceipt(body=body, signature=signature),
+            attempt=self._attempts.get(job_id, 0))
         try:
             response = self._stub.ReportResult(request, timeout=RPC_DEADLINE_S,
                                                metadata=self._metadata())
@@ -264,7 +356,7 @@ class CoordinatorClient:
         request = node_pb2.ReportResultRequest(
             job_id=job_id, failure_reason=reason, handed_back=handed_back,
             failure=(node_pb2.JOB_FAILURE_PROMPT_TOO_LONG if prompt_too_long
-                     else node_pb2.JOB_FAILURE_UNSPECIFIED))
+                     else node_pb2.JOB_FAILURE_UNSPECIFIED), attempt=self._attempts.get(job_id, 0))
         try:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
 from contracts.ids import JobId, NodeId
-from contracts.receipts import Receipt, encode_receipt, output_digest, prompt_digest
+from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from node_agent.coordinator_client import (
     Assignment, CallRejected, Chunk, CoordinatorUnavailable, SessionExpired,
 )
 from node_agent.identity import Identity
-from node_agent.inference.engine import GenerationResult
+from node_agent.inference.activations import Decoded
+from node_agent.inference.engine import GenerationResult, partial_commitment
 from node_agent.job_timeline import JobTimeline
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,10 @@ def job_receipt(assignment: Assignment, result: GenerationResult, node_id: NodeI
         activation_commitment=result.activation_commitment)
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class JobReports:
     def __init__(self, client: ReportsClient, identity: Identity,
                  job_finished: Callable[[str, int | None], None], stopping: threading.Event,
@@ -62,6 +68,24 @@ class JobReports:
         self._job_finished = job_finished
         self._stopping = stopping
         self._deadline_s = deadline_s
+
+    def partial_receipt(self, assignment: Assignment, token_ids: tuple[int, ...], recorded: Decoded,
+                        started_at_ms: int, first_token_at_ms: int) -> tuple[bytes, bytes]:
+        """Sign a receipt over the job's first tokens (finish reason CUT_OFF), with the
+        commitment to their recorded states: if the job is cut off later, these are paid."""
+        finished = max(_now_ms(), first_token_at_ms, started_at_ms)
+        receipt = Receipt(
+            job_id=JobId(assignment.job_id), node_id=self._identity.node_id,
+            model_id=assignment.model.model_id, weights_digest=assignment.model.weights_digest,
+            prompt_digest=prompt_digest(assignment.prompt), temperature=assignment.temperature,
+            top_p=assignment.top_p, seed=assignment.seed, max_tokens=assignment.max_tokens,
+            output_digest=output_digest(token_ids), prompt_tokens=recorded.prompt_tokens,
+            completion_tokens=len(token_ids), started_at_ms=started_at_ms, finished_at_ms=finished,
+            finish_reason=FinishReason.CUT_OFF,
+            first_token_at_ms=min(max(first_token_at_ms, started_at_ms), finished),
+            activation_commitment=partial_commitment(assignment.job_id, recorded))
+        body = encode_receipt(receipt)
+        return body, self._identity.sign(body)
 
     def resend_tokens(self, job_id: str, chunks: list[Chunk]) -> None:
         """The stream broke: send every chunk again (the coordinator stores each index once)."""

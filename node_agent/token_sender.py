@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from contracts import hop_trace
 from contracts.logprobs import TokenLogprob
@@ -43,13 +44,22 @@ def _let_sender_run() -> None:
     time.sleep(0)
 
 
+# prover(token_ids, recorded): a signed partial receipt (body, signature) over those tokens.
+Prover = Callable[[tuple[int, ...], Any], tuple[bytes, bytes]]
+
+
 class TokenSender:
     def __init__(self, client: CoordinatorClient, job_id: str, threads: SenderThreads,
                  flush_interval_s: float = FLUSH_INTERVAL_S,
-                 timeline: JobTimeline | None = None) -> None:
+                 timeline: JobTimeline | None = None, prover: Prover | None = None) -> None:
         """threads: where the sender runs, on a thread already started (starting one waits
-        until it runs, milliseconds on a busy machine, before the first token can go)."""
+        until it runs, milliseconds on a busy machine, before the first token can go).
+        prover: signs partial receipts as the job goes (note_proven), so work cut off by a
+        fault can still be proven and paid; each rides on the chunk that completes its tokens."""
         self._client = client
+        self._prover = prover
+        self._proven: Any = None  # the latest record noted, not yet sent
+        self._token_ids: list[int] = []  # every token yielded so far, in order
         self._timeline = timeline
         self._job_id = job_id
         self._flush_interval_s = flush_interval_s
@@ -75,6 +85,7 @@ class TokenSender:
             if self.sent:  # the first token goes at once
                 self._ended.wait(self._flush_interval_s)
             chunk, done = self._merge_queued(chunk)
+            chunk = self._with_partial_receipt(chunk)
             self.sent.append(chunk)
             if len(self.sent) == 1:
                 hop_trace.job_hop(self._job_id, "first chunk sent")
@@ -84,6 +95,23 @@ class TokenSender:
             self._written.set()  # gRPC asks for the next chunk once it has written this one
             if done:
                 return
+
+    def _with_partial_receipt(self, chunk: Chunk) -> Chunk:
+        """The chunk, carrying a partial receipt once its tokens complete the latest proven record."""
+        self._token_ids.extend(chunk.token_ids)
+        proven = self._proven
+        if proven is None or self._prover is None or len(self._token_ids) < len(proven.token_ids):
+            return chunk
+        self._proven = None
+        tokens = tuple(self._token_ids[:len(proven.token_ids)])
+        if tokens != proven.token_ids:  # not what was streamed (a re-send): prove nothing
+            return chunk
+        return dataclasses.replace(chunk, partial_receipt=self._prover(tokens, proven))
+
+    def note_proven(self, recorded: Any) -> None:
+        """Generation recorded the states of its first tokens (recorded.token_ids): the next
+        chunk that completes them carries a partial receipt over them."""
+        self._proven = recorded
 
     def _merge_queued(self, chunk: Chunk) -> tuple[Chunk, bool]:
         """The chunk with the tokens queued behind it (up to the limit); True once the end came."""

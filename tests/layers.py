@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # one folder may import each other (loops are still refused); verification's pure rules sit
 # below config, which carries their policy, and its stateful half above money.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("model", "clock", "errors"),
+    ("model", "clock", "errors", "tls"),
     ("placement",),
     ("metrics",),  # the registry and its recording calls; metrics.readings reads the database
     ("verification.policy", "verification.tolerances", "verification.judge", "verification.tokens"),
@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service",),
     ("rpc", "world"),
     ("gateway",),
+    ("background",),
     ("server",),
 )
 

@@ -50,6 +50,7 @@ from coordinator.world import mount_world
 
 API_VERSION = "1.0.0"
 IDEMPOTENCY_KEY_CHARS_MAX = 128
+HEALTH_RETRY_AFTER_S = 2
 _ERROR = {"model": ErrorResponse}
 _COMMON_ERRORS = {400: _ERROR, 401: _ERROR, 404: _ERROR}
 _GENERATION_ERRORS = {
@@ -143,6 +144,18 @@ def create_app(bridge: Bridge) -> FastAPI:
               responses={**_COMMON_ERRORS, 409: _ERROR})
     async def cancel_job(job_id: str, who: Authenticated) -> JSONResponse:
         return await job_response(await bridge.call(service.jobs.cancel, job_id, who), who)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> JSONResponse:
+        """200 while every background loop works; 503 with Retry-After while one cannot."""
+        loops = service.health.loops()
+        body = {"status": "ok" if service.health.healthy else "unhealthy", "loops": [
+            {"name": loop.name, "healthy": loop.healthy, "failures": loop.failures,
+             "failing_since_ms": loop.failing_since_ms, "last_error": loop.last_error}
+            for loop in loops]}
+        if service.health.healthy:
+            return JSONResponse(body)
+        return JSONResponse(body, status_code=503, headers={"retry-after": str(HEALTH_RETRY_AFTER_S)})
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

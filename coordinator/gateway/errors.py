@@ -43,6 +43,7 @@ HTTP_FOR_ERROR: dict[type[errors.CoordinatorError], HttpError] = {
     errors.InsufficientBalance: HttpError(402, "insufficient_quota", "insufficient_balance"),
     errors.RateLimited: HttpError(429, "rate_limit_error", "rate_limit_exceeded"),
     errors.NoCapacityNow: HttpError(503, "service_unavailable", "no_capacity"),
+    errors.DatabaseUnavailable: HttpError(503, "service_unavailable", "database_unavailable"),
     errors.JobFailed: HttpError(502, "server_error", "job_failed"),
 }
 

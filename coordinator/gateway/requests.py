@@ -12,6 +12,7 @@ from coordinator.gateway import tools as tool_calls
 from coordinator.gateway.schemas import ChatCompletionRequest, ChatMessageIn, CompletionRequest, Stop
 from coordinator.jobs.submission import SEED_MAX, Submission
 from coordinator.money.api_keys import Caller
+from coordinator.model import DELIVERY_STREAM, DELIVERY_WHOLE
 
 # OpenAI's defaults for sampling when a request leaves them out.
 TEMPERATURE_DEFAULT = 1.0
@@ -48,6 +49,11 @@ def _seed(seed: int | None) -> int:
     return secrets.randbelow(SEED_MAX + 1) if seed is None else seed
 
 
+def _delivery(stream: bool | None) -> str:
+    """A non-streaming answer shows the consumer nothing unless the job ends well."""
+    return DELIVERY_STREAM if stream else DELIVERY_WHOLE
+
+
 def chat_submission(body: ChatCompletionRequest, caller: Caller,
                     request_id: str = "") -> tuple[Submission, ResponsePlan]:
     if body.top_logprobs is not None and not body.logprobs:
@@ -63,7 +69,8 @@ def chat_submission(body: ChatCompletionRequest, caller: Caller,
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
         top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=messages, stop=stops, top_logprobs=top_logprobs,
-        api_key_id=caller.key.key_id if caller.key else None, tools=tools)
+        api_key_id=caller.key.key_id if caller.key else None, tools=tools,
+        delivery=_delivery(body.stream))
     plan = ResponsePlan("chat", body.model, bool(body.stream),
                         bool(body.stream_options and body.stream_options.include_usage),
                         top_logprobs >= 0, max(0, top_logprobs), stops,
@@ -92,7 +99,7 @@ def completion_submission(body: CompletionRequest, caller: Caller,
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
         top_p=body.top_p or 1.0, seed=_seed(body.seed), request_id=request_id,
         min_decode_tokens_per_s=0.0, stop=stops, top_logprobs=top_logprobs,
-        api_key_id=caller.key.key_id if caller.key else None)
+        api_key_id=caller.key.key_id if caller.key else None, delivery=_delivery(body.stream))
     plan = ResponsePlan("text", body.model, bool(body.stream),
                         bool(body.stream_options and body.stream_options.include_usage),
                         top_logprobs >= 0, max(0, top_logprobs), stops)

@@ -13,18 +13,22 @@ from contracts.ids import JobId
 from coordinator.jobs import ending
 from coordinator.model import ACTIVE_STATUSES, JobStatus
 from coordinator.storage import job_rows
+from coordinator.verification.outcomes import CheckContext
 
 
-def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int) -> list[JobId]:
+def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int,
+                   context: CheckContext) -> list[JobId]:
     """Release every active job of a node; returns the jobs touched."""
     touched = []
     for job in job_rows.active_jobs_for_node(session, node_id):
         job_rows.release_assignments(session, job.job_id)
         if job_rows.token_count(session, job.job_id) == 0:
             job_rows.transition_job(session, job.job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,
-                                   assigned_at_ms=None, started_at_ms=None)
+                                   assigned_at_ms=None, started_at_ms=None,
+                                   partial_receipt_body=None, partial_receipt_signature=None)
         else:
             ending.fail_job(session, job.job_id, now_ms,
-                            error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job")
+                            error=f"node {node_id} stopped mid-stream ({reason}); resubmit the job",
+                            context=context)
         touched.append(job.job_id)
     return touched

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from contracts.commitments import CommitmentFormatError, decode_commitment, generated_chunk_count
 from contracts.receipts import (
-    FinishReason, Receipt, ReceiptFormatError, decode_receipt, output_digest, prompt_digest,
+    FinishReason, Receipt, ReceiptFormatError, decode_receipt, is_partial, output_digest,
+    prompt_digest,
 )
 from contracts.signing import signature_is_valid
 
@@ -40,8 +41,13 @@ class ReceiptVerdict:
         return self.signature_ok and not self.problems
 
 
-def _field_problems(receipt: Receipt, expected: ExpectedJob) -> list[str]:
+def _field_problems(receipt: Receipt, expected: ExpectedJob, partial: bool = False) -> list[str]:
+    """partial: the receipt proves a prefix of the streamed tokens (finish reason CUT_OFF)."""
     mismatch = "does not match the job"
+    proven = expected.streamed_token_ids[:receipt.completion_tokens] if partial \
+        else expected.streamed_token_ids
+    if partial != is_partial(receipt):
+        return ["a partial receipt must say CUT_OFF, and a final receipt must not"]
     checks = [
         (receipt.job_id == expected.job_id, f"job id {mismatch}"),
         (receipt.node_id == expected.node_id, f"node id {mismatch}"),
@@ -52,9 +58,9 @@ def _field_problems(receipt: Receipt, expected: ExpectedJob) -> list[str]:
         (receipt.top_p == expected.top_p, f"top_p {mismatch}"),
         (receipt.seed == expected.seed, f"seed {mismatch}"),
         (receipt.max_tokens == expected.max_tokens, f"max_tokens {mismatch}"),
-        (receipt.output_digest == output_digest(expected.streamed_token_ids),
+        (receipt.output_digest == output_digest(proven),
          "output digest differs from the tokens streamed"),
-        (receipt.completion_tokens == len(expected.streamed_token_ids),
+        (receipt.completion_tokens == len(proven),
          "completion token count differs from the tokens streamed"),
         (receipt.completion_tokens <= expected.max_tokens, "more completion tokens than max_tokens"),
         (receipt.prompt_tokens > 0, "prompt token count must be positive"),
@@ -87,10 +93,11 @@ def _proof_problems(receipt: Receipt) -> list[str]:
 
 
 def check_receipt(body: bytes, signature: bytes, public_key: bytes,
-                  expected: ExpectedJob) -> ReceiptVerdict:
+                  expected: ExpectedJob, partial: bool = False) -> ReceiptVerdict:
+    """partial: a receipt signed mid-job, proving the first completion_tokens streamed tokens."""
     signature_ok = signature_is_valid(public_key, body, signature)
     try:
         receipt = decode_receipt(body)
     except ReceiptFormatError as error:
         return ReceiptVerdict(None, signature_ok, (str(error),))
-    return ReceiptVerdict(receipt, signature_ok, tuple(_field_problems(receipt, expected)))
+    return ReceiptVerdict(receipt, signature_ok, tuple(_field_problems(receipt, expected, partial)))

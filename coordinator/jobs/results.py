@@ -18,7 +18,9 @@ from contracts.ids import JobId
 from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
 from coordinator.jobs import ending
 from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
-from coordinator.model import ACTIVE_STATUSES, TERMINAL_STATUSES, JobRecord, JobStatus, NodeRecord, TokenChunk
+from coordinator.model import (
+    ACTIVE_STATUSES, TERMINAL_STATUSES, JobRecord, JobStatus, NodeRecord, SignedReceipt, TokenChunk,
+)
 from coordinator.money import job_money
 from coordinator.storage import job_rows
 from coordinator.verification import outcomes
@@ -26,12 +28,18 @@ from coordinator.verification.outcomes import CheckContext
 from coordinator.verification.store import CheckStatus
 
 TOKENS_PER_CHUNK_MAX = 4_096
+RECEIPT_BYTES_MAX = 1 << 20  # a partial receipt's commitment grows 257 bytes per 32 tokens
 
 
-def _refuse_unless_active(job_id: str, node: NodeRecord, status: JobStatus | None, assigned: bool) -> None:
-    """A node reports on a job only while the job is assigned to it and still running."""
+def _refuse_unless_active(job_id: str, node: NodeRecord, status: JobStatus | None, assigned: bool,
+                          attempt: int = 0, current_attempt: int = 0) -> None:
+    """A node reports on a job only while the job is assigned to it and still running, and
+    only for the current attempt when it names one (its fencing token)."""
     if status is None:
         raise NotFound(f"job {job_id} does not exist")
+    if attempt and attempt != current_attempt:
+        raise PermissionDenied(f"attempt {attempt} of job {job_id} is over (the job is at attempt "
+                               f"{current_attempt}); drop it")
     if not assigned:
         raise PermissionDenied(f"job {job_id} is not assigned to node {node.node_id}")
     if status in TERMINAL_STATUSES:
@@ -40,37 +48,42 @@ def _refuse_unless_active(job_id: str, node: NodeRecord, status: JobStatus | Non
         raise PermissionDenied(f"job {job_id} was handed back and is {status.value}")
 
 
-def _own_active_job(session: Session, node: NodeRecord, job_id: str) -> JobRecord:
+def _own_active_job(session: Session, node: NodeRecord, job_id: str, attempt: int = 0) -> JobRecord:
     # Locked before the ledger is touched, in the order cancel_job takes them.
     job = job_rows.job_by_id(session, job_id, for_update=True)
     _refuse_unless_active(job_id, node, job.status if job else None,
-                          job is not None and node.node_id in job.node_ids)
+                          job is not None and node.node_id in job.node_ids, attempt,
+                          job.attempt if job else 0)
     assert job is not None
     return job
 
 
 def _check_streaming(job: job_rows.StreamingJob | None, node: NodeRecord,
-                     job_id: str) -> job_rows.StreamingJob:
+                     job_id: str, attempt: int) -> job_rows.StreamingJob:
     """As _own_active_job, over the narrow read the token path makes for every chunk."""
     _refuse_unless_active(job_id, node, job.status if job else None,
-                          job is not None and job.assigned_to_node)
+                          job is not None and job.assigned_to_node, attempt,
+                          job.attempt if job else 0)
     assert job is not None
     return job
 
 
 def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
-                  now_ms: int, prompt_tokens: int = 0) -> bool:
+                  now_ms: int, prompt_tokens: int = 0, partial: SignedReceipt | None = None,
+                  attempt: int = 0) -> bool:
     """Store a chunk of a running job; False when it was a harmless re-send.
 
-    prompt_tokens comes with the first chunk, so a job cut off later can still be
-    charged for its prompt (coordinator.money.job_money). This runs for every chunk a node
+    prompt_tokens comes with the first chunk. partial, a receipt over the tokens made so
+    far, is kept unchecked: it is checked only if the job fails (coordinator.jobs.ending).
+    attempt, when named, must be the job's current one. This runs for every chunk a node
     streams, so it reads only what it checks.
     """
     if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
         raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
                              f"{TOKENS_PER_CHUNK_MAX} token ids")
     # Locked: a cancel that ends the job counts every stored token.
-    job = _check_streaming(job_rows.lock_streaming_job(session, job_id, node.node_id), node, job_id)
+    job = _check_streaming(job_rows.lock_streaming_job(session, job_id, node.node_id), node, job_id,
+                           attempt)
     expected_index = job_rows.token_count(session, job_id)
     if chunk.first_index > expected_index:
         raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "
@@ -83,6 +96,8 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
         job_rows.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
                                status=JobStatus.RUNNING, started_at_ms=now_ms,
                                prompt_tokens=max(0, prompt_tokens))
+    if partial is not None:
+        keep_partial_receipt(session, job_id, partial)
     if chunk.first_index == expected_index:  # chunks are contiguous: none starts at the end
         job_rows.insert_chunk(session, job_id, chunk)
         return True
@@ -90,6 +105,12 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
         raise InvalidRequest(f"token chunk at {chunk.first_index} overlaps stored tokens of job "
                              f"{job_id}; re-send chunks with their original boundaries")
     return False
+
+
+def keep_partial_receipt(session: Session, job_id: str, partial: SignedReceipt) -> None:
+    if len(partial.body) > RECEIPT_BYTES_MAX or len(partial.signature) > RECEIPT_BYTES_MAX:
+        raise InvalidRequest(f"a partial receipt is at most {RECEIPT_BYTES_MAX} bytes")
+    job_rows.save_partial_receipt(session, job_id, partial.body, partial.signature)
 
 
 @dataclass(frozen=True)
@@ -100,10 +121,11 @@ class AcceptedResult:
 
 
 def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
-                   signature: bytes, now_ms: int, context: CheckContext) -> AcceptedResult:
+                   signature: bytes, now_ms: int, context: CheckContext,
+                   attempt: int = 0) -> AcceptedResult:
     """Verify the receipt, complete the job, hold the operator's credit and open its check,
     all in the caller's transaction."""
-    job = _own_active_job(session, node, job_id)
+    job = _own_active_job(session, node, job_id, attempt)
     spec = node.model(job.model_id)
     if spec is None:
         raise PermissionDenied(f"node {node.node_id} does not serve {job.model_id}")
@@ -138,9 +160,13 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
 
 
 def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,
-                   now_ms: int, error_code: str | None = None) -> None:
-    """The node could not run the job: it fails with the node's reason (jobs.ending settles its money)."""
-    _own_active_job(session, node, job_id)
+                   now_ms: int, context: CheckContext, error_code: str | None = None,
+                   partial: SignedReceipt | None = None, attempt: int = 0) -> None:
+    """The node could not run the job: it fails with the node's reason (jobs.ending settles its
+    money, paying for the tokens partial proves)."""
+    _own_active_job(session, node, job_id, attempt)
+    if partial is not None:
+        keep_partial_receipt(session, job_id, partial)
     ending.fail_job(session, job_id, now_ms, error=f"node {node.node_id}: {reason[:1000]}",
-                    error_code=error_code)
+                    error_code=error_code, context=context)
     job_rows.release_assignments(session, job_id)

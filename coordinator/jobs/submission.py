@@ -6,6 +6,7 @@ already created, so a retry never creates a second job.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -26,11 +27,14 @@ from contracts.logprobs import TOP_LOGPROBS_MAX
 from contracts.models import CHAT_FEATURE_TOOLS, ModelSpec
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest, UnknownModel
-from coordinator.model import PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus
+from coordinator.model import (
+    DELIVERY_STREAM, PROMPT_CHAT, PROMPT_TEXT, JobRecord, JobStatus, retry_runs_again,
+)
 from coordinator.storage import job_rows
 
 SEED_MAX = (1 << 63) - 1  # stored in a signed 64-bit column
 STOP_SEQUENCES_MAX = limits.STOP_SEQUENCES_MAX  # as OpenAI
+ATTEMPTS_PER_REQUEST_MAX = 16  # retries of one request id that run again, at most
 STOP_CHARS_MAX = limits.STOP_CHARS_MAX
 
 
@@ -51,6 +55,9 @@ class Submission:
     top_logprobs: int = -1  # -1: no logprobs; 0: the chosen token's; k: and the top k
     api_key_id: str | None = None
     tools: ChatTools = NO_TOOLS  # a chat's tools, rendered by the model's template
+    # How the consumer reads the output: a stream, or a whole answer only when the job ends
+    # well (then a failed job delivered nothing, and costs nothing; coordinator.jobs.ending).
+    delivery: str = DELIVERY_STREAM
 
     @property
     def prompt_text(self) -> str:
@@ -147,19 +154,47 @@ def _validate(sub: Submission, config: CoordinatorConfig) -> None:
     _validate_output_options(sub)
 
 
+def _attempt_request_id(request_id: str, number: int) -> str:
+    """The stored request id of a request's attempt: the id itself first, then a digest of it
+    (so any id the consumer may send fits the column)."""
+    if number == 1:
+        return request_id
+    return f"retry{number}:{hashlib.sha256(request_id.encode()).hexdigest()[:40]}"
+
+
+def _request_attempt(session: Session, consumer_id: str,
+                     request_id: str) -> JobRecord | tuple[JobId, str]:
+    """A retried request's job to return, or the (job id, stored request id) of its next attempt:
+    a retry after a failure that need not repeat runs again (model.retry_runs_again)."""
+    latest: JobRecord | None = None
+    for number in range(1, ATTEMPTS_PER_REQUEST_MAX + 1):
+        stored = _attempt_request_id(request_id, number)
+        job = job_rows.job_by_id(session, job_id_for_request(consumer_id, stored))
+        if job is None:
+            return job_id_for_request(consumer_id, stored), stored
+        if not retry_runs_again(job):
+            return job
+        latest = job
+    assert latest is not None
+    return latest  # the request has failed its every attempt: its last failure stands
+
+
 def prepare(session: Session, sub: Submission, config: CoordinatorConfig, now_ms: int,
             catalog: dict[str, ModelSpec]) -> tuple[JobRecord, bool]:
     """The job a submission asks for, as queued; returns (job, new). Nothing is written: the
     caller decides its placement and reservation first, then stores it once (`record`).
-    A retried request id returns the first job, with new False.
+    A retried request id returns its job, with new False, unless that job failed for a reason
+    a retry need not repeat: then the retry is the request's next attempt, a new job.
 
     catalog is the fleet's models (coordinator.nodes.catalog), read once by the caller.
     """
     _validate(sub, config)
-    job_id: JobId = (job_id_for_request(sub.consumer_id, sub.request_id)
-                     if sub.request_id else new_job_id())
-    if sub.request_id and (existing := job_rows.job_by_id(session, job_id)) is not None:
-        return existing, False
+    job_id, request_id = new_job_id(), None
+    if sub.request_id:
+        found = _request_attempt(session, sub.consumer_id, sub.request_id)
+        if isinstance(found, JobRecord):
+            return found, False
+        job_id, request_id = found
     spec = catalog.get(sub.model_id)
     if spec is None:
         known = ", ".join(sorted(catalog)) or "none yet"
@@ -174,13 +209,13 @@ def prepare(session: Session, sub: Submission, config: CoordinatorConfig, now_ms
     # UTF-8 bytes bound the token count of any byte-level tokenizer from above.
     context_tokens = min(spec.max_context_tokens, len(prompt.encode()) + max_tokens)
     job = JobRecord(
-        job_id=job_id, consumer_id=sub.consumer_id, request_id=sub.request_id or None,
+        job_id=job_id, consumer_id=sub.consumer_id, request_id=request_id,
         model_id=sub.model_id, prompt=prompt, max_tokens=max_tokens,
         temperature=sub.temperature, top_p=sub.top_p or 1.0, seed=sub.seed,
         min_decode_tokens_per_s=sub.min_decode_tokens_per_s, context_tokens=context_tokens,
         status=JobStatus.QUEUED, created_at_ms=now_ms, api_key_id=sub.api_key_id,
         prompt_format=PROMPT_CHAT if sub.messages else PROMPT_TEXT, stop=sub.stop,
-        top_logprobs=sub.top_logprobs)
+        top_logprobs=sub.top_logprobs, delivery=sub.delivery)
     return job, True
 
 

@@ -7,8 +7,8 @@ close-epoch` calls close_due_epoch once.
 
 Settings come from the environment, so every coordinator of one database agrees:
 MLXNET_EPOCH_LENGTH_S (default 3600), and for a real chain MLXNET_PAYOUT_RPC_URL,
-MLXNET_PAYOUT_DISTRIBUTOR and MLXNET_PAYOUT_PUBLISHER_KEY; without a URL, roots are
-anchored on an in-process chain that lives as long as the process.
+MLXNET_PAYOUT_DISTRIBUTOR and MLXNET_PAYOUT_PUBLISHER_KEY; without a URL, the coordinator
+starts its own anvil (ledger.anvil) with its state in its data dir, on MLXNET_ANVIL_PORT (8545).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -31,8 +32,10 @@ from coordinator.storage.database import Database
 from coordinator.storage.tables import job_assignments, jobs
 from ledger.api import (
     EPOCH_LENGTH_S_DEFAULT,
+    AnvilProcess,
     EpochClose,
     ExpectedCredit,
+    HeadSigner,
     LedgerError,
     PayoutChainLike,
     SeatInput,
@@ -41,6 +44,7 @@ from ledger.api import (
     close_epoch,
     connect_chain,
     due_epoch,
+    embedded_chain,
     in_process_chain,
     last_epoch,
 )
@@ -51,6 +55,8 @@ EPOCH_LENGTH_ENV = "MLXNET_EPOCH_LENGTH_S"
 RPC_URL_ENV = "MLXNET_PAYOUT_RPC_URL"
 DISTRIBUTOR_ENV = "MLXNET_PAYOUT_DISTRIBUTOR"
 PUBLISHER_KEY_ENV = "MLXNET_PAYOUT_PUBLISHER_KEY"
+ANVIL_PORT_ENV = "MLXNET_ANVIL_PORT"
+ANVIL_PORT_DEFAULT = 8545  # anvil's own default, so wallets and `--rpc-url` find it
 CHECK_INTERVAL_S_MAX = 30.0
 # A heartbeat proves the node online until the coordinator would call it offline.
 HEARTBEAT_CREDIT_MS_DEFAULT = 10_000
@@ -98,21 +104,27 @@ def gather_seats(session: Session, number: int, settings: EpochSettings) -> list
     return seats
 
 
-def close_due_epoch(db: Database, settings: EpochSettings, now_us: int | None = None) -> EpochClose | None:
-    """Close the latest finished epoch if it is not closed yet; None when nothing is due."""
+def close_due_epoch(db: Database, settings: EpochSettings, now_us: int | None = None,
+                    signer: HeadSigner | None = None) -> EpochClose | None:
+    """Close the latest finished epoch if it is not closed yet; None when nothing is due.
+
+    With the coordinator's key (signer), the epoch's journal head is signed in the same transaction.
+    """
     number = due_epoch(now_us if now_us is not None else time.time_ns() // 1_000, settings.length_s)
     with db.transaction() as session:
         last = last_epoch(session)
         if number < 0 or (last is not None and last.number >= number):
             return None
         result = close_epoch(session, number, gather_seats(session, number, settings),
-                             length_s=settings.length_s, now_us=now_us)
+                             length_s=settings.length_s, now_us=now_us, signer=signer)
     log.info("epoch %d: %s (root %s, total %s)", number, result.code,
              result.epoch.root if result.epoch else None, result.epoch.total if result.epoch else None)
     return result
 
 
 def payout_chain_from_environment() -> PayoutChainLike:
+    """The chain at MLXNET_PAYOUT_RPC_URL, or (without one) an in-process chain that lives as long as
+    the process: for tests and one-off commands; the coordinator embeds anvil instead (PayoutChains)."""
     url = os.environ.get(RPC_URL_ENV)
     if not url:
         return in_process_chain()
@@ -122,22 +134,74 @@ def payout_chain_from_environment() -> PayoutChainLike:
     return connect_chain(url, distributor, os.environ.get(PUBLISHER_KEY_ENV))
 
 
+class PayoutChains:
+    """Where the coordinator anchors: MLXNET_PAYOUT_RPC_URL when set, else an anvil process of its own
+    with its state in chain_dir (started on first use, so only once an epoch has a root to anchor)."""
+
+    def __init__(self, chain_dir: Path | None) -> None:
+        self._chain_dir = chain_dir
+        self._process: AnvilProcess | None = None
+        self._chain: PayoutChainLike | None = None
+
+    def get(self) -> PayoutChainLike:
+        if self._chain is None:
+            if os.environ.get(RPC_URL_ENV) or self._chain_dir is None:
+                self._chain = payout_chain_from_environment()
+            else:
+                port = int(os.environ.get(ANVIL_PORT_ENV, str(ANVIL_PORT_DEFAULT)))
+                self._process, self._chain = embedded_chain(self._chain_dir, port=port)
+        return self._chain
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+            self._process, self._chain = None, None
+
+
 def anchor_closed_epochs(db: Database, chain: PayoutChainLike) -> int:
     with db.transaction() as session:
         return len(anchor_epochs(session, chain))
 
 
+class EpochCloser:
+    """One pass of the epochs loop: close the epoch that ended (signed), then anchor any root not yet
+    anchored. Anchoring is retried every pass until it succeeds, so an unreachable chain delays it and
+    never loses an epoch; jobs never wait on it (it runs outside their transactions)."""
+
+    def __init__(self, db: Database, settings: EpochSettings,
+                 chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
+                 signer: HeadSigner | None = None) -> None:
+        self._db, self._settings, self._signer = db, settings, signer
+        self._chain_factory = chain_factory
+        self._chain: PayoutChainLike | None = None
+        self._anchoring_due: bool | None = None  # unknown until the first pass reads the epochs
+
+    @property
+    def interval_s(self) -> float:
+        return min(CHECK_INTERVAL_S_MAX, self._settings.length_s / 4)
+
+    def step(self) -> None:
+        if self._anchoring_due is None:
+            with self._db.transaction() as session:  # a restart may find roots not anchored yet
+                self._anchoring_due = last_epoch(session) is not None
+        result = close_due_epoch(self._db, self._settings, signer=self._signer)
+        self._anchoring_due = self._anchoring_due or (result is not None and result.epoch is not None
+                                                      and result.epoch.root is not None)
+        if self._anchoring_due:
+            self._chain = self._chain or self._chain_factory()
+            anchor_closed_epochs(self._db, self._chain)
+            self._anchoring_due = False
+
+
 def close_epochs_forever(db: Database, stopping: threading.Event, settings: EpochSettings,
-                         chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment) -> None:
-    """The coordinator's background loop: close each epoch once it ends, then anchor its root."""
-    interval_s = min(CHECK_INTERVAL_S_MAX, settings.length_s / 4)
-    chain: PayoutChainLike | None = None
-    while not stopping.wait(interval_s):
+                         chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
+                         signer: HeadSigner | None = None) -> None:
+    """EpochCloser's passes until stopping, logging a failed pass (for one-off tools and tests; the
+    coordinator runs the same passes under coordinator.background's supervisor)."""
+    closer = EpochCloser(db, settings, chain_factory, signer)
+    while not stopping.wait(closer.interval_s):
         try:
-            result = close_due_epoch(db, settings)
-            if result is not None and result.epoch is not None and result.epoch.root is not None:
-                chain = chain or chain_factory()
-                anchor_closed_epochs(db, chain)
+            closer.step()
         except (LedgerError, OSError, ValueError) as error:
             # The next tick retries; a close is one transaction and anchoring is idempotent.
             log.error("epoch close or anchoring failed, will retry: %s", error)

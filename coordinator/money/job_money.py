@@ -6,8 +6,10 @@ post or void the held credit, and read what it cost.
   jobs reserve nothing: the network pays.
 - Completed with a verified receipt: the consumer is charged and the operator's credit held
   until its check passes or its window closes (`complete`).
-- Failed or cancelled: charged for the tokens it streamed and no more, or released whole when
-  it streamed none (`settle_failed`).
+- Failed or cancelled: charged only for tokens both delivered to the consumer and proven by a
+  verified partial receipt, the operator's credit held as for a completion; with no such tokens
+  the reservation is released whole and nobody is paid (`settle_failed`). No credit is ever
+  written without a verified receipt, so `mlxnet ledger audit` holds after any fault.
 - A check decides the held credit: posted (`release_credit`) or voided, the consumer refunded
   (`reject_credit`).
 
@@ -30,7 +32,7 @@ from contracts.models import ModelSpec
 from coordinator.errors import InsufficientBalance
 from coordinator.model import PROMPT_TEXT, JobRecord, JobStatus
 from coordinator.money import api_keys
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import job_rows
 from coordinator.storage.database import writes_serialized
 from ledger.api import (
     JOBS_PER_CALL_MAX,
@@ -53,7 +55,6 @@ from ledger.api import (
     release_job_credit,
     release_job_credits,
     reserve_job,
-    settle_job,
     transfers_for_job,
     void_job,
 )
@@ -154,13 +155,40 @@ def complete(session: Session, job: JobRecord, operator_id: OperatorId, spec: Mo
     return Completion(price, billing_closed=True)
 
 
-def settle_failed(session: Session, job: JobRecord) -> bool:
-    """Charge a failed job's streamed tokens, or release it whole; True when it had a reservation
-    to resolve (the caller records billing_closed_at_ms in the same write that fails the job)."""
+@dataclass(frozen=True)
+class ProvenWork:
+    """What a failed job delivered and a verified partial receipt proves: the tokens it may
+    charge (coordinator.jobs.ending counts them; never more than the consumer received)."""
+
+    operator_id: OperatorId
+    spec: ModelSpec
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Settlement:
+    price: JobPrice | None  # charged and credited (the credit held), None when nothing was
+    billing_closed: bool  # the reservation was resolved now: the job's row records it in its end
+
+
+def settle_failed(session: Session, job: JobRecord, proven: ProvenWork | None,
+                  hold_s: int) -> Settlement:
+    """A failed or cancelled job: charge its delivered and proven tokens and hold the operator's
+    credit for its check, as a completion does; without proof, release the reservation whole
+    and pay nobody. billing_closed: it had a reservation, resolved now (the caller records
+    billing_closed_at_ms in the same write that fails the job)."""
+    price = None
+    if proven is not None and proven.completion_tokens > 0:
+        price = chargeable_price(job, proven.spec, proven.prompt_tokens, proven.completion_tokens)
+        payment = complete_job(session, job.job_id, paying_consumer(job),
+                                           proven.operator_id, price, hold_s=hold_s)
+        assert payment.ok, f"ledger refused to settle {job.job_id}'s proven tokens: {payment.failure}"
     if job.reserved_base_units == 0:
-        return False
-    _refund_unspent(session, job, _charge_streamed(session, job))
-    return True
+        return Settlement(price, billing_closed=False)
+    charged = _posted_charge(session, job.job_id) if price is not None else _void(session, job)
+    _refund_unspent(session, job, charged)
+    return Settlement(price, billing_closed=True)
 
 
 def close_job(session: Session, job: JobRecord, now_ms: int) -> bool:
@@ -169,7 +197,7 @@ def close_job(session: Session, job: JobRecord, now_ms: int) -> bool:
     if job.reserved_base_units == 0 or job.billing_closed_at_ms is not None:
         return False
     if job.status is JobStatus.FAILED:
-        charged = _charge_streamed(session, job)
+        charged = _void(session, job)  # a failed job's proven tokens were charged as it failed
     elif job.status is JobStatus.COMPLETED and pending_state(
             session, job_transfer_id(job.job_id, JobStep.RESERVE)) not in (None, TransferState.PENDING):
         charged = _posted_charge(session, job.job_id)  # the completion path charged it
@@ -221,27 +249,9 @@ def _refund_unspent(session: Session, job: JobRecord, charged: int) -> None:
         api_keys.refund_spend(session, job.api_key_id, job.reserved_base_units - charged)
 
 
-def _streamed_charge(session: Session, job: JobRecord) -> tuple[OperatorId, JobPrice] | None:
-    """Who ran the job and the price of the tokens it streamed, or None when it streamed none."""
-    streamed = job_rows.token_count(session, job.job_id)
-    node = node_rows.node_by_id(session, job.node_ids[0]) if job.node_ids else None
-    spec = node.model(job.model_id) if node is not None else None
-    if streamed == 0 or node is None or spec is None:
-        return None
-    return node.operator_id, chargeable_price(job, spec, job.prompt_tokens, streamed)
-
-
-def _charge_streamed(session: Session, job: JobRecord) -> int:
-    """Settle a failed job's reservation on its streamed tokens, or void it; returns the charge."""
-    charge = _streamed_charge(session, job)
-    consumer = ConsumerId(job.consumer_id)
-    if charge is not None and charge[1].consumer_charge > 0:
-        operator_id, price = charge
-        payment = settle_job(session, job.job_id, consumer, operator_id, price)
-        if payment.ok:
-            return price.consumer_charge
-        log.warning("job %s: charging its streamed tokens failed (%s); releasing it instead",
-                    job.job_id, payment.failure)
+def _void(session: Session, job: JobRecord) -> int:
+    """Release a failed job's reservation whole, unless it was already resolved; returns what
+    the consumer was charged."""
     result = void_job(session, job.job_id)
     assert result.code in (ResultCode.CREATED, ResultCode.EXISTS,
                            ResultCode.PENDING_ALREADY_RESOLVED), result.code

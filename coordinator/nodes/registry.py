@@ -17,6 +17,7 @@ from contracts.pods import PodDeclaration, pod_problems
 from contracts.signing import PUBLIC_KEY_BYTES, register_challenge, signature_is_valid
 from coordinator.errors import InvalidRequest, PermissionDenied, Unauthenticated
 from coordinator.jobs.handback import hand_back_jobs
+from coordinator.verification.outcomes import CheckContext
 from coordinator.model import NodeRecord
 from coordinator.nodes import reports
 from coordinator.storage import node_rows
@@ -40,6 +41,7 @@ class Registration:
     benchmark: BenchmarkResult | None = None
     warm_models: tuple[str, ...] = ()
     pod: PodDeclaration | None = None  # declared by the pod's leader; its leader field is ignored
+    region: str = ""  # where the operator publishes the Mac on MLX World's map (world.places)
 
 
 def token_sha256(token: str) -> str:
@@ -65,7 +67,8 @@ def _validate(registration: Registration, now_ms: int) -> NodeId:
     return node_id
 
 
-def register(session: Session, registration: Registration, now_ms: int) -> tuple[NodeId, str]:
+def register(session: Session, registration: Registration, now_ms: int,
+             context: CheckContext) -> tuple[NodeId, str]:
     """Record the node and open a new session; jobs of the node's previous run are handed back."""
     node_id = _validate(registration, now_ms)
     token = secrets.token_urlsafe(32)
@@ -88,7 +91,7 @@ def register(session: Session, registration: Registration, now_ms: int) -> tuple
             raise InvalidRequest("pod declaration refused: " + "; ".join(problems))
         node_rows.save_pod(session, pod, now_ms)
     # A registering agent has just started, so it holds none of its earlier jobs.
-    hand_back_jobs(session, node_id, "node agent restarted", now_ms)
+    hand_back_jobs(session, node_id, "node agent restarted", now_ms, context)
     return node_id, token
 
 

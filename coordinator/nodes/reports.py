@@ -113,7 +113,8 @@ def hand_back_job(session: Session, node: NodeRecord, job_id: str, reason: str,
     freed = job_rows.release_assignments(session, job_id)
     job_rows.delete_tokens(session, job_id)
     job_rows.transition_job(session, job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,
-                           assigned_at_ms=None, started_at_ms=None)
+                           assigned_at_ms=None, started_at_ms=None,  # its tokens and their proof go
+                           partial_receipt_body=None, partial_receipt_signature=None)
     log.info("node %s handed back job %s: %s", node.node_id, job_id, reason)
     return freed
 

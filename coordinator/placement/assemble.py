@@ -7,24 +7,22 @@ from coordinator.placement.candidates import MacCandidate, PodCandidate
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement
 from coordinator.placement.explain import Explanation, RankedCandidate
-from coordinator.placement.natives import new_tuple
 from coordinator.placement.pods import fit_pod
 from coordinator.placement.scored import Scored
 from coordinator.placement.speed import prefill_tokens_per_s, tensor_speedup, time_to_first_token_s
 from coordinator.placement.terms import JobTerms
-from coordinator.placement.vocabulary import MAC, POD, SINGLE, TENSOR
+from coordinator.placement.vocabulary import CandidateKind, Strategy
 
 
 def ranked_mac(mac: MacCandidate, scored: Scored) -> RankedCandidate:
-    # tuple.__new__ runs in C; a named tuple's own __new__ is a Python function (a few run per decision).
-    return new_tuple(RankedCandidate, (mac.node_id, MAC, mac.reputation, mac.price_per_million_tokens, scored))
+    return RankedCandidate(mac.node_id, CandidateKind.MAC, mac.reputation, mac.price_per_million_tokens, scored)
 
 
 def ranked_pod(pod: PodCandidate, members: tuple[MacCandidate, ...], scored: Scored) -> RankedCandidate:
     # A pod is as trustworthy as its least reputable member and costs all its members' time.
     reputation = min(mac.reputation for mac in members)
     price = sum(mac.price_per_million_tokens for mac in members)
-    return new_tuple(RankedCandidate, (pod.pod_id, POD, reputation, price, scored))
+    return RankedCandidate(pod.pod_id, CandidateKind.POD, reputation, price, scored)
 
 
 def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanation: Explanation,
@@ -34,14 +32,12 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
     prefill = prefill_tokens_per_s(job, mac.hardware.gpu_cores, decode, 1.0, config.speed)
     load_bytes = 0 if chosen.warm else job.model.weights_bytes
     assert chosen.free_bytes >= terms.memory.total_bytes, "chose a Mac that cannot fit"
-    # Positional, in field order (named at each line's end): a class called with keywords first packs
-    # them into a dict, and most decisions make one of these.
     return Placement(
-        (mac.node_id,), None, SINGLE,  # node_ids, pod_id, strategy
-        (job.model.num_layers,), (terms.memory.total_bytes,),  # layer_split, reserved_memory_bytes
-        decode, prefill,  # predicted_decode_tokens_per_s, predicted_prefill_tokens_per_s
-        time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),  # predicted_time_to_first_token_s
-        explanation, job.job_id, chosen.total)  # explanation, job_id, score
+        node_ids=(mac.node_id,), pod_id=None, strategy=Strategy.SINGLE, layer_split=(job.model.num_layers,),
+        reserved_memory_bytes=(terms.memory.total_bytes,), predicted_decode_tokens_per_s=decode,
+        predicted_prefill_tokens_per_s=prefill,
+        predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
+        explanation=explanation, job_id=job.job_id, score=chosen.total)
 
 
 def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], free: tuple[int, ...],
@@ -50,16 +46,16 @@ def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidat
     fit = fit_pod(terms.memory, chosen.strategy, job.model.num_layers, free)
     assert fit is not None, "chose a pod whose members cannot hold their shares"
     decode = chosen.decode_tokens_per_s
-    tensor = chosen.strategy is TENSOR
+    tensor = chosen.strategy is Strategy.TENSOR
     speedup = tensor_speedup(len(members), config.speed) if tensor else 1.0
     cores = min(mac.hardware.gpu_cores for mac in members)
     prefill = prefill_tokens_per_s(job, cores, decode, speedup, config.speed)
     # Members load their shares in parallel; the largest share sets the pace.
     largest_share = 1 / len(members) if tensor else max(fit.layer_split) / job.model.num_layers
     load_bytes = 0 if chosen.warm else int(job.model.weights_bytes * largest_share)
-    return Placement(  # positional, as mac_placement's
-        tuple(NodeId(mac.node_id) for mac in members), pod.pod_id, chosen.strategy,  # node_ids, pod_id, strategy
-        fit.layer_split, fit.shares_bytes,  # layer_split, reserved_memory_bytes
-        decode, prefill,  # predicted_decode_tokens_per_s, predicted_prefill_tokens_per_s
-        time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),  # predicted_time_to_first_token_s
-        explanation, job.job_id, chosen.total)  # explanation, job_id, score
+    return Placement(
+        node_ids=tuple(NodeId(mac.node_id) for mac in members), pod_id=pod.pod_id, strategy=chosen.strategy,
+        layer_split=fit.layer_split, reserved_memory_bytes=fit.shares_bytes,
+        predicted_decode_tokens_per_s=decode, predicted_prefill_tokens_per_s=prefill,
+        predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
+        explanation=explanation, job_id=job.job_id, score=chosen.total)

@@ -10,9 +10,9 @@ import importlib.machinery
 import os
 from dataclasses import dataclass
 
-# The decision's and the commit's path (planner.decide, FleetIndex.try_commit), with natives and
-# vocabulary, whose Final names the others then read from C statics. Not decision.py or explain.py: their
-# frozen dataclasses write their fields straight into __dict__, which a compiled class has not.
+# The decision's and the commit's path (planner.decide, FleetIndex.try_commit), with natives, whose
+# Final names the scan loops then read from C statics. decision.py and explain.py stay plain Python:
+# their frozen dataclasses are made a few times per decision, and other packages build them too.
 COMPILED_MODULES = (
     "coordinator.placement.assemble",
     "coordinator.placement.filters",

@@ -77,21 +77,6 @@ class Explanation:
     chosen_id: str | None
     notes: tuple[str, ...] = ()
 
-    def __init__(self, job_id: JobId, model_id: str, memory: MemoryEstimate, macs_total: int,
-                 mac_filtered: tuple[tuple[FilterReason, int], ...], macs_feasible: int, macs_scored: int,
-                 pods_total: int, pods_considered: bool, pod_filtered: tuple[tuple[FilterReason, int], ...],
-                 pods_feasible: int, pods_scored: int, ranked: tuple[RankedCandidate, ...],
-                 price_reference_per_million_tokens: int, chosen_id: str | None, notes: tuple[str, ...] = ()) -> None:
-        # Written out: the frozen dataclass's own __init__ sets each field with a call to object.__setattr__,
-        # and one update of the instance dict costs a third of that (every decision makes one of these).
-        # test_explain checks that it takes the fields, in order, with their defaults.
-        self.__dict__.update(
-            job_id=job_id, model_id=model_id, memory=memory, macs_total=macs_total, mac_filtered=mac_filtered,
-            macs_feasible=macs_feasible, macs_scored=macs_scored, pods_total=pods_total,
-            pods_considered=pods_considered, pod_filtered=pod_filtered, pods_feasible=pods_feasible,
-            pods_scored=pods_scored, ranked=ranked,
-            price_reference_per_million_tokens=price_reference_per_million_tokens, chosen_id=chosen_id, notes=notes)
-
     @functools.cached_property
     def top_candidates(self) -> tuple[CandidateScore, ...]:
         """Best first, each with its named scores (computed on first read, then kept)."""

@@ -15,6 +15,7 @@ from coordinator.placement.candidates import MacCandidate
 
 class FilterReason(StrEnum):
     MODEL_NOT_SERVED = "model_not_served"
+    EXCLUDED = "failed_this_job"  # failed a check of this very job: its re-run goes elsewhere
     OFFLINE = "offline"
     OWNER_ACTIVE = "owner_active"
     BUSY = "busy"  # running as many jobs as its operator allows
@@ -23,13 +24,6 @@ class FilterReason(StrEnum):
 
 
 FILTER_ORDER: Final = tuple(FilterReason)
-# As module constants for the hot paths (see vocabulary.py for why).
-MODEL_NOT_SERVED: Final = FilterReason.MODEL_NOT_SERVED
-OFFLINE: Final = FilterReason.OFFLINE
-OWNER_ACTIVE: Final = FilterReason.OWNER_ACTIVE
-BUSY: Final = FilterReason.BUSY
-BELOW_MIN_SPEED: Final = FilterReason.BELOW_MIN_SPEED
-DOES_NOT_FIT: Final = FilterReason.DOES_NOT_FIT
 
 
 def mac_state_reason(mac: MacCandidate) -> FilterReason | None:
@@ -39,11 +33,11 @@ def mac_state_reason(mac: MacCandidate) -> FilterReason | None:
 
 def state_reason(online: bool, owner_active: bool, running_jobs: int, max_concurrent_jobs: int) -> FilterReason | None:
     if not online:
-        return OFFLINE
+        return FilterReason.OFFLINE
     if owner_active:
-        return OWNER_ACTIVE
+        return FilterReason.OWNER_ACTIVE
     if running_jobs >= max_concurrent_jobs:
-        return BUSY
+        return FilterReason.BUSY
     return None
 
 

@@ -381,6 +381,65 @@ class FleetIndex:
         self._set_loads([(slot, slot.committed - share, slot.running - 1)
                          for slot, share in zip(slots, reserved_memory_bytes)])
 
+    def exclude(self, node_ids: frozenset[str]) -> list[MacSlot]:
+        """Filter these Macs, and every pod they are in, out of the index under EXCLUDED until readmit.
+
+        For one decision: a re-run goes to none of the nodes that failed its check. The cost is a
+        re-filing per excluded Mac and pod, not a new index. Their ceilings leave too, so a job that
+        only they could ever take is refused, not kept waiting for them. Returns what to readmit.
+        """
+        slots = [self._mac_by_node[NodeId(node_id)] for node_id in sorted(node_ids) if node_id in self._mac_by_node]
+        pods = self._pods_of(slots)
+        for pod in pods:
+            self._detach_pod_state(pod)
+            self._change_pod_ceilings(pod, -1)
+        for slot in slots:
+            self._detach_mac_state(slot)
+            self._change_mac_ceilings(slot, -1)
+            slot.reason = FilterReason.EXCLUDED
+            self._attach_mac_state(slot)
+        for pod in pods:
+            pod.reason = self._pod_reason(pod)  # EXCLUDED: it comes first in the filter order
+            self._attach_pod_state(pod)
+        return slots
+
+    def readmit(self, slots: list[MacSlot]) -> None:
+        """Undo exclude: the Macs and their pods are filed by their own state again."""
+        pods = self._pods_of(slots)
+        for pod in pods:
+            self._detach_pod_state(pod)
+        for slot in slots:
+            assert slot.reason is FilterReason.EXCLUDED, "readmitted a Mac that was not excluded"
+            self._detach_mac_state(slot)
+            mac = slot.candidate
+            slot.reason = state_reason(mac.online, mac.owner_active, slot.running, mac.max_concurrent_jobs)
+            self._attach_mac_state(slot)
+            self._change_mac_ceilings(slot, +1)
+        for pod in pods:
+            pod.reason = self._pod_reason(pod)
+            self._attach_pod_state(pod)
+            self._change_pod_ceilings(pod, +1)
+
+    @staticmethod
+    def _pods_of(slots: list[MacSlot]) -> list[PodSlot]:
+        return list(dict.fromkeys([pod for slot in slots for pod in slot.pods]))
+
+    def _change_mac_ceilings(self, slot: MacSlot, sign: int) -> None:
+        for model_id in slot.candidate.served_models:
+            ceilings = self.mac_models[model_id].classes[slot.step].ceilings
+            if sign > 0:
+                insort(ceilings, slot.ceiling)
+            else:
+                del ceilings[bisect_left(ceilings, slot.ceiling)]
+
+    def _change_pod_ceilings(self, slot: PodSlot, sign: int) -> None:
+        for model_id in slot.served:
+            by_ceiling = self.pod_models[model_id].classes[(slot.topology, slot.slowest_step)].by_ceiling
+            if sign > 0:
+                insort(by_ceiling, (-slot.ceiling_sum, slot.position))
+            else:
+                by_ceiling.remove((-slot.ceiling_sum, slot.position))
+
     def _set_loads(self, loads: list[tuple[MacSlot, int, int]]) -> None:
         """New commitments for some Macs; a pod they share is re-filed once, not once per member."""
         pods = list(dict.fromkeys([pod for slot, _, _ in loads for pod in slot.pods]))

@@ -17,4 +17,3 @@ insort: Final = bisect.insort
 heappush: Final = heapq.heappush
 heappop: Final = heapq.heappop
 log2: Final = math.log2
-new_tuple: Final = tuple.__new__  # makes a named tuple in C, without its Python __new__

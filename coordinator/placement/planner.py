@@ -3,7 +3,8 @@
     place(job, fleet)  ->  Placement | Unplaceable
 
 `fleet` is a FleetIndex (build it once, keep it current with try_commit/release/
-replace_mac) or a FleetSnapshot (indexed on first use; the last one is cached).
+replace_mac) or a FleetSnapshot (indexed on first use; the last one is cached). A re-run's
+excluded nodes are filtered out of the index for its decision (FilterReason.EXCLUDED).
 The same stages run over the exhaustive view in exhaustive.py, which scores every
 candidate; the benchmark and tests compare the two.
 """
@@ -98,14 +99,22 @@ def index_for(snapshot: FleetSnapshot, config: PlacementConfig) -> FleetIndex:
     return index
 
 
-def place(job: JobRequest, fleet: FleetSnapshot | FleetIndex,
-          config: PlacementConfig | None = None) -> Placement | Unplaceable:
+def place(job: JobRequest, fleet: FleetSnapshot | FleetIndex, config: PlacementConfig | None = None,
+          excluded: frozenset[str] = frozenset()) -> Placement | Unplaceable:
+    """excluded: nodes that may not take this job (they failed its check; it is their job's re-run)."""
     if isinstance(fleet, FleetIndex):
         assert config is None or config is fleet.config or config == fleet.config, \
             "the index was built with another config"
-        return decide(job, _view_of(fleet), fleet.config)
-    config = config if config is not None else PlacementConfig()
-    return decide(job, _view_of(index_for(fleet, config)), config)
+        index = fleet
+    else:
+        index = index_for(fleet, config if config is not None else PlacementConfig())
+    if not excluded:
+        return decide(job, _view_of(index), index.config)
+    held = index.exclude(excluded)  # a filter on the index for this decision, undone before it returns
+    try:
+        return decide(job, _view_of(index), index.config)
+    finally:
+        index.readmit(held)
 
 
 def _view_of(index: FleetIndex) -> IndexView:
@@ -142,15 +151,13 @@ def _explain(terms: JobTerms, view: FleetView, macs: SearchResult, pods: SearchR
     else:
         ranked = tuple([ranked_mac(view.mac_at(s.position), s) for s in macs.top])
     chosen = ranked[0].candidate_id if ranked else None
-    # Positional, in field order (named at each line's end): a class called with keywords first packs
-    # them into a dict, which cost 8k instructions of the decision's 13k for this call.
     return Explanation(
-        terms.job.job_id, terms.job.model.model_id, terms.memory,  # job_id, model_id, memory
-        view.mac_count, counts_tuple(macs.filtered), macs.feasible, macs.scored,  # macs_total .. macs_scored
-        view.pod_count, pods is not None,  # pods_total, pods_considered
-        counts_tuple(pods.filtered) if pods else (), pods.feasible if pods else 0,  # pod_filtered, pods_feasible
-        pods.scored if pods else 0, ranked,  # pods_scored, ranked
-        config.price_reference_per_million_tokens, chosen, notes)  # price reference, chosen_id, notes
+        job_id=terms.job.job_id, model_id=terms.job.model.model_id, memory=terms.memory,
+        macs_total=view.mac_count, mac_filtered=counts_tuple(macs.filtered), macs_feasible=macs.feasible,
+        macs_scored=macs.scored, pods_total=view.pod_count, pods_considered=pods is not None,
+        pod_filtered=counts_tuple(pods.filtered) if pods else (), pods_feasible=pods.feasible if pods else 0,
+        pods_scored=pods.scored if pods else 0, ranked=ranked,
+        price_reference_per_million_tokens=config.price_reference_per_million_tokens, chosen_id=chosen, notes=notes)
 
 
 def _needs(terms: JobTerms) -> str:

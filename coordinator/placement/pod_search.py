@@ -11,27 +11,24 @@ from operator import itemgetter
 from typing import Final, NamedTuple
 
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED
+from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import (
     FREE_SHIFT, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, ModelEntry, PodClass, PodSlot,
 )
 from coordinator.placement.natives import bisect_left, log2
 from coordinator.placement.pods import PodTopology, fit_pod
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
-from coordinator.placement.search import Best, SearchResult, skip_free_value
+from coordinator.placement.search import Best, SearchResult, search_prologue, skip_free_value
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import JobTerms, TopologyPlan, plan_topology
-from coordinator.placement.vocabulary import PIPELINE, TENSOR
+from coordinator.placement.vocabulary import Strategy
 
 
 def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
-    entry = index.pod_models.get(terms.job.model.model_id)
-    filtered = {MODEL_NOT_SERVED: index.pod_count - (entry.served if entry else 0)}
-    best = Best(config.top_candidates_explained)
+    entry, filtered, best = search_prologue(index.pod_models, index.pod_count, terms, config)
     if entry is None:
         return best.result(filtered, 0, 0, None)
-    filtered.update(entry.unavailable)
     pending: list[PendingClass] = []
     feasible = 0
     fast_enough, unsplittable, too_slow = _classes_fast_enough(_shape_plans(entry, terms, config), terms)
@@ -46,8 +43,8 @@ def search_pods(index: FleetIndex, terms: JobTerms) -> SearchResult:
             feasible += counts[1]
     pending.sort(key=itemgetter(0), reverse=True)
     scored, split_failures = _scan(index, pending, terms, best)
-    filtered[BELOW_MIN_SPEED] = below
-    filtered[DOES_NOT_FIT] = does_not_fit + split_failures
+    filtered[FilterReason.BELOW_MIN_SPEED] = below
+    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit + split_failures
     chosen = None
     if best.ties:
         tied = sorted(best.ties, key=itemgetter(0))
@@ -156,7 +153,7 @@ def _scan(index: FleetIndex, pending: list[PendingClass], terms: JobTerms, best:
         keys = pod_class.group.keys
         static_bound = pod_class.group.static_max / STATIC_SCORE_SCALE
         weighted_speed = w_speed * speed  # as speed_part
-        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is TENSOR
+        need, member_min, tensor = plan.need_bytes, plan.member_min_bytes, plan.strategy is Strategy.TENSOR
         i, end = start, min(len(keys), start + scan_max)
         while i < end:
             key = keys[i]
@@ -188,7 +185,7 @@ def _scan(index: FleetIndex, pending: list[PendingClass], terms: JobTerms, best:
 
 def _pipeline_fits(index: FleetIndex, slot: PodSlot, terms: JobTerms) -> bool:
     free = index.pod_free_bytes(slot)
-    return fit_pod(terms.memory, PIPELINE, terms.job.model.num_layers, free) is not None
+    return fit_pod(terms.memory, Strategy.PIPELINE, terms.job.model.num_layers, free) is not None
 
 
 def pod_could_ever_take(index: FleetIndex, terms: JobTerms) -> bool:

@@ -19,7 +19,7 @@ from coordinator.placement.memory import (
     MemoryEstimate, pipeline_shares_bytes, split_layers_by_memory, tensor_shares_bytes,
 )
 from coordinator.placement.speed import SpeedProfile, link_latency_s, tensor_speedup
-from coordinator.placement.vocabulary import TENSOR, Strategy
+from coordinator.placement.vocabulary import Strategy
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def fit_pod(estimate: MemoryEstimate, strategy: Strategy, num_layers: int,
             member_free_bytes: tuple[int, ...]) -> PodFit | None:
     """Each member's share, or None when some member cannot hold its share."""
     members = len(member_free_bytes)
-    if strategy is TENSOR:
+    if strategy is Strategy.TENSOR:
         shares = tensor_shares_bytes(estimate, members)
         fits = all(share <= free for share, free in zip(shares, member_free_bytes))
         return PodFit((num_layers,) * members, shares) if fits else None

@@ -23,19 +23,19 @@ import math
 from typing import Any, Final, NamedTuple
 
 from coordinator.placement.config import PlacementConfig
-from coordinator.placement.filters import BELOW_MIN_SPEED, DOES_NOT_FIT, MODEL_NOT_SERVED, FilterReason
+from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import (
     FREE_SHIFT, MAX_POSITIONS, POSITION_MASK, STATIC_SHIFT, TAIL_MASK, FleetIndex, Group, MacClass, ModelEntry,
 )
-from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2, new_tuple
+from coordinator.placement.natives import bisect_left, bisect_right, heappop, heappush, log2
 from coordinator.placement.scored import Scored
 from coordinator.placement.scoring import STATIC_SCORE_SCALE
 from coordinator.placement.terms import JobTerms
-from coordinator.placement.vocabulary import SINGLE
+from coordinator.placement.vocabulary import Strategy
 
 
 class SearchResult(NamedTuple):
-    """A named tuple: one is made per search, and a tuple is quicker to make than a frozen dataclass."""
+    """What one search found: counts by filter reason, and the best few."""
 
     filtered: dict[FilterReason, int]
     feasible: int
@@ -106,22 +106,27 @@ class Best:
     def result(self, filtered: dict[FilterReason, int], feasible: int, scored: int,
                chosen: tuple | None) -> SearchResult:
         if chosen is None:
-            return new_tuple(SearchResult, (filtered, feasible, scored, ()))
+            return SearchResult(filtered, feasible, scored, ())
         others = [s for s in self.top if s[1] != chosen[1]][: self.top_max - 1]
-        # tuple.__new__ runs in C; Scored._make and SearchResult's __new__ are Python functions (the scan's
-        # tuples have every field).
-        top = tuple([new_tuple(Scored, s) for s in (chosen, *others)])
-        return new_tuple(SearchResult, (filtered, feasible, scored, top))
+        return SearchResult(filtered, feasible, scored, tuple(Scored(*s) for s in (chosen, *others)))
+
+
+def search_prologue(models: dict[str, ModelEntry], candidates: int, terms: JobTerms,
+                    config: PlacementConfig) -> tuple[ModelEntry | None, dict[FilterReason, int], Best]:
+    """What the Mac and pod searches both start with: the model's entry (None when no candidate
+    serves it), the counts of those that cannot take a job now by reason, and an empty best list."""
+    entry = models.get(terms.job.model.model_id)
+    filtered = {FilterReason.MODEL_NOT_SERVED: candidates - (entry.served if entry else 0)}
+    if entry is not None:
+        filtered.update(entry.unavailable)
+    return entry, filtered, Best(config.top_candidates_explained)
 
 
 def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
     config = index.config
-    entry = index.mac_models.get(terms.job.model.model_id)
-    filtered = {MODEL_NOT_SERVED: index.mac_count - (entry.served if entry else 0)}
-    best = Best(config.top_candidates_explained)
+    entry, filtered, best = search_prologue(index.mac_models, index.mac_count, terms, config)
     if entry is None:
         return best.result(filtered, 0, 0, None)
-    filtered.update(entry.unavailable)
     speeds = _group_speeds(entry, terms, config)
     # Groups are fastest first: those from the first one below the job's minimum speed on are all too slow.
     fast_enough = bisect_right(speeds.negated_decodes, -terms.job.min_decode_tokens_per_s)
@@ -135,8 +140,8 @@ def search_macs(index: FleetIndex, terms: JobTerms) -> SearchResult:
         below = 0
     does_not_fit = sum(starts)
     feasible = available - below - does_not_fit
-    filtered[BELOW_MIN_SPEED] = below
-    filtered[DOES_NOT_FIT] = does_not_fit
+    filtered[FilterReason.BELOW_MIN_SPEED] = below
+    filtered[FilterReason.DOES_NOT_FIT] = does_not_fit
     scored = _scan_best_bound_first(entry, speeds, starts, terms, config, best)
     chosen = _break_mac_tie(best.ties, terms) if best.ties else None
     return best.result(filtered, feasible, scored, chosen)
@@ -263,6 +268,7 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
         end = len(keys)
     scored = 0
     floor = best.floor  # changes only when a Mac is offered
+    single = Strategy.SINGLE  # read once: an enum class's attribute costs a hook call per read on 3.11
     i = start
     while i < end:
         key = keys[i]
@@ -281,7 +287,7 @@ def _scan_mac_group(group: Group, start: int, weighted_speed: float, speed: floa
                 i = bisect_left(keys, (free + 1) << FREE_SHIFT, i)
             continue
         scored += 1
-        scored_tuple = (score, tail & POSITION_MASK, free, fit, speed, warm, decode, SINGLE)
+        scored_tuple = (score, tail & POSITION_MASK, free, fit, speed, warm, decode, single)
         run_last = key | POSITION_MASK  # the last key a Mac with this free memory and static score can have
         if i + 1 < len(keys) and keys[i + 1] <= run_last:  # a run of equals: their scores are identical
             run_end = bisect_right(keys, run_last, i + 1)

@@ -14,7 +14,7 @@ from contracts.models import ModelSpec
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
 from coordinator.jobs.submission import Submission
-from coordinator.model import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, TokenChunk
+from coordinator.model import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, SignedReceipt, TokenChunk
 from coordinator.nodes.registry import Registration
 from coordinator.nodes.reports import HeartbeatReport
 from coordinator.placement.decision import Placement, Unplaceable
@@ -122,7 +122,8 @@ def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
         lending=lending_from_pb(request.lending) if request.HasField("lending") else LendingState(),
         benchmark=benchmark_from_pb(request.benchmark) if request.HasField("benchmark") else None,
         warm_models=tuple(request.warm_models),
-        pod=pod_from_pb(request.pod) if request.HasField("pod") else None)
+        pod=pod_from_pb(request.pod) if request.HasField("pod") else None,
+        region=request.region)
 
 
 def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str,
@@ -153,7 +154,7 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
         strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
         layer_split=list(job.layer_split), logprobs=job.top_logprobs >= 0,
-        top_logprobs=max(0, job.top_logprobs))
+        top_logprobs=max(0, job.top_logprobs), attempt=job.attempt)
     if pod is not None:  # members and their layers in the pod's rank order
         declaration, layers = pod
         del message.pod_node_ids[:], message.layer_split[:]
@@ -161,6 +162,14 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         message.layer_split.extend(layers)
         message.pod_id, message.pod_leader_node_id = declaration.pod_id, declaration.leader
     return message
+
+
+def partial_receipt_from_pb(
+        request: node_pb2.StreamTokensRequest | node_pb2.ReportResultRequest) -> SignedReceipt | None:
+    """The partial receipt a chunk or a failure carries, if any."""
+    if not request.HasField("partial_receipt"):
+        return None
+    return SignedReceipt(request.partial_receipt.body, request.partial_receipt.signature)
 
 
 def token_chunk_from_pb(request: node_pb2.StreamTokensRequest) -> TokenChunk:

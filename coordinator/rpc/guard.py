@@ -14,7 +14,7 @@ Nothing of a refused request is stored, and its input is never echoed back or lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
@@ -109,48 +109,55 @@ def refusal(request: object) -> str | None:
     return None
 
 
-def _refuse(context: grpc.ServicerContext, method: str, reason: str) -> None:
+async def _refuse(context: grpc.aio.ServicerContext, method: str, reason: str) -> None:
     log.info("%s refused at the edge: %s", method, reason)
-    context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
 
 
-def _checked_stream(requests: Iterator[object], context: grpc.ServicerContext,
-                    method: str) -> Iterator[object]:
-    for request in requests:
+async def _checked_stream(requests: AsyncIterator[object], context: grpc.aio.ServicerContext,
+                          method: str) -> AsyncIterator[object]:
+    async for request in requests:
         reason = refusal(request)
         if reason is not None:
-            _refuse(context, method, reason)
+            await _refuse(context, method, reason)
         yield request
 
 
 def _guard_unary_request(behavior: Callable, method: str, streaming_response: bool) -> Callable:
     if streaming_response:
-        def stream_behavior(request, context):  # type: ignore[no-untyped-def]
+        async def stream_behavior(request, context):  # type: ignore[no-untyped-def]
             reason = refusal(request)
             if reason is not None:
-                _refuse(context, method, reason)
-            yield from behavior(request, context)
+                await _refuse(context, method, reason)
+            async for item in behavior(request, context):
+                yield item
         return stream_behavior
 
-    def unary_behavior(request, context):  # type: ignore[no-untyped-def]
+    async def unary_behavior(request, context):  # type: ignore[no-untyped-def]
         reason = refusal(request)
         if reason is not None:
-            _refuse(context, method, reason)
-        return behavior(request, context)
+            await _refuse(context, method, reason)
+        return await behavior(request, context)
     return unary_behavior
 
 
-def _guard_stream_request(behavior: Callable, method: str) -> Callable:
-    def guarded(requests, context):  # type: ignore[no-untyped-def]
-        return behavior(_checked_stream(requests, context, method), context)
-    return guarded
+def _guard_stream_request(behavior: Callable, method: str, streaming_response: bool) -> Callable:
+    if streaming_response:
+        async def stream_stream(requests, context):  # type: ignore[no-untyped-def]
+            async for item in behavior(_checked_stream(requests, context, method), context):
+                yield item
+        return stream_stream
+
+    async def stream_unary(requests, context):  # type: ignore[no-untyped-def]
+        return await behavior(_checked_stream(requests, context, method), context)
+    return stream_unary
 
 
-class EdgeGuard(grpc.ServerInterceptor):
-    """The interceptor: install it on the server (grpc.server(..., interceptors=[EdgeGuard()]))."""
+class EdgeGuard(grpc.aio.ServerInterceptor):
+    """The interceptor: install it on the server (grpc.aio.server(interceptors=[EdgeGuard()]))."""
 
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        handler = continuation(handler_call_details)
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
@@ -161,7 +168,7 @@ class EdgeGuard(grpc.ServerInterceptor):
         elif handler.unary_stream is not None:
             replaced["unary_stream"] = _guard_unary_request(handler.unary_stream, method, True)
         elif handler.stream_unary is not None:
-            replaced["stream_unary"] = _guard_stream_request(handler.stream_unary, method)
+            replaced["stream_unary"] = _guard_stream_request(handler.stream_unary, method, False)
         elif handler.stream_stream is not None:
-            replaced["stream_stream"] = _guard_stream_request(handler.stream_stream, method)
+            replaced["stream_stream"] = _guard_stream_request(handler.stream_stream, method, True)
         return handler._replace(**replaced)

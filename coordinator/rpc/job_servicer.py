@@ -7,6 +7,8 @@ runs with anonymous access. A consumer sees only its own jobs.
 
 from __future__ import annotations
 
+import functools
+
 import grpc
 
 from coordinator.errors import AlreadyDone
@@ -14,7 +16,9 @@ from coordinator.jobs.stops import StopScanner
 from coordinator.model import ERROR_STOP_SEQUENCE, TokenChunk
 from coordinator.money.api_keys import Caller
 from coordinator.rpc import convert
+from coordinator.rpc.offload import Offload
 from coordinator.rpc.status import translate_errors, translate_stream_errors
+from coordinator.rpc.stream_limits import OpenStreams
 from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc
 
@@ -32,49 +36,67 @@ def bearer_key(authorization: str | None) -> str | None:
     return authorization[len(BEARER_PREFIX):].strip() or None
 
 
-class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, service: CoordinatorService) -> None:
-        self._service = service
+def peer_host(context: grpc.aio.ServicerContext) -> str:
+    """The caller's address without its port ("ipv4:1.2.3.4:5" -> "1.2.3.4")."""
+    peer = context.peer() or "unknown"
+    return peer.split(":", 1)[-1].rpartition(":")[0] or peer
 
-    def _caller(self, context: grpc.ServicerContext) -> Caller:
-        metadata = dict(context.invocation_metadata())
-        return self._service.jobs.authenticate_consumer(
+
+class JobServicer(job_pb2_grpc.JobServiceServicer):
+    """Runs on grpc.aio's event loop; every service call is offloaded to a bounded pool."""
+
+    def __init__(self, service: CoordinatorService, offload: Offload, streams: OpenStreams) -> None:
+        self._service = service
+        self._offload = offload
+        self._streams = streams
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        metadata = dict(context.invocation_metadata() or ())
+        return await self._offload.call(
+            self._service.jobs.authenticate_consumer,
             bearer_key(metadata.get(AUTHORIZATION_METADATA_KEY)),
             metadata.get(CONSUMER_METADATA_KEY, ""))
 
     @translate_errors
-    def SubmitJob(self, request, context):  # noqa: N802 (gRPC names)
-        caller = self._caller(context)
+    async def SubmitJob(self, request, context):  # noqa: N802 (gRPC names)
+        caller = await self._caller(context)
         submission = convert.submission_from_pb(
             request, caller.consumer_id, caller.key.key_id if caller.key else None)
-        view = self._service.jobs.submit(submission, caller, place_now=request.no_queue)
+        view = await self._offload.call(functools.partial(
+            self._service.jobs.submit, submission, caller, place_now=request.no_queue))
         return job_pb2.SubmitJobResponse(job=convert.job_to_pb(view))
 
     @translate_errors
-    def GetJob(self, request, context):  # noqa: N802
-        view = self._service.jobs.get(request.job_id, self._caller(context))
+    async def GetJob(self, request, context):  # noqa: N802
+        caller = await self._caller(context)
+        view = await self._offload.call(self._service.jobs.get, request.job_id, caller)
         return job_pb2.GetJobResponse(job=convert.job_to_pb(view))
 
     @translate_stream_errors
-    def StreamJob(self, request, context):  # noqa: N802
+    async def StreamJob(self, request, context):  # noqa: N802
         """Every token; the text cut before the job's first stop sequence, which ends the job."""
-        caller = self._caller(context)
-        scanner = StopScanner(self._service.jobs.get(request.job_id, caller).job.stop)
-        next_index = 0
-        for item in self._service.jobs.stream(request.job_id, context.is_active, caller):
-            if isinstance(item, TokenChunk):
-                next_index = item.first_index + len(item.token_ids)
-                stopped = scanner.stopped
-                text = scanner.feed(item.text)
-                yield job_pb2.StreamJobResponse(
-                    first_index=item.first_index, token_ids=list(item.token_ids), text=text,
-                    logprobs=[convert.logprob_to_pb(entry) for entry in item.logprobs])
-                if scanner.stopped and not stopped:
-                    self._end_at_stop(request.job_id, caller)
-            else:
-                if rest := scanner.flush():  # text held back in case a stop sequence followed
-                    yield job_pb2.StreamJobResponse(first_index=next_index, text=rest)
-                yield job_pb2.StreamJobResponse(final_job=convert.job_to_pb(item))
+        caller = await self._caller(context)
+        holder = (f"key {caller.key.key_id}" if caller.key
+                  else f"anonymous callers at {peer_host(context)}")
+        with self._streams.hold("StreamJob", holder, self._streams.limits.job_streams_per_consumer):
+            view = await self._offload.call(self._service.jobs.get, request.job_id, caller)
+            scanner = StopScanner(view.job.stop)
+            next_index = 0
+            steps = self._service.jobs.stream_steps(request.job_id, caller)
+            async for item in self._offload.drain(steps):
+                if isinstance(item, TokenChunk):
+                    next_index = item.first_index + len(item.token_ids)
+                    stopped = scanner.stopped
+                    text = scanner.feed(item.text)
+                    yield job_pb2.StreamJobResponse(
+                        first_index=item.first_index, token_ids=list(item.token_ids), text=text,
+                        logprobs=[convert.logprob_to_pb(entry) for entry in item.logprobs])
+                    if scanner.stopped and not stopped:
+                        await self._offload.call(self._end_at_stop, request.job_id, caller)
+                else:
+                    if rest := scanner.flush():  # text held back in case a stop sequence followed
+                        yield job_pb2.StreamJobResponse(first_index=next_index, text=rest)
+                    yield job_pb2.StreamJobResponse(final_job=convert.job_to_pb(item))
 
     def _end_at_stop(self, job_id: str, caller: Caller) -> None:
         try:
@@ -83,13 +105,15 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             pass  # it ended on its own meanwhile
 
     @translate_errors
-    def ExplainPlacement(self, request, context):  # noqa: N802
-        self._caller(context)
-        decision = self._service.jobs.explain_placement(request.model, request.context_tokens,
-                                                   request.min_decode_tokens_per_s)
+    async def ExplainPlacement(self, request, context):  # noqa: N802
+        await self._caller(context)
+        decision = await self._offload.call(
+            self._service.jobs.explain_placement, request.model, request.context_tokens,
+            request.min_decode_tokens_per_s)
         return convert.placement_to_pb(decision)
 
     @translate_errors
-    def CancelJob(self, request, context):  # noqa: N802
-        view = self._service.jobs.cancel(request.job_id, self._caller(context))
+    async def CancelJob(self, request, context):  # noqa: N802
+        caller = await self._caller(context)
+        view = await self._offload.call(self._service.jobs.cancel, request.job_id, caller)
         return job_pb2.CancelJobResponse(job=convert.job_to_pb(view))

@@ -11,7 +11,9 @@ from contracts import hop_trace
 from coordinator.errors import InvalidRequest
 from coordinator.model import NodeRecord
 from coordinator.rpc import convert
+from coordinator.rpc.offload import Offload
 from coordinator.rpc.status import translate_errors, translate_stream_errors
+from coordinator.rpc.stream_limits import OpenStreams
 from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
 
@@ -19,72 +21,98 @@ SESSION_METADATA_KEY = "x-mlxnet-session"
 log = logging.getLogger(__name__)
 
 
-def _session_token(context: grpc.ServicerContext) -> str | None:
-    return dict(context.invocation_metadata()).get(SESSION_METADATA_KEY)
+def _session_token(context: grpc.aio.ServicerContext) -> str | None:
+    return dict(context.invocation_metadata() or ()).get(SESSION_METADATA_KEY)
 
 
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
-    def __init__(self, service: CoordinatorService) -> None:
-        self._service = service
+    """Runs on grpc.aio's event loop; heartbeats have their own pool, so nothing queues them."""
 
-    def _node(self, context: grpc.ServicerContext) -> NodeRecord:
-        return self._service.nodes.authenticate(_session_token(context))
+    def __init__(self, service: CoordinatorService, offload: Offload, streams: OpenStreams) -> None:
+        self._service = service
+        self._offload = offload
+        self._streams = streams
+
+    def _node(self, token: str | None) -> NodeRecord:
+        return self._service.nodes.authenticate(token)
 
     @translate_errors
-    def Register(self, request, context):  # noqa: N802 (gRPC names)
-        node_id, token = self._service.nodes.register(convert.registration_from_pb(request))
+    async def Register(self, request, context):  # noqa: N802 (gRPC names)
+        registration = convert.registration_from_pb(request)
+        node_id, token = await self._offload.call(self._service.nodes.register, registration)
         return node_pb2.RegisterResponse(
             node_id=node_id, session_token=token,
             heartbeat_interval_ms=self._service.config.heartbeat_interval_ms)
 
     @translate_errors
-    def Heartbeat(self, request, context):  # noqa: N802
+    async def Heartbeat(self, request, context):  # noqa: N802
         if request.running_jobs < 0:
             raise InvalidRequest("running_jobs must not be negative")
-        now = self._service.nodes.heartbeat(self._node(context), request.running_jobs,
-                                      convert.heartbeat_report_from_pb(request))
+        report = convert.heartbeat_report_from_pb(request)
+        now = await self._offload.heartbeat(self._heartbeat, _session_token(context),
+                                            request.running_jobs, report)
         return node_pb2.HeartbeatResponse(server_time_ms=now)
 
+    def _heartbeat(self, token: str | None, running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
+        return self._service.nodes.heartbeat(self._node(token), running_jobs, report)
+
     @translate_stream_errors
-    def ReceiveAssignments(self, request, context):  # noqa: N802
-        node = self._node(context)
-        for job in self._service.nodes.assignments(node, context.is_active):
-            spec = node.model(job.model_id)
-            assert spec is not None, "jobs are only placed on nodes serving their model"
-            yield convert.assignment_to_pb(job, spec, self._service.nodes.pod_assignment(job))
+    async def ReceiveAssignments(self, request, context):  # noqa: N802
+        node = await self._offload.call(self._node, _session_token(context))
+        with self._streams.hold("ReceiveAssignments", f"node {node.node_id}",
+                                self._streams.limits.assignment_streams_per_node):
+            async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
+                spec = node.model(job.model_id)
+                assert spec is not None, "jobs are only placed on nodes serving their model"
+                pod = await self._offload.step(self._service.nodes.pod_assignment, job)
+                yield convert.assignment_to_pb(job, spec, pod)
 
     @translate_errors
-    def StreamTokens(self, request_iterator, context):  # noqa: N802
+    async def StreamTokens(self, request_iterator, context):  # noqa: N802
         opened_ms = time.time_ns() // 1_000_000
-        node = self._node(context)
+        node = await self._offload.call(self._node, _session_token(context))
         accepted = 0
-        for request in request_iterator:
-            if request.first_index == 0:
-                hop_trace.job_hop(request.job_id, "first chunk read")
-                log.debug("job %s token stream opened at %d, first chunk read at %d",
-                          request.job_id, opened_ms, time.time_ns() // 1_000_000)
-            if self._service.nodes.accept_tokens(node, request.job_id, convert.token_chunk_from_pb(request),
-                                           request.prompt_tokens):
-                accepted += len(request.token_ids)
+        with self._streams.hold("StreamTokens", f"node {node.node_id}",
+                                self._streams.limits.token_streams_per_node):
+            async for request in request_iterator:
+                if request.first_index == 0:
+                    hop_trace.job_hop(request.job_id, "first chunk read")
+                    log.debug("job %s token stream opened at %d, first chunk read at %d",
+                              request.job_id, opened_ms, time.time_ns() // 1_000_000)
+                if await self._offload.step(self._service.nodes.accept_tokens, node, request.job_id,
+                                            convert.token_chunk_from_pb(request),
+                                            request.prompt_tokens,
+                                            convert.partial_receipt_from_pb(request),
+                                            request.attempt):
+                    accepted += len(request.token_ids)
         return node_pb2.StreamTokensResponse(tokens_accepted=accepted)
 
     @translate_errors
-    def ReportResult(self, request, context):  # noqa: N802
-        node = self._node(context)
+    async def ReportResult(self, request, context):  # noqa: N802
+        return await self._offload.call(self._report, _session_token(context), request)
+
+    def _report(self, token: str | None, request):  # type: ignore[no-untyped-def]
+        node = self._node(token)
         if request.handed_back:
             self._service.nodes.hand_back(node, request.job_id, request.failure_reason or "handed back")
             return node_pb2.ReportResultResponse()
         if request.failure_reason:
             self._service.nodes.accept_failure(node, request.job_id, request.failure_reason,
-                                         convert.failure_code_from_pb(request.failure))
+                                               convert.failure_code_from_pb(request.failure),
+                                               convert.partial_receipt_from_pb(request),
+                                               request.attempt)
             return node_pb2.ReportResultResponse()
         if not request.HasField("receipt"):
             raise InvalidRequest("ReportResult needs a receipt or a failure_reason")
         result = self._service.nodes.accept_receipt(node, request.job_id, request.receipt.body,
-                                              request.receipt.signature)
+                                                    request.receipt.signature, request.attempt)
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
 
     @translate_errors
-    def Leave(self, request, context):  # noqa: N802
-        handed_back = self._service.nodes.leave(self._node(context), request.reason[:256] or "leaving")
+    async def Leave(self, request, context):  # noqa: N802
+        reason = request.reason[:256] or "leaving"
+        handed_back = await self._offload.call(self._leave, _session_token(context), reason)
         return node_pb2.LeaveResponse(jobs_handed_back=handed_back)
+
+    def _leave(self, token: str | None, reason: str) -> int:
+        return self._service.nodes.leave(self._node(token), reason)

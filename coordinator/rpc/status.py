@@ -24,6 +24,7 @@ STATUS_FOR_ERROR: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.InsufficientBalance: grpc.StatusCode.FAILED_PRECONDITION,
     errors.RateLimited: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.NoCapacityNow: grpc.StatusCode.UNAVAILABLE,
+    errors.DatabaseUnavailable: grpc.StatusCode.UNAVAILABLE,
     errors.JobFailed: grpc.StatusCode.ABORTED,
 }
 
@@ -37,36 +38,37 @@ def status_for(error: errors.CoordinatorError) -> grpc.StatusCode:
     raise AssertionError(f"no gRPC status mapped for {type(error).__name__}")
 
 
-def _abort(context, error: errors.CoordinatorError) -> None:  # type: ignore[no-untyped-def]
+async def _abort(context: grpc.aio.ServicerContext, error: errors.CoordinatorError) -> None:
     retry_after_s = getattr(error, "retry_after_s", None)
     if retry_after_s is not None:  # as HTTP's Retry-After, for clients that back off
         context.set_trailing_metadata((("retry-after", str(retry_after_s)),))
-    context.abort(status_for(error), shown(str(error), ERROR_CHARS_MAX))
+    await context.abort(status_for(error), shown(str(error), ERROR_CHARS_MAX))
 
 
 def translate_errors(handler: Handler) -> Handler:
-    """Abort the RPC with the mapped status when a handler raises a CoordinatorError."""
+    """Abort the RPC with the mapped status when a handler (a coroutine) raises a CoordinatorError."""
 
     @functools.wraps(handler)
-    def wrapper(self, request, context):  # type: ignore[no-untyped-def]
+    async def wrapper(self, request, context):  # type: ignore[no-untyped-def]
         try:
-            return handler(self, request, context)
+            return await handler(self, request, context)
         except errors.CoordinatorError as error:
             log.info("%s refused: %s", handler.__name__, shown(str(error), ERROR_CHARS_MAX))
-            _abort(context, error)
+            await _abort(context, error)
 
     return wrapper  # type: ignore[return-value]
 
 
 def translate_stream_errors(handler: Handler) -> Handler:
-    """The same, for server-streaming handlers (generators)."""
+    """The same, for server-streaming handlers (async generators)."""
 
     @functools.wraps(handler)
-    def wrapper(self, request, context):  # type: ignore[no-untyped-def]
+    async def wrapper(self, request, context):  # type: ignore[no-untyped-def]
         try:
-            yield from handler(self, request, context)
+            async for item in handler(self, request, context):
+                yield item
         except errors.CoordinatorError as error:
             log.info("%s refused: %s", handler.__name__, shown(str(error), ERROR_CHARS_MAX))
-            _abort(context, error)
+            await _abort(context, error)
 
     return wrapper  # type: ignore[return-value]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from contracts.ids import JobId
 from contracts.models import ModelSpec
 from coordinator.placement.candidates import JobRequest
-from coordinator.placement.filters import OFFLINE
+from coordinator.placement.filters import FilterReason
 from coordinator.placement.index import FREE_SHIFT, FleetIndex
 from coordinator.placement.speed import decode_from_bandwidth
 from coordinator.placement.terms import job_terms
@@ -45,7 +45,7 @@ def model_capacity(index: FleetIndex, catalog: dict[str, ModelSpec],
         serving = available = 0
         fastest = 0.0
         if entry is not None:
-            serving = entry.served - entry.unavailable.get(OFFLINE, 0)
+            serving = entry.served - entry.unavailable.get(FilterReason.OFFLINE, 0)
             fits_from = terms.memory.total_bytes << FREE_SHIFT
             for bandwidth, group, _ in entry.mac_groups:
                 fitting = len(group.keys) - bisect_left(group.keys, fits_from)

@@ -11,17 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, NodeId
 from coordinator.config import CoordinatorConfig
 from coordinator.model import JobRecord, JobStatus
-from coordinator.placement.candidates import (
-    FleetSnapshot,
-    JobRequest,
-)
+from coordinator.placement.candidates import JobRequest
 from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.placement.index import FleetIndex
 from coordinator.placement.planner import place
@@ -38,14 +35,6 @@ log = logging.getLogger(__name__)
 class SchedulingPass:
     placed: tuple[tuple[JobId, tuple[NodeId, ...]], ...]
     failed: tuple[JobId, ...]  # refused: nothing in the fleet could ever run them
-
-
-
-
-def _without(fleet: FleetSnapshot, excluded: frozenset[str]) -> FleetSnapshot:
-    """The fleet minus nodes that failed this job's check (it is their job's re-run)."""
-    return replace(fleet, macs=tuple(m for m in fleet.macs if m.node_id not in excluded),
-                   pods=tuple(p for p in fleet.pods if not excluded & set(p.members)))
 
 
 def job_request(job: JobRecord, catalog: dict) -> JobRequest | None:
@@ -107,10 +96,8 @@ def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int)
 
 
 def _decide(request: JobRequest, index: FleetIndex, excluded: frozenset[str]) -> Placement | Unplaceable:
-    if not excluded:
-        return place(request, index)
-    # Rare (a re-run of a job these nodes failed): decide over a copy of the fleet without them.
-    return place(request, _without(index.snapshot(), excluded), index.config)
+    """Over the live index; a re-run's excluded nodes (they failed its check) are filtered out by name."""
+    return place(request, index, excluded=excluded)
 
 
 def assign_new_job(session: Session, job: JobRecord, decision: Placement, fleet: LiveFleet,

@@ -40,7 +40,7 @@ class CoordinatorService:
         self.nodes = NodeSessions(self.core, self.checks)
         self.money = Money(self.core)
         self.db, self.clock, self.config = db, clock, config
-        self.notifier, self.fleet = self.core.notifier, self.core.fleet
+        self.notifier, self.fleet, self.health = self.core.notifier, self.core.fleet, self.core.health
 
     def run_scheduler(self) -> SchedulingPass:
         return self.core.run_scheduler()

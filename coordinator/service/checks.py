@@ -19,6 +19,7 @@ class Checks:
     def __init__(self, core: ServiceCore) -> None:
         self._core = core
         self.verifier: VerifierWorker | None = None
+        core.replayable = self.held_models
 
     def held_models(self) -> frozenset[tuple[str, str]]:
         """The (model id, digest) pairs this coordinator's verifier can replay; none without one."""

@@ -16,6 +16,7 @@ from contracts import hop_trace
 from contracts.ids import JobId
 from coordinator.errors import (
     AlreadyDone,
+    DatabaseUnavailable,
     InvalidRequest,
     NoCapacityNow,
     NotFound,
@@ -24,7 +25,7 @@ from coordinator.errors import (
 )
 from coordinator.jobs import ending, submission
 from coordinator.live.chunks import LiveReader
-from coordinator.live.notifier import job_topic, node_topic
+from coordinator.live.notifier import Wait, job_topic, node_topic
 from coordinator.metrics.names import STREAM_CONSUMER
 from coordinator.model import (
     ERROR_CANCELLED,
@@ -83,6 +84,32 @@ class _RetriedFirst(Exception):
     def __init__(self, job_id: str) -> None:
         super().__init__(job_id)
         self.job_id = job_id
+
+
+STREAM_OUTAGE_S_MAX = 120.0  # how long a job's reader waits out a database outage
+
+
+class _Outage:
+    """A stream reader's wait through a database outage: backing off, with a deadline."""
+
+    def __init__(self, delay_s_min: float) -> None:
+        self._delay_s_min = max(0.05, delay_s_min)
+        self.reset()
+
+    def reset(self) -> None:
+        self._delay_s = self._delay_s_min
+        self._deadline: float | None = None
+
+    def wait_or_raise(self, is_active: Callable[[], bool]) -> None:
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + STREAM_OUTAGE_S_MAX
+        if now >= self._deadline or not is_active():
+            raise DatabaseUnavailable(
+                f"the coordinator's database has been unavailable for {STREAM_OUTAGE_S_MAX:g} s; "
+                "read the job again later", retry_after_s=5)
+        time.sleep(min(self._delay_s, self._deadline - now))
+        self._delay_s = min(self._delay_s * 2, 5.0)
 
 
 class ConsumerJobs:
@@ -273,7 +300,8 @@ class ConsumerJobs:
             job = self._own_job(session, job_id, caller)
             if job.status in TERMINAL_STATUSES:
                 raise AlreadyDone(f"job {job_id} is already {job.status.value}")
-            if ending.fail_job(session, job_id, now, error=error, error_code=code) is None:
+            if ending.fail_job(session, job_id, now, error=error, error_code=code,
+                               context=self._core.check_context()) is None:
                 raise AlreadyDone(f"job {job_id} ended meanwhile")
             freed = job_rows.release_assignments(session, job_id)
         self._core.notifier.notify(job_topic(job_id), *(node_topic(n) for n in freed))
@@ -294,14 +322,27 @@ class ConsumerJobs:
             self._core.notifier.wait(topic, seen, min(remaining, self._core.config.stream_poll_interval_s))
 
     def stream(self, job_id: str, is_active: Callable[[], bool],
-                   caller: Caller | None = None,
-                   watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
-        """Every token chunk from the first, as stored, then the final job view (_stream)."""
-        with self._core.metrics.stream_open(STREAM_CONSUMER):
-            yield from self._stream(job_id, is_active, caller, watch)
+               caller: Caller | None = None,
+               watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
+        """Every token chunk from the first, as stored, then the final job view; waits on this thread."""
+        for step in self.stream_steps(job_id, caller, watch):
+            if not isinstance(step, Wait):
+                yield step
+            elif not is_active():
+                return
+            else:
+                self._core.notifier.wait(step.topic, step.seen_version, step.timeout_s)
+                if not is_active():
+                    return
 
-    def _stream(self, job_id: str, is_active: Callable[[], bool], caller: Caller | None,
-                watch: Watch | None) -> Iterator[TokenChunk | JobView]:
+    def stream_steps(self, job_id: str, caller: Caller | None = None,
+                     watch: Watch | None = None) -> Iterator[TokenChunk | JobView | Wait]:
+        """stream's steps: chunks and the final view, with a Wait wherever it would wait."""
+        with self._core.metrics.stream_open(STREAM_CONSUMER):
+            yield from self._stream_steps(job_id, caller, watch)
+
+    def _stream_steps(self, job_id: str, caller: Caller | None,
+                      watch: Watch | None) -> Iterator[TokenChunk | JobView | Wait]:
         """Every token chunk from the first, as stored, then the final job view.
 
         Chunks this process stores come straight from the node's stream once committed;
@@ -309,6 +350,7 @@ class ConsumerJobs:
         With the submitter's watch (closed here) nothing can precede it: no first read.
         """
         next_index = delivered_chars = 0
+        outage = _Outage(self._core.config.stream_poll_interval_s)
         topic = job_topic(job_id)
         read_database = watch is None
         # Until the first wait, a watch holds all there is: it subscribed before the commit.
@@ -317,17 +359,25 @@ class ConsumerJobs:
         subscription = (contextlib.closing(watch) if watch is not None
                         else self._core.live_chunks.subscribe(job_id))
         with subscription as live:
-            while is_active():
+            while True:
                 # A watch's first wait counts from its subscription: a wake-up since is not missed.
                 seen = watch.version if nothing_unread and watch else self._core.notifier.version(topic)
                 chunks = [] if read_database else live.take(next_index)
                 if not chunks and not nothing_unread:
-                    with self._core.db.read_transaction() as session:
-                        job = self._own_job(session, job_id, caller)
-                        # Not token_chunks alone: after a mid-stream hand-back chunks may
-                        # straddle next_index.
-                        chunks = job_rows.chunks_for_reader(session, job_id, next_index,
+                    try:
+                        with self._core.db.read_transaction() as session:
+                            job = self._own_job(session, job_id, caller)
+                            # Not token_chunks alone: after a mid-stream hand-back chunks may
+                            # straddle next_index.
+                            chunks = job_rows.chunks_for_reader(session, job_id, next_index,
                                                                 delivered_chars)
+                    except DatabaseUnavailable:
+                        # The reader outlives a database outage (up to its limit): the job runs
+                        # on, and its tokens wait in the database or the live hand-off.
+                        outage.wait_or_raise(is_active)
+                        read_database = job is None
+                        continue
+                    outage.reset()
                 read_database = nothing_unread = False
                 for chunk in chunks:
                     next_index = chunk.first_index + len(chunk.token_ids)
@@ -337,7 +387,7 @@ class ConsumerJobs:
                 if job.status in TERMINAL_STATUSES:
                     yield self.get(job_id, caller)
                     return
-                self._core.notifier.wait(topic, seen, self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, self._core.config.stream_poll_interval_s)
 
     def explain_placement(self, model_id: str, context_tokens: int,
                           min_decode_tokens_per_s: float) -> Placement | PlacementRefusal:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
 from coordinator.live.chunks import LiveChunks
+from coordinator.live.health import HealthBoard
 from coordinator.live.notifier import Notifier, job_topic, node_topic
 from coordinator.metrics import readings, timing
 from coordinator.metrics.recorder import CoordinatorMetrics
@@ -21,6 +23,7 @@ from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
 from coordinator.storage import job_rows
 from coordinator.storage.database import Database
+from coordinator.verification.outcomes import CheckContext
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,20 @@ class ServiceCore:
         self.live_chunks = LiveChunks()
         self.live_assignments = LiveAssignments()
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
+        self.health = HealthBoard()  # the background loops' health (coordinator.background)
+        # Heartbeats count from here at the earliest: a node's last one before a restart says
+        # nothing about whether it is gone (see NodeSessions.reap_offline).
+        self.started_at_ms = clock.now_ms()
         # Which jobs get checked: from the OS's randomness, so no node can predict it.
         self.draws = draws or random.SystemRandom()
+        # The (model id, weights digest) pairs this coordinator's verifier replays (service.checks).
+        self.replayable: Callable[[], frozenset[tuple[str, str]]] = frozenset
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
         self.metrics.watch(readings.NetworkCollector(self.read_network))
+
+    def check_context(self) -> CheckContext:
+        """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
+        return CheckContext(self.config.trust, self.draws.random(), self.replayable())
 
     def read_network(self) -> readings.NetworkReading:
         """The network's figures for a metrics scrape, in one read transaction."""

@@ -12,19 +12,19 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import job_topic, node_topic
+from coordinator.live.notifier import Wait, job_topic, node_topic
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
     JobStatus,
     NodeRecord,
+    SignedReceipt,
     TokenChunk,
 )
 from coordinator.nodes import registry, reports
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, node_rows
-from coordinator.verification import outcomes as check_outcomes
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +34,20 @@ class NodeSessions:
     def __init__(self, core: ServiceCore, checks: Checks) -> None:
         self._core = core
         self._checks = checks  # which models the coordinator's own verifier holds
+        # Called after a registration commits, with (node id, operator, the region the node
+        # publishes); MLX World stores it for its map (coordinator.world.world).
+        self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms())
+            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
+                                               self._core.check_context())
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip,
                  registration.operator_id)
+        if registration.region:
+            for listener in list(self.region_listeners):
+                listener(node_id, registration.operator_id, registration.region)
         self._core.run_scheduler()
         return node_id, token
 
@@ -85,15 +92,27 @@ class NodeSessions:
             return node_rows.pod_assignment(session, job)
 
     def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
-        """Jobs assigned to the node and not yet started, each sent once per stream."""
-        with self._core.metrics.stream_open(STREAM_NODE):
-            yield from self._assignments(node, is_active)
+        """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
+        for step in self.assignment_steps(node):
+            if not isinstance(step, Wait):
+                yield step
+            elif not is_active():
+                return
+            else:
+                self._core.notifier.wait(step.topic, step.seen_version, step.timeout_s)
+                if not is_active():
+                    return
 
-    def _assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+        """assignments' steps, with a Wait wherever it would wait."""
+        with self._core.metrics.stream_open(STREAM_NODE):
+            yield from self._assignment_steps(node)
+
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
-            while is_active():
+            while True:
                 seen = self._core.notifier.version(topic)
                 # Jobs just committed go before the read, which finds them again (and any other).
                 for job in self._unsent(inbox.take(), sent):
@@ -102,7 +121,7 @@ class NodeSessions:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
-                self._core.notifier.wait(topic, seen, self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, self._core.config.stream_poll_interval_s)
 
     @staticmethod
     def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:
@@ -114,12 +133,13 @@ class NodeSessions:
                 yield job
 
     def accept_tokens(self, node: NodeRecord, job_id: str, chunk: TokenChunk,
-                      prompt_tokens: int = 0) -> bool:
+                      prompt_tokens: int = 0, partial: SignedReceipt | None = None,
+                      attempt: int = 0) -> bool:
         # Not durable: a chunk lost to a power cut is only charged for less, and every
         # transaction that moves money on its count (cancel, receipt) commits durably.
         with self._core.db.transaction(durable=False) as session:
             stored = results.accept_tokens(session, node, job_id, chunk, self._core.clock.now_ms(),
-                                               prompt_tokens)
+                                           prompt_tokens, partial, attempt)
         if stored:  # committed: the job's live readers may have it now
             if chunk.first_index == 0:
                 hop_trace.job_hop(job_id, "first chunk stored")
@@ -129,13 +149,11 @@ class NodeSessions:
         return stored
 
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
-                       signature: bytes) -> results.AcceptedResult:
-        context = check_outcomes.CheckContext(
-            self._core.config.trust, self._core.draws.random(),
-            self._checks.held_models())
+                       signature: bytes, attempt: int = 0) -> results.AcceptedResult:
+        context = self._core.check_context()
         with self._core.db.transaction() as session:
             result = results.accept_receipt(session, node, job_id, body, signature,
-                                                self._core.clock.now_ms(), context)
+                                            self._core.clock.now_ms(), context, attempt)
         self._core.fleet.note_changed([node.node_id])
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)
@@ -145,10 +163,11 @@ class NodeSessions:
         return result
 
     def accept_failure(self, node: NodeRecord, job_id: str, reason: str,
-                       error_code: str | None = None) -> None:
+                       error_code: str | None = None, partial: SignedReceipt | None = None,
+                       attempt: int = 0) -> None:
         with self._core.db.transaction() as session:
             results.accept_failure(session, node, job_id, reason, self._core.clock.now_ms(),
-                                       error_code)
+                                   self._core.check_context(), error_code, partial, attempt)
         self._core.fleet.note_changed([node.node_id])
         log.warning("job %s failed on %s: %s", job_id, node.node_id, reason)
         self._core.notifier.notify(job_topic(job_id))
@@ -156,14 +175,22 @@ class NodeSessions:
         self._core.run_scheduler()
 
     def reap_offline(self) -> list[str]:
-        """Hand back the jobs of nodes whose heartbeats stopped."""
+        """Hand back the jobs of nodes whose heartbeats stopped.
+
+        A lease, not a guess: a node is gone only once the offline limit has passed since its
+        last heartbeat and since this coordinator started, so after a restart every node has
+        the full limit to reconnect, and a node that does keeps its jobs."""
         now = self._core.clock.now_ms()
+        offline_after = self._core.config.node_offline_after_ms
+        if now - self._core.started_at_ms <= offline_after:
+            return []  # the restart grace: nobody can have missed a heartbeat to this process
         touched: list[str] = []
         with self._core.db.transaction() as session:
             reports.prune_heartbeats_now_and_then(session, now)
             for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > self._core.config.node_offline_after_ms:
-                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now)
+                if now - node.last_heartbeat_ms > offline_after:
+                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
+                                                      self._core.check_context())
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
             self._core.record_ended(touched)

@@ -10,6 +10,12 @@ A transaction is durable when it commits (the disk has it), unless it asks not t
 crash or power cut may lose such a transaction, whole, never half of it; a process
 crash loses nothing, and the next durable commit makes it durable too: `make_durable`
 is such a commit, for a caller that must not answer before its earlier commit is durable.
+
+The database's own failures (it is away, restarting, or refused the transaction: a lock
+wait, a serialization conflict) are translated here, once, into
+coordinator.errors.DatabaseUnavailable: nothing was written, and the caller may retry. The
+edges answer it with 503 and Retry-After (HTTP) or UNAVAILABLE (gRPC), and the background
+loops back off and report themselves unhealthy while it lasts (coordinator.background).
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, make_url, text, update
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 import migrations
+from coordinator.errors import DatabaseUnavailable
 from coordinator.storage.tables import durability_marks
 
 log = logging.getLogger(__name__)
@@ -38,6 +47,10 @@ _NOT_DURABLE = "mlxnet_not_durable"  # execution option: the commit need not wai
 _SQLITE_SYNC = "mlxnet_synchronous"  # connection info: the PRAGMA synchronous it has now
 # A write, so that the commit has something to flush (a transaction that writes nothing
 # makes neither database wait for its disk).
+RETRY_AFTER_S = 2  # what a client hears when the database is away
+# The DBAPI's failures that mean "the database is away or refused the transaction", as opposed
+# to a programmer's error (a bad statement, a broken constraint): those stay what they are.
+_UNAVAILABLE_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
 _NEXT_MARK = update(durability_marks).where(durability_marks.c.id == 1).values(
     mark=durability_marks.c.mark + 1)
 
@@ -144,6 +157,17 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
 
 
+@contextlib.contextmanager
+def _unavailable_translated() -> Iterator[None]:
+    try:
+        yield
+    except _UNAVAILABLE_ERRORS as error:
+        log.warning("database unavailable: %s", str(error).splitlines()[0] if str(error) else error)
+        raise DatabaseUnavailable(
+            "the coordinator's database is unavailable (restarting or unreachable); nothing was "
+            f"changed, retry after {RETRY_AFTER_S} s", retry_after_s=RETRY_AFTER_S) from error
+
+
 class Database:
     """Owns the engine and hands out one transaction at a time."""
 
@@ -170,7 +194,7 @@ class Database:
         for writes whose loss in a power cut costs no money and breaks no promise."""
         with self._begun_lock:
             self._writes_begun += 1
-        with self._sessions() as session, session.begin():
+        with _unavailable_translated(), self._sessions() as session, session.begin():
             if not durable:
                 self._not_durable(session)
             yield session
@@ -208,7 +232,7 @@ class Database:
         and on SQLite no write lock, so a stream's reads never queue behind the writers."""
         with self._begun_lock:
             self._reads_begun += 1
-        with self._sessions() as session, session.begin():
+        with _unavailable_translated(), self._sessions() as session, session.begin():
             session.connection(execution_options={_READ_ONLY: True})
             yield session
 

@@ -25,7 +25,8 @@ _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "ma
                 "completion_tokens", "receipt_body", "receipt_signature", "receipt_verified",
                 "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms",
                 "api_key_id", "reserved_base_units", "billing_closed_at_ms", "prompt_format",
-                "top_logprobs", "error_code")
+                "top_logprobs", "error_code", "partial_receipt_body", "partial_receipt_signature",
+                "delivery")
 
 
 # Statements on the submit and token paths are built once: a reused statement skips
@@ -82,12 +83,13 @@ class StreamingJob:
     status: JobStatus
     max_tokens: int
     assigned_to_node: bool  # the node holds an assignment of the job's current attempt
+    attempt: int  # the fencing token of the current assignment
 
 
 # Built once: the token path runs these for every chunk, and a reused statement
 # skips SQLAlchemy's per-call construction and cache-key work.
 _STREAMING_JOB = select(
-    jobs.c.status, jobs.c.max_tokens,
+    jobs.c.status, jobs.c.max_tokens, jobs.c.attempt,
     select(job_assignments.c.node_id).where(
         job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
         job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
@@ -99,8 +101,8 @@ def lock_streaming_job(session: Session, job_id: str, node_id: str) -> Streaming
     row = session.execute(_STREAMING_JOB, {"job_id": job_id, "node_id": node_id}).first()
     if row is None:
         return None
-    status, max_tokens, assigned = row
-    return StreamingJob(JobStatus(status), max_tokens, bool(assigned))
+    status, max_tokens, attempt, assigned = row
+    return StreamingJob(JobStatus(status), max_tokens, bool(assigned), attempt)
 
 
 def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRecord | None:
@@ -162,6 +164,12 @@ def add_assignments(session: Session, job_id: str, attempt: int,
     for node_id, memory, layers in shares:  # one Mac's, mostly
         session.execute(_INSERT_ASSIGNMENT, dict(job_id=job_id, node_id=node_id, attempt=attempt,
                                                  reserved_memory_bytes=memory, layers=layers, active=True))
+
+
+def save_partial_receipt(session: Session, job_id: str, body: bytes, signature: bytes) -> None:
+    """Keep the node's latest partial receipt; it is checked when the job ends, if it fails."""
+    session.execute(update(jobs).where(jobs.c.job_id == job_id).values(
+        partial_receipt_body=body, partial_receipt_signature=signature))
 
 
 def release_assignments(session: Session, job_id: str) -> list[str]:

@@ -83,6 +83,11 @@ jobs = Table(
     Column("stop_json", Text, nullable=False, server_default="[]"),
     Column("top_logprobs", Integer, nullable=False, server_default="-1"),  # -1: no logprobs
     Column("error_code", String(32), nullable=True),  # e.g. prompt_too_long
+    # Proof for work cut off by a fault (0011_partial_receipts): the node's latest partial
+    # receipt, checked when the job ends, and whether its consumer reads a stream or a whole answer.
+    Column("partial_receipt_body", LargeBinary, nullable=True),
+    Column("partial_receipt_signature", LargeBinary, nullable=True),
+    Column("delivery", String(8), nullable=False, server_default="stream"),
     UniqueConstraint("consumer_id", "request_id", name="uq_jobs_consumer_request"),
 )
 Index("ix_jobs_status_created", jobs.c.status, jobs.c.created_at_ms)

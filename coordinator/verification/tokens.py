@@ -91,7 +91,7 @@ def make_token_check(output_ids: tuple[int, ...], finish_reason: FinishReason, s
             if token in end_token_ids:
                 return TokenCheck(step, token, False, preferred, "an end token inside the output")
             return TokenCheck(step, token, ok, preferred, "" if ok else "not what the model samples")
-        if finish_reason is FinishReason.LENGTH:
+        if finish_reason in (FinishReason.LENGTH, FinishReason.CUT_OFF):  # no claim of an end
             return TokenCheck(step, NO_TOKEN, True, NO_TOKEN)
         verdicts = [token_is_plausible(logits, t, step, sampling, tolerances) for t in sorted(end_token_ids)]
         ok = any(found for found, _ in verdicts)

@@ -72,8 +72,9 @@ class VerifierWorker:
                                       self.name, self.clock.now_ms())
             return None
         try:
-            verdict = check_by_replay(self.replayer, receipt, pending.prompt, pending.streamed,
-                                      self.tolerances)
+            # A partial receipt (a failed job's proof) covers its first tokens only.
+            verdict = check_by_replay(self.replayer, receipt, pending.prompt,
+                                      pending.streamed[:receipt.completion_tokens], self.tolerances)
         except ValueError as error:  # the model cannot be replayed here (unsupported, not finite)
             with self.db.transaction() as session:
                 outcomes.cannot_check(session, pending.job_id, f"replay failed: {error}", self.name,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator.errors import DatabaseUnavailable
 from coordinator.world.totals import Totals, TotalsHistory
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ class WorldFeed:
         while not self._stopping.is_set():
             try:
                 self.tick()
-            except SQLAlchemyError:  # a database blip must not end live updates for good
+            except (SQLAlchemyError, DatabaseUnavailable):  # a database blip must not end live updates
                 log.exception("MLX World could not read the fleet; retrying")
             with self._lock:
                 watched = bool(self._subscribers)

@@ -307,3 +307,18 @@ def display_names(session: Session, node_ids: Iterable[str]) -> dict[str, tuple[
 def epochs_version(session: Session) -> tuple[int, int]:
     """(the newest closed epoch or -1, how many roots were anchored): moves when an operator's page should."""
     return ledger.epochs_progress(session)
+
+
+MAP_MACS_MAX = 50_000  # the map reads at most this many Macs per answer (it says when it stopped)
+
+
+def map_rows(session: Session, query: FleetQuery, live: Liveness) -> tuple[list, set[str], dict[str, str]]:  # type: ignore[type-arg]
+    """For the map: the filtered Macs' narrow rows (up to MAP_MACS_MAX + 1), the working ones'
+    ids and each pod member's pod."""
+    columns = (nodes.c.node_id, nodes.c.display_name, nodes.c.last_heartbeat_ms, nodes.c.left_at_ms,
+               nodes.c.owner_active, node_regions.c.region)
+    rows = session.execute(_with_regions(select(*columns)).where(*_filters(query, live))
+                           .order_by(nodes.c.node_id).limit(MAP_MACS_MAX + 1)).all()
+    working = set(session.execute(select(job_assignments.c.node_id).distinct()
+                                  .where(job_assignments.c.active.is_(True))).scalars())
+    return rows, working, pod_membership(session)

@@ -90,6 +90,10 @@ def build_router(world: World) -> APIRouter:
     def fleet_page(request: Request) -> Response:
         return _json(lambda: world.fleet_page(dict(request.query_params)))
 
+    @router.get("/api/map", summary="Every filtered Mac with a published place, for the map")
+    def fleet_map(request: Request) -> Response:
+        return _json(lambda: world.map(dict(request.query_params)))
+
     @router.get("/api/fleet/facets", summary="The chips, tiers, modes and regions to filter by")
     def fleet_facets() -> Response:
         return _json(world.facets)

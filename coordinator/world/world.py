@@ -6,6 +6,8 @@ The HTTP routes (routes.py) call these and only translate to JSON responses.
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -14,9 +16,9 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
-from coordinator.errors import NotFound
+from coordinator.errors import InvalidRequest, NotFound
 from coordinator.service import CoordinatorService
-from coordinator.world import fleet, job_lookup, operator_keys, operator_view, queries
+from coordinator.world import fleet, job_lookup, map_view, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
 from coordinator.world.earnings import ChainRoot, proof_json
 from coordinator.world.live import Snapshot, WorldFeed
@@ -84,6 +86,16 @@ class World:
         self.cache = AnswerCache(cache_ttl_s)
         self._trees: collections.OrderedDict[int, PayoutTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
+        service.nodes.region_listeners.append(self._node_published_region)
+
+    def _node_published_region(self, node_id: str, operator_id: str, region: str) -> None:
+        """A node registered with a region from its own settings (`mlxnet node config --region`):
+        its map place, until the operator publishes another from their page."""
+        now = self.service.clock.now_ms()
+        try:
+            self.read(lambda s: operator_keys.set_region(s, operator_id, node_id, region, now))
+        except InvalidRequest as error:
+            log.warning("node %s published a region the map cannot use: %s", node_id, error)
 
     def live(self) -> queries.Liveness:
         config = self.service.config
@@ -96,6 +108,8 @@ class World:
     def close(self) -> None:
         """End live streams and the feed's thread; call before stopping the HTTP server."""
         self.feed.stop()
+        with contextlib.suppress(ValueError):  # closed twice
+            self.service.nodes.region_listeners.remove(self._node_published_region)
 
     def snapshot(self) -> Snapshot:
         live = self.live()
@@ -116,6 +130,19 @@ class World:
             total, rows = self.read(lambda s: queries.fleet_page(s, query, live))
             return fleet.page_payload(query, total, rows, version)
         return self.cache.get(("fleet", query, version), compute)
+
+    def map(self, params: dict[str, str]) -> dict[str, object]:
+        """Every filtered Mac with a published place, for the map (the fleet's filters)."""
+        query = fleet.parse_fleet_query(params)
+        version = self.feed.version
+
+        def compute() -> dict[str, object]:
+            live = self.live()
+            rows, working, pod_of = self.read(lambda s: queries.map_rows(s, query, live))
+            return map_view.map_payload(rows, working, pod_of, live.fresh_since_ms,
+                                        queries.MAP_MACS_MAX, version)
+        return self.cache.get(("map", dataclasses.replace(query, page=1, page_size=1, sort=fleet.FleetSort.JOINED),
+                               version), compute)
 
     def facets(self) -> dict[str, object]:
         return self.cache.get(("facets", self.feed.version), lambda: self.read(queries.facets))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, insert, literal, select, update
+from sqlalchemy import delete, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
 from ledger.storage import tables
@@ -62,6 +62,16 @@ class AnchorRecord:
     block_number: int
     gas_used: int
     anchored_at_us: int
+
+
+@dataclass(frozen=True)
+class SignedHead:
+    """The coordinator's signature over an epoch's record (ledger.head_signatures)."""
+
+    epoch: int
+    public_key: str  # hex of the 32-byte Ed25519 public key
+    signature: str  # hex of the 64-byte signature over head_message(epoch record)
+    signed_at_us: int
 
 
 def _epoch(row) -> EpochRecord:  # type: ignore[no-untyped-def]
@@ -181,6 +191,13 @@ def insert_anchor(session: Session, anchor: AnchorRecord) -> None:
         anchored_at_us=anchor.anchored_at_us))
 
 
+def delete_anchor(session: Session, anchor: AnchorRecord) -> None:
+    """Forget an anchor the chain no longer holds (a reorg dropped it), so it is published again."""
+    table = tables.epoch_anchors
+    session.execute(delete(table).where(table.c.epoch == anchor.epoch, table.c.chain_id == anchor.chain_id,
+                                        table.c.distributor == anchor.distributor))
+
+
 def anchors(session: Session, chain_id: int, distributor: str) -> dict[int, AnchorRecord]:
     table = tables.epoch_anchors
     query = select(table).where(table.c.chain_id == chain_id, table.c.distributor == distributor)
@@ -204,3 +221,15 @@ def epochs_progress(session: Session) -> tuple[int, int]:
     last = session.execute(select(func.max(tables.epochs.c.number))).scalar()
     anchored = session.execute(select(func.count()).select_from(tables.epoch_anchors)).scalar_one()
     return (-1 if last is None else int(last), int(anchored))
+
+
+def insert_head_signature(session: Session, signed: SignedHead) -> None:
+    session.execute(insert(tables.head_signatures).values(
+        epoch=signed.epoch, public_key=signed.public_key, signature=signed.signature,
+        signed_at_us=signed.signed_at_us))
+
+
+def head_signatures(session: Session) -> dict[int, SignedHead]:
+    """Every epoch's signed head, by epoch number."""
+    return {row.epoch: SignedHead(row.epoch, row.public_key, row.signature, row.signed_at_us)
+            for row in session.execute(select(tables.head_signatures))}

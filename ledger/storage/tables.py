@@ -180,3 +180,19 @@ epoch_anchors = Table(
     Column("gas_used", BigInteger, nullable=False),
     Column("anchored_at_us", BigInteger, nullable=False),
 )
+
+# --- signed journal heads (migrations/versions/0010_ledger_head_signatures.py) ------------
+
+PUBLIC_KEY_HEX_LENGTH = 64  # Ed25519, 32 bytes
+SIGNATURE_HEX_LENGTH = 128  # Ed25519, 64 bytes
+
+# The coordinator's signature over each closed epoch's record (ledger.head_signatures):
+# its head, root and total. The audit checks it against a key kept outside this database.
+head_signatures = Table(
+    "ledger_head_signatures",
+    metadata,
+    Column("epoch", BigInteger, ForeignKey("ledger_epochs.number"), primary_key=True),
+    Column("public_key", String(PUBLIC_KEY_HEX_LENGTH), nullable=False),
+    Column("signature", String(SIGNATURE_HEX_LENGTH), nullable=False),
+    Column("signed_at_us", BigInteger, nullable=False),
+)

@@ -171,13 +171,17 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
            top_p: float, seed: int, eos_token_ids: frozenset[int],
            on_step: Callable[[DecodeStep], bool],
            on_last: Callable[[], None] | None = None,
-           constraint: Constraint | None = None) -> Decoded | None:
+           constraint: Constraint | None = None,
+           on_proven: Callable[[Decoded], None] | None = None) -> Decoded | None:
     """Generate up to max_tokens, recording hidden states; None when on_step asked to stop.
 
     on_last is called once the last step is handed out, before the recorded states are
     gathered: a consumer holding the last token back can release it without that wait.
     A constraint masks each step's logits before the token is chosen (and is not pipelined:
     the mask needs the token before).
+    on_proven, when given, gets the states recorded so far each time a chunk of CHUNK_TOKENS
+    generated tokens fills (finish reason CUT_OFF, token_ids those tokens): enough for a
+    partial receipt over them, so work cut off later can still be proven.
 
     Step s runs the model on the previous token (the last prompt token at s = 0) and
     samples token s. Greedy steps are pipelined as in mlx_lm's generate_step: step s+1
@@ -225,6 +229,9 @@ def decode(model, prompt_ids: list[int], max_tokens: int, temperature: float,  #
         hidden, logits, token = following or forward(token, step + 1)
         if recorded := recorder.generated_row(hidden[0]):
             mx.async_eval(*recorded)
+            if on_proven is not None:
+                on_proven(Decoded(tuple(tokens), FinishReason.CUT_OFF, len(prompt_ids),
+                                  recorder.prompt.result(), tuple(c.result() for c in recorder.chunks)))
     if on_last is not None:
         on_last()
     recorder.flush()

@@ -109,7 +109,8 @@ class Engine:
                  on_token: TokenSink, on_prompt: Callable[[int], None] | None = None,
                  on_logprob: Callable[[int, TokenLogprob], None] | None = None,
                  on_end: Callable[[], None] | None = None,
-                 commit: bool = True) -> GenerationResult:
+                 commit: bool = True,
+                 on_proven: Callable[[Decoded], None] | None = None) -> GenerationResult:
         """Generate, handing each token to on_token one step late so its text is final.
 
         The first token goes at once when its text already is (see _settled): it is
@@ -121,6 +122,8 @@ class Engine:
         before on_token gets the token. on_end is called once the last token is handed
         over (not when stopped early), before the commitment is computed. With commit
         False the result carries the recorded states instead: with_commitment finishes it.
+        on_proven gets the states recorded so far at every full chunk of generated tokens
+        (activations.decode), for partial receipts (partial_commitment makes their proof).
         """
         model, tokenizer = self._model(request.model_path)
         prompt_ids = prompts.encode_job_prompt(tokenizer, request.prompt)
@@ -176,7 +179,7 @@ class Engine:
         decoded = activations.decode(model, prompt_ids, request.max_tokens, request.temperature,
                                      request.top_p, request.seed,
                                      self.end_token_ids(request.model_path), on_step, on_last,
-                                     constraint)
+                                     constraint, on_proven)
         tokens = tuple(token_id for token_id, _ in accepted)
         text = "".join(text for _, text in accepted)
         if decoded is None or len(tokens) < len(decoded.token_ids):  # cancelled: no proof
@@ -239,6 +242,12 @@ def with_commitment(job_id: str, result: GenerationResult) -> GenerationResult:
         return result
     return dataclasses.replace(result, recorded=None,
                                activation_commitment=_commitment(job_id, result.recorded))
+
+
+def partial_commitment(job_id: str, decoded: Decoded) -> bytes:
+    """The activation commitment to a partial record (decode's on_proven): the same bytes a job
+    that ended after those tokens commits to. Pure arithmetic: any thread may run it."""
+    return _commitment(job_id, decoded)
 
 
 def _commitment(job_id: str, decoded: Decoded) -> bytes:

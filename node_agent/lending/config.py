@@ -15,6 +15,7 @@ from pathlib import Path
 from contracts.hardware import LinkKind
 from contracts.lending import LendingMode
 from contracts.pods import POD_ID_PATTERN, POD_MEMBERS_MAX
+from contracts.tls import normalize_fingerprint
 from node_agent.lending.schedule import ScheduleError, parse_schedule
 
 CONFIG_FILE_NAME = "node.toml"
@@ -78,20 +79,37 @@ class PodConfig:
     rdma_devices: tuple[tuple[str | None, ...], ...] = ()  # jaccl: [i][j] device from i to j
 
 
+REGION_CHARS_MAX = 64  # as MLX World's regions
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     coordinator: str = ""
     operator: str = ""
     name: str = ""
+    region: str = ""  # published on MLX World's map: "Europe/Lisbon", "Lisbon" or "38.72, -9.13"
     models: tuple[str, ...] = ()  # "[ID=]PATH" or a Hugging Face hub id
     lending: LendingConfig = LendingConfig()
     benchmark: BenchmarkConfig = BenchmarkConfig()
     cache: CacheConfig = CacheConfig()
     pod: PodConfig | None = None
+    # (HOST:PORT, certificate fingerprint) of coordinators joined, as SSH's known_hosts:
+    # pinned on the first join, and a coordinator showing another certificate is refused.
+    known_coordinators: tuple[tuple[str, str], ...] = ()
 
     @property
     def memory_cap_bytes(self) -> int | None:
         return int(self.lending.memory_cap_gb * 2**30) or None
+
+    def fingerprint_for(self, address: str) -> str:
+        """The pinned fingerprint of the coordinator at address, or "" when never joined."""
+        return dict(self.known_coordinators).get(address, "")
+
+    def knowing(self, address: str, fingerprint: str) -> NodeConfig:
+        """This config with the coordinator at address pinned to fingerprint."""
+        known = dict(self.known_coordinators)
+        known[address] = fingerprint
+        return dataclasses.replace(self, known_coordinators=tuple(sorted(known.items())))
 
 
 def validate(config: NodeConfig) -> NodeConfig:
@@ -110,6 +128,7 @@ def validate(config: NodeConfig) -> NodeConfig:
            f"benchmark.enabled must be one of {', '.join(BENCHMARK_MODES)}")
     _check(config.benchmark.interval_minutes >= 1, "benchmark.interval_minutes must be at least 1")
     _check(config.cache.quota_gb > 0, "cache.quota_gb must be positive")
+    _check(len(config.region) <= REGION_CHARS_MAX, f"region must be at most {REGION_CHARS_MAX} characters")
     _check(len(config.models) <= MODELS_MAX, f"at most {MODELS_MAX} models")
     if config.pod is not None:
         _validate_pod(config.pod)
@@ -185,8 +204,15 @@ def _from_dict(data: dict) -> NodeConfig:  # type: ignore[type-arg]
             raise ConfigError(f"lending.mode must be one of "
                               f"{', '.join(m.value for m in LendingMode)}") from error
     pod_data = data.get("pod")
+    known = _section(data, "known_coordinators")
+    try:
+        pins = tuple(sorted((str(address), normalize_fingerprint(str(fingerprint)))
+                            for address, fingerprint in known.items()))
+    except ValueError as error:
+        raise ConfigError(f"known_coordinators: {error}") from error
     return NodeConfig(
         **_known(NodeConfig, top, ""),
+        known_coordinators=pins,
         lending=LendingConfig(**lending),
         benchmark=BenchmarkConfig(**_known(BenchmarkConfig, _section(data, "benchmark"), "benchmark.")),
         cache=CacheConfig(**_known(CacheConfig, _section(data, "cache"), "cache.", {"dir": "directory"})),
@@ -231,6 +257,8 @@ def dump_config(config: NodeConfig) -> str:
              "# the agent reads this when it starts.", ""]
     for name in ("coordinator", "operator", "name", "models"):
         lines.append(f"{name} = {_value(getattr(config, name))}")
+    lines.append(f"region = {_value(config.region)}  # MLX World's map: \"Europe/Lisbon\", \"Lisbon\" "
+                 "or \"38.72, -9.13\"; empty: not shown")
     lending = config.lending
     lines += ["", "[lending]",
               f"mode = {_value(lending.mode.value)}  # idle, dedicated or ultra_seat",
@@ -251,6 +279,10 @@ def dump_config(config: NodeConfig) -> str:
               f"quota_gb = {_value(config.cache.quota_gb)}"]
     if config.pod is not None:
         lines += _dump_pod(config.pod)
+    if config.known_coordinators:
+        lines += ["", "[known_coordinators]  # HOST:PORT = its certificate's SHA-256, pinned at the first join",
+                  *(f"{_value(address)} = {_value(fingerprint)}"
+                    for address, fingerprint in config.known_coordinators)]
     return "\n".join(lines) + "\n"
 
 

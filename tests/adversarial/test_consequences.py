@@ -12,6 +12,7 @@ import pytest
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import OperatorId
 from contracts.receipts import encode_receipt
+from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.money import job_money
 from coordinator.server import RunningCoordinator, start
@@ -26,6 +27,8 @@ from node_agent.inference.engine import Engine, LocalReplayer
 from node_agent.tiny_model import build_tiny_model
 from node_agent.model_files import describe_model
 from tests.adversarial.harness import MODEL_ID, Job, generate, new_identity, receipt_for
+
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 
 HARDWARE = HardwareReport(chip="Apple M4 Pro", chip_family="M4", chip_tier=ChipTier.PRO,
                           memory_bytes=64 << 30, gpu_working_set_bytes=48 << 30, gpu_cores=20,
@@ -64,7 +67,7 @@ class Node:
         self.identity: Identity = new_identity()
         self.spec = describe_model(MODEL_ID, honest_dir)  # what it claims to serve
         self.runs_dir, self.engine, self.operator = runs_dir, engine, operator
-        self.client = CoordinatorClient(address)
+        self.client = CoordinatorClient(address, PLAINTEXT)
         self.client.register(self.identity, HARDWARE, (self.spec,), operator, operator, 2)
         self._assignments = self.client.assignments()
 
@@ -98,7 +101,7 @@ def test_cheater_is_not_paid_is_quarantined_and_its_jobs_rerun_on_an_honest_node
     address = f"127.0.0.1:{coordinator.port}"
     service = coordinator.service
     mallory = Node(address, "mallory", tiny_model_dir, other_model_dir, engine)
-    with JobClient(address) as consumer:
+    with JobClient(address, trust=PLAINTEXT) as consumer:
         submitted = [consumer.submit(MODEL_ID, prompt, max_tokens=40).job_id
                      for prompt in ("In the beginning", "And Noah")]
     cheated = sorted(mallory.serve_next() for _ in submitted)
@@ -131,7 +134,7 @@ def test_cheater_is_not_paid_is_quarantined_and_its_jobs_rerun_on_an_honest_node
     held = sum(service.checks.of_job(j).operator_credit for j in reruns)  # type: ignore[union-attr]
     assert held > 0 and _posted(coordinator, "alice") == held
 
-    with JobClient(address) as consumer:  # quarantined: mallory is never chosen again
+    with JobClient(address, trust=PLAINTEXT) as consumer:  # quarantined: mallory is never chosen again
         later = consumer.submit(MODEL_ID, "And Abram", max_tokens=8).job_id
     assert alice.serve_next() == later
     mallory.client.close()

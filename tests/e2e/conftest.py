@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.tls import CoordinatorTrust
 from tests.conftest import fresh_postgres_database
 from mlxnet.processes import Child, start_coordinator, start_nodes
 
@@ -26,6 +27,16 @@ class Network:
     @property
     def address(self) -> str:
         return self.coordinator.extra["address"]
+
+    @property
+    def trust(self) -> CoordinatorTrust:
+        """The coordinator's certificate pinned: every client here speaks TLS."""
+        return self.coordinator.trust
+
+    @property
+    def pin_flags(self) -> list[str]:
+        """The CLI's flags that pin the coordinator's certificate."""
+        return ["--coordinator-fingerprint", self.trust.fingerprint]
 
     def restart_coordinator(self, *, crash: bool) -> None:
         """Stop (or SIGKILL) the coordinator and start it again on the same port and database."""
@@ -66,7 +77,8 @@ def _run_network(tmp_path: Path, tiny_model_dir: Path, database_url: str) -> Ite
     try:
         model = [f"{MODEL_ID}={tiny_model_dir}"]
         net.nodes = start_nodes(tmp_path, net.address, [("mini", model, "m4-pro-64", "alice"),
-                                                        ("studio", model, "m3-ultra-512", "bob")])
+                                                        ("studio", model, "m3-ultra-512", "bob")],
+                                net.trust)
         yield net
     finally:
         net.stop()

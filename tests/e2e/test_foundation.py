@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import time
 
-import grpc
 import pytest
 from mlx_lm import load, stream_generate
 
@@ -20,6 +19,7 @@ from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
 from mlxnet.receipt_view import check_receipt_locally
 from node_agent.model_files import describe_model
 from protos.mlxnet.v1 import job_pb2
+from protos.wire.channel import open_channel
 from tests.e2e.conftest import MODEL_ID, Network
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +31,8 @@ def _direct_greedy_text(model_dir, prompt: str, max_tokens: int) -> str:  # type
     return "".join(r.text for r in stream_generate(model, tokenizer, prompt, max_tokens=max_tokens))
 
 
-def _run(address: str, prompt: str, max_tokens: int = 24, **kwargs: object):  # type: ignore[no-untyped-def]
-    with JobClient(address) as client:
+def _run(network: Network, prompt: str, max_tokens: int = 24, **kwargs: object):  # type: ignore[no-untyped-def]
+    with JobClient(network.address, trust=network.trust) as client:
         job = client.submit(MODEL_ID, prompt, max_tokens=max_tokens, **kwargs)
         chunks, final = [], None
         for item in client.stream(job.job_id):
@@ -56,7 +56,7 @@ def _operator_balance(database_url: str, operator: str) -> int:
 
 def test_jobs_stream_real_mlx_text_with_verified_receipts_and_credits(network: Network) -> None:
     with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as pool:
-        results = list(pool.map(lambda p: _run(network.address, p), PROMPTS))
+        results = list(pool.map(lambda p: _run(network, p), PROMPTS))
     spec = describe_model(MODEL_ID, network.model_dir)
     credited_by_operator: dict[str, int] = {}
     node_operator = {network.nodes[0].extra["node_id"]: "alice",
@@ -83,14 +83,14 @@ def test_jobs_stream_real_mlx_text_with_verified_receipts_and_credits(network: N
 
 
 def test_coordinator_crash_loses_no_job_and_no_credit(network: Network) -> None:
-    done, _ = _run(network.address, "And Abraham")
+    done, _ = _run(network, "And Abraham")
     wait_for_checks(network.database_url, [done.job_id])  # its credit is posted, not held
-    with JobClient(network.address) as client:
+    with JobClient(network.address, trust=network.trust) as client:
         # Nodes are busy with nothing, so this one may be queued, assigned or running at the crash.
         in_flight = client.submit(MODEL_ID, "And God blessed", max_tokens=200)
     balances = {op: _operator_balance(network.database_url, op) for op in ("alice", "bob")}
     network.restart_coordinator(crash=True)
-    with JobClient(network.address) as client:
+    with JobClient(network.address, trust=network.trust) as client:
         again = client.get(done.job_id)
         assert again.status == job_pb2.JOB_STATUS_COMPLETED
         assert again.text == done.text and again.receipt.body == done.receipt.body
@@ -103,7 +103,7 @@ def test_coordinator_crash_loses_no_job_and_no_credit(network: Network) -> None:
     after = {op: _operator_balance(network.database_url, op) for op in ("alice", "bob")}
     assert sum(after.values()) - sum(balances.values()) == (
         final.credited_base_units if final.status == job_pb2.JOB_STATUS_COMPLETED else 0)
-    later, _ = _run(network.address, "And Sarah")  # nodes came back to the new coordinator
+    later, _ = _run(network, "And Sarah")  # nodes came back to the new coordinator
     assert later.status == job_pb2.JOB_STATUS_COMPLETED
 
 
@@ -119,7 +119,7 @@ def test_bad_submissions_get_clear_errors_and_write_nothing(network: Network, kw
     arguments = {"model": MODEL_ID, **kwargs}
     request_id = f"bad-{code}-{needle}"
     refused_at_ms = time.time_ns() // 1_000_000
-    with JobClient(network.address) as client:
+    with JobClient(network.address, trust=network.trust) as client:
         with pytest.raises(JobRequestError) as raised:
             client.submit(arguments.pop("model"), arguments.pop("prompt"), **arguments,
                           request_id=request_id)
@@ -131,7 +131,7 @@ def test_bad_submissions_get_clear_errors_and_write_nothing(network: Network, kw
 
 
 def test_retried_submit_returns_the_same_job(network: Network) -> None:
-    with JobClient(network.address) as client:
+    with JobClient(network.address, trust=network.trust) as client:
         first = client.submit(MODEL_ID, "And Lot", max_tokens=8, request_id="retry-1")
         second = client.submit(MODEL_ID, "And Lot", max_tokens=8, request_id="retry-1")
     assert first.job_id == second.job_id
@@ -141,7 +141,7 @@ def test_grpc_health_and_reflection_answer(network: Network) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-    with grpc.insecure_channel(network.address) as channel:
+    with open_channel(network.address, network.trust)[0] as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="mlxnet.v1.JobService"), timeout=5)
         assert health.status == health_pb2.HealthCheckResponse.SERVING
@@ -157,7 +157,7 @@ def test_submit_command_streams_text_and_verifies_the_receipt(network: Network) 
 
     completed = subprocess.run(
         [sys.executable, "-m", "mlxnet.cli", "submit", "--coordinator", network.address,
-         "--model", MODEL_ID, "--prompt", "And Isaac", "--max-tokens", "12"],
+         *network.pin_flags, "--model", MODEL_ID, "--prompt", "And Isaac", "--max-tokens", "12"],
         capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr
     assert "receipt (verified)" in completed.stdout
@@ -174,17 +174,17 @@ def _mlxnet(*argv: str):  # type: ignore[no-untyped-def]
 
 def test_dry_run_and_explain_show_where_and_why(network: Network) -> None:
     dry = _mlxnet("place", "--dry-run", "--model", MODEL_ID, "--context", "512",
-                  "--coordinator", network.address)
+                  "--coordinator", network.address, *network.pin_flags)
     assert dry.returncode == 0, dry.stderr
     assert "would place on node-" in dry.stdout and "chosen: node-" in dry.stdout
     too_fast = _mlxnet("place", "--dry-run", "--model", MODEL_ID, "--context", "512",
-                       "--min-tokens-per-s", "1e12", "--coordinator", network.address)
+                       "--min-tokens-per-s", "1e12", "--coordinator", network.address, *network.pin_flags)
     assert too_fast.returncode == 0 and "never placeable" in too_fast.stdout
     unknown = _mlxnet("place", "--dry-run", "--model", "nope", "--context", "8",
-                      "--coordinator", network.address)
+                      "--coordinator", network.address, *network.pin_flags)
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr
-    job, _ = _run(network.address, "And Rebekah", max_tokens=4)
-    explained = _mlxnet("jobs", "explain", job.job_id, "--coordinator", network.address)
+    job, _ = _run(network, "And Rebekah", max_tokens=4)
+    explained = _mlxnet("jobs", "explain", job.job_id, "--coordinator", network.address, *network.pin_flags)
     assert explained.returncode == 0 and "Macs:" in explained.stdout and "#1 " in explained.stdout
-    got = _mlxnet("jobs", "get", job.job_id, "--coordinator", network.address)
+    got = _mlxnet("jobs", "get", job.job_id, "--coordinator", network.address, *network.pin_flags)
     assert got.returncode == 0 and "completed" in got.stdout and "receipt   verified" in got.stdout

@@ -93,7 +93,7 @@ def test_a_returning_owner_hands_the_job_back_and_it_completes_elsewhere(
     net = lending_network
     first_id, second_id = (net.nodes[n].extra["node_id"] for n in ("first", "second"))
     streamed: list[str] = []
-    with JobClient(net.address) as client:
+    with JobClient(net.address, trust=net.coordinator.trust) as client:
         job = client.submit(MODEL_ID, "In the beginning", max_tokens=MAX_TOKENS)
         final = None
         for item in client.stream(job.job_id):

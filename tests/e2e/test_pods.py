@@ -105,7 +105,7 @@ def _greedy(model_dir: Path) -> str:
 @pytest.mark.parametrize("model_id, strategy", [("test/tiny-llama", "tensor"),
                                                 ("test/tiny-qwen2", "pipeline")])
 def test_a_two_rank_pod_matches_a_single_process(pods: Pods, model_id: str, strategy: str) -> None:
-    with JobClient(pods.address) as client:
+    with JobClient(pods.address, trust=pods.coordinator.trust) as client:
         job = client.submit(model_id, PROMPT, max_tokens=MAX_TOKENS)
         final = [item for item in client.stream(job.job_id)][-1]
     assert isinstance(final, job_pb2.Job) and final.status == job_pb2.JOB_STATUS_COMPLETED, final

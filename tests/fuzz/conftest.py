@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from contracts.hardware import ChipTier, HardwareReport
+from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
 from mlxnet.consumer import JobClient
 from mlxnet.processes import Child, start_coordinator, start_nodes
@@ -32,6 +33,7 @@ from tests.fuzz.hostile import FUZZ_MODEL_ID, SERVER_FAILURES, apply_mutations
 from tests.fuzz.hostile import Path as Path_
 
 TINY_MODEL_ID = "test/tiny-llama"
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the fuzzed coordinator serves plaintext on loopback
 BUILD_TIMEOUT_S = 300
 FUZZ_MODEL = ModelSpec(model_id=FUZZ_MODEL_ID, weights_bytes=10_000_000, parameter_count=2_500_000,
                        num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
@@ -108,7 +110,8 @@ class Target:
             return apply_mutations(request, kept)  # type: ignore[return-value]
 
         channel = grpc.intercept_channel(grpc.insecure_channel(self.address), _Mutating(mutate))
-        self.node._stub = node_pb2_grpc.NodeServiceStub(channel)  # the agent's own signing code
+        honest_stub = self.node._stub
+        self.node._stub_value = node_pb2_grpc.NodeServiceStub(channel)  # the agent's own signing code
         try:
             self.node.register(self.identity, FUZZ_HARDWARE, (FUZZ_MODEL,), "fuzzer", "fuzz node", 1)
         except SessionExpired:
@@ -116,7 +119,7 @@ class Target:
         except (CallRejected, CoordinatorUnavailable) as error:  # "CODE: details"
             return grpc.StatusCode[str(error).split(":", 1)[0]]
         finally:
-            self.node._stub = node_pb2_grpc.NodeServiceStub(self.node._channel)
+            self.node._stub_value = honest_stub
         return grpc.StatusCode.OK
 
     def register_honestly(self) -> None:
@@ -137,8 +140,8 @@ class _Mutating(grpc.UnaryUnaryClientInterceptor):
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     work_dir = tmp_path_factory.mktemp("fuzz")
-    coordinator = start_coordinator(work_dir, allow_anonymous=True)
-    node = CoordinatorClient(coordinator.extra["address"])
+    coordinator = start_coordinator(work_dir, allow_anonymous=True, tls=False)  # plaintext, loopback
+    node = CoordinatorClient(coordinator.extra["address"], PLAINTEXT)
     try:
         target = Target(work_dir, coordinator, node, load_or_create_identity(work_dir / "fuzz-node.pem"))
         target.register_honestly()
@@ -165,7 +168,7 @@ def serves_a_normal_job(target: Target, model_dir: Path) -> job_pb2.Job:
     nodes = start_nodes(target.work_dir, target.address,
                         [("honest", [f"{TINY_MODEL_ID}={model_dir}"], "m4-pro-64", "honest")])
     try:
-        with JobClient(target.address) as consumer:
+        with JobClient(target.address, trust=PLAINTEXT) as consumer:
             job = consumer.submit(TINY_MODEL_ID, "In the beginning", max_tokens=8)
             final = [item for item in consumer.stream(job.job_id) if isinstance(item, job_pb2.Job)]
         return final[-1]

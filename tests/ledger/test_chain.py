@@ -73,7 +73,12 @@ def test_an_edited_row_is_found(session: Session, statement: str, first_bad: str
     assert not check.ok and check.first_bad_transfer_id == first_bad, check.reason
 
 
-@pytest.mark.parametrize(("statement", "first_bad"), EDITS)
+# The full audit names a deleted middle row by its own sequence (deposit-1 is 1, t1 is 2).
+AUDIT_EDITS = [(statement, "sequence 2" if statement.endswith("id = 't1'") and statement.startswith("DELETE")
+                else first_bad) for statement, first_bad in EDITS]
+
+
+@pytest.mark.parametrize(("statement", "first_bad"), AUDIT_EDITS)
 def test_the_full_audit_names_the_edited_row_first(session: Session, statement: str, first_bad: str) -> None:
     build_ledger(session)
     session.execute(text(statement))

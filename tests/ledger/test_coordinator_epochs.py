@@ -4,19 +4,23 @@ heartbeats, closing the due epoch, anchoring it, and the `mlxnet ledger` command
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
 from coordinator.model import NodeRecord
-from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch
+from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch, close_epochs_forever
 from coordinator.storage import node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
 from ledger.storage import epoch_store
-from ledger.anchor import PayoutChain
+from ledger.anchor import ChainReceipt, PayoutChain
+from ledger.errors import ChainError
+from ledger.anvil import anvil_binary, embedded_chain
 from ledger.policy import price_job
 from mlxnet import cli
 from node_agent.hardware import simulated_profile
@@ -87,3 +91,103 @@ def test_close_anchor_statement_and_verify_with_the_cli(db: Database, tmp_path: 
         assert chain.verify(bundle["epoch"], bundle["address"], int(bundle["amount"]),
                             [bytes.fromhex(p[2:]) for p in bundle["proof"]])
         assert epoch_store.last_epoch(session) is not None
+
+
+def test_the_cli_signs_each_close_and_statement_and_the_audit_checks_both(
+        db: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    add_seat(db, 5_000)
+    url, data_dir = db.url, tmp_path / "coordinator"
+    common = ["--database-url", url, "--data-dir", str(data_dir)]
+    assert cli.main(["ledger", "close-epoch", *common]) == 0  # the real clock's due epoch, signed
+    assert "epoch close: created" in capsys.readouterr().out
+    assert cli.main(["ledger", "key", "--data-dir", str(data_dir)]) == 0
+    key = capsys.readouterr().out.strip()
+    assert len(bytes.fromhex(key)) == 32 and (data_dir / "ledger_key.pem").stat().st_mode & 0o077 == 0
+    assert cli.main(["ledger", "statement", *common, "--operator", "carol", "--signed"]) == 0
+    kept = tmp_path / "carol.json"
+    kept.write_text(capsys.readouterr().out)
+    assert json.loads(kept.read_text())["public_key"] == key
+    # job-c's credit has no receipt (exit 1), but the heads and the kept statement hold.
+    assert cli.main(["ledger", "audit", *common, "--statement", str(kept)]) == 1
+    out = capsys.readouterr().out
+    assert f"head signatures: checked against {key}" in out and "kept statements: 1" in out
+    assert "[signature]" not in out and "[statement]" not in out
+    with db.transaction() as session:
+        session.execute(text("UPDATE ledger_epochs SET policy_version = 'forged'"))
+    assert cli.main(["ledger", "audit", "--database-url", url, "--coordinator-key", key]) == 1
+    assert "DIFFERENCE [signature] epoch" in capsys.readouterr().out
+
+
+def test_verify_and_claim_with_the_cli_against_a_real_anvil(db: Database, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    if anvil_binary() is None:
+        pytest.fail("this test needs anvil: `make anvil` installs @foundry-rs/anvil into .tools/")
+    add_seat(db, 5_000)
+    close_due_epoch(db, SETTINGS, now_us=(START_MS + LENGTH_S * 1_000) * 1_000 + 1)
+    process, chain = embedded_chain(tmp_path / "anvil")
+    try:
+        assert anchor_closed_epochs(db, chain) == 1
+        url, on_chain = db.url, ["--rpc-url", process.rpc_url, "--distributor", chain.distributor_address]
+        assert cli.main(["ledger", "statement", "--database-url", url, "--operator", "carol",
+                         "--epoch", str(EPOCH), "--json"]) == 0
+        kept = tmp_path / "carol.json"
+        kept.write_text(capsys.readouterr().out)
+        assert cli.main(["ledger", "verify-proof", "--proof", str(kept), *on_chain]) == 0
+        assert "proof VERIFIED on chain" in capsys.readouterr().out
+        assert cli.main(["ledger", "claim", "--proof", str(kept), *on_chain]) == 0
+        amount = json.loads(kept.read_text())["proof"]["amount"]
+        assert f"claimed {amount} base units" in capsys.readouterr().out
+        assert cli.main(["ledger", "claim", "--proof", str(kept), *on_chain]) == 1  # the second claim
+        assert "claim refused" in capsys.readouterr().err
+        assert cli.main(["ledger", "audit", "--database-url", url, *on_chain]) == 1  # job-c has no receipt
+        out = capsys.readouterr().out
+        assert "anchored roots: checked on chain" in out and "[anchor]" not in out
+        assert cli.main(["ledger", "chain", "--data-dir", str(tmp_path)]) == 0
+        assert chain.distributor_address in capsys.readouterr().out
+    finally:
+        process.stop()
+
+
+class FlakyChain:
+    """A payout chain that is unreachable for its first publish, then works (a fake: unit test)."""
+
+    chain_id = 1
+    distributor_address = "0x" + "d" * 40
+
+    def __init__(self) -> None:
+        self.roots: dict[int, bytes] = {}
+        self.heads: dict[int, bytes] = {}
+        self.failures_left = 1
+        self.published = threading.Event()
+
+    def epoch_root(self, epoch: int) -> bytes | None:
+        return self.roots.get(epoch)
+
+    def epoch_head(self, epoch: int) -> bytes | None:
+        return self.heads.get(epoch)
+
+    def publish(self, epoch: int, root: bytes, total: int, head: bytes) -> ChainReceipt:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise ChainError("the RPC is unreachable")
+        self.roots[epoch], self.heads[epoch] = root, head
+        self.published.set()
+        return ChainReceipt("0x" + "1" * 64, 1, 21_000)
+
+
+def test_the_epochs_loop_retries_anchoring_after_an_outage_until_it_lands(db: Database) -> None:
+    add_seat(db, 5_000)
+    chain, stopping = FlakyChain(), threading.Event()
+    settings = EpochSettings(length_s=4, heartbeat_credit_ms=10_000)  # a tick a second
+    loop = threading.Thread(target=close_epochs_forever, args=(db, stopping, settings, lambda: chain))
+    loop.start()
+    try:
+        assert chain.published.wait(60), "the anchor never landed after the outage"
+    finally:
+        stopping.set()
+        loop.join()
+    assert chain.failures_left == 0
+    with db.transaction() as session:
+        closed = [epoch for epoch in epoch_store.all_epochs(session) if epoch.root is not None]
+        anchored = epoch_store.anchors(session, chain.chain_id, chain.distributor_address)
+    assert closed and closed[0].number in anchored

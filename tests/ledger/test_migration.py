@@ -1,4 +1,4 @@
-"""0002_ledger.py, 0005_ledger_epochs.py and 0008_ledger_transfer_keys.py create exactly ledger.storage.tables.metadata, and drop it again."""
+"""0002_ledger.py, 0005_ledger_epochs.py, 0008_ledger_transfer_keys.py and 0010_ledger_head_signatures.py create exactly ledger.storage.tables.metadata, and drop it again."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ VERSIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
 MIGRATION_PATH = VERSIONS / "0002_ledger.py"
 EPOCHS_MIGRATION_PATH = VERSIONS / "0005_ledger_epochs.py"
 KEYS_MIGRATION_PATH = VERSIONS / "0008_ledger_transfer_keys.py"
+SIGNATURES_MIGRATION_PATH = VERSIONS / "0010_ledger_head_signatures.py"
 
 
 def load_migration(path: Path = MIGRATION_PATH) -> ModuleType:
@@ -39,16 +40,20 @@ def test_revision_identifiers() -> None:
     assert (epochs.revision, epochs.down_revision) == ("0005_ledger_epochs", "0004_api_keys")
     keys = load_migration(KEYS_MIGRATION_PATH)
     assert (keys.revision, keys.down_revision) == ("0008_ledger_transfer_keys", "0007_verification")
+    signatures = load_migration(SIGNATURES_MIGRATION_PATH)
+    assert (signatures.revision, signatures.down_revision) == ("0010_ledger_head_signatures", "0009_durability_mark")
 
 
 def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Engine) -> None:
     migration, epochs, keys = load_migration(), load_migration(EPOCHS_MIGRATION_PATH), load_migration(KEYS_MIGRATION_PATH)
+    signatures = load_migration(SIGNATURES_MIGRATION_PATH)
     with empty_engine.begin() as connection:
         context = MigrationContext.configure(connection)
         with Operations.context(context):
             migration.upgrade()
             epochs.upgrade()
             keys.upgrade()
+            signatures.upgrade()
         assert compare_metadata(context, tables.metadata) == []
     with Session(empty_engine) as session:
         assert book.chain_head(session).last_hash == GENESIS_HASH
@@ -56,6 +61,7 @@ def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Eng
         session.rollback()
     with empty_engine.begin() as connection:
         with Operations.context(MigrationContext.configure(connection)):
+            signatures.downgrade()
             keys.downgrade()
             assert {key["constrained_columns"][0] for key in inspect(connection).get_foreign_keys("ledger_transfers")} == {
                 "debit_account", "credit_account", "pending_id"}

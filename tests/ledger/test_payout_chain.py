@@ -68,7 +68,7 @@ def test_anchor_then_claim_with_the_statement_proof(session: Session, chain: Pay
 def test_a_different_root_on_chain_is_never_overwritten(session: Session, chain: PayoutChain) -> None:
     number = EPOCH + 20 + (0 if session.bind.dialect.name == "sqlite" else 1)  # type: ignore[union-attr]
     other = build_tree([PayoutLeaf(number, "0x" + "cc" * 20, 5)])
-    chain.publish(number, other.root, other.total)
+    chain.publish(number, other.root, other.total, b"\x01" * 32)
     closed_epoch(session, number)
     with pytest.raises(AnchorMismatchError):
         anchor_epochs(session, chain)

@@ -46,12 +46,13 @@ def test_a_coordinator_logs_json_lines_with_the_http_requests_id(tmp_path: Path,
     nodes = []
     try:
         nodes = start_nodes(tmp_path, coordinator.extra["address"],
-                            [("mini", [f"test/tiny={tiny_model_dir}"], "m4-pro-64", "alice")])
+                            [("mini", [f"test/tiny={tiny_model_dir}"], "m4-pro-64", "alice")],
+                            coordinator.trust)
         request = urllib.request.Request(
-            f"http://{coordinator.extra['http_address']}/v1/completions",
+            f"{coordinator.extra['url']}/v1/completions",
             data=json.dumps({"model": "test/tiny", "prompt": "In the beginning", "max_tokens": 4}).encode(),
             headers={"Content-Type": "application/json", "X-Request-Id": "req-from-the-test"})
-        with urllib.request.urlopen(request, timeout=60) as answer:
+        with urllib.request.urlopen(request, timeout=60, context=coordinator.ssl_context()) as answer:
             assert answer.headers["X-Request-Id"] == "req-from-the-test"
             job_id = answer.headers["x-mlxnet-job-id"]
             json.loads(answer.read())

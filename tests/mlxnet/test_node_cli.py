@@ -92,3 +92,12 @@ def test_the_agent_refuses_terms_it_cannot_honour_before_joining(
     code = main(["node", "--data-dir", str(tmp_path), "--coordinator", "127.0.0.1:9",
                  "--model", str(tmp_path), "--profile", "m4-pro-64", "--mode", "ultra_seat"])
     assert code == 2 and "needs an Ultra chip" in caplog.text
+
+
+def test_config_region_is_written_and_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", "--data-dir", str(tmp_path), "config", "--region", "Europe/Lisbon"]) == 0
+    assert load_config(tmp_path / "node.toml").region == "Europe/Lisbon"
+    assert 'region = "Europe/Lisbon"' in capsys.readouterr().out
+    assert main(["node", "--data-dir", str(tmp_path), "config", "--region", ""]) == 0
+    assert load_config(tmp_path / "node.toml").region == ""
+    assert main(["node", "--data-dir", str(tmp_path), "config", "--region", "x" * 65]) == 2

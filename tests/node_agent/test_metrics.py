@@ -64,12 +64,12 @@ def test_a_real_node_serves_its_metrics_on_loopback(tmp_path: Path, tiny_model_d
     try:
         node = wait_until_registered(spawn_node(
             tmp_path, "mini", coordinator.extra["address"], [f"test/tiny={tiny_model_dir}"],
-            profile="m4-pro-64", extra_args=("--metrics-port", "0")))
+            profile="m4-pro-64", extra_args=("--metrics-port", "0"), trust=coordinator.trust))
         announced = re.search(r"node metrics on http://127\.0\.0\.1:(\d+)/metrics",
                               node.log_path.read_text())
         assert announced, "the node logs where its metrics are served"
         url = f"http://127.0.0.1:{announced.group(1)}/metrics"
-        with JobClient(coordinator.extra["address"]) as client:
+        with JobClient(coordinator.extra["address"], trust=coordinator.trust) as client:
             job = client.submit("test/tiny", "In the beginning", max_tokens=9)
             final = [item for item in client.stream(job.job_id)][-1]
         found = scrape(url)

@@ -3,6 +3,7 @@
 
 import { get } from "./api.js";
 import { count, h, memory, MODE_LABELS, replace, statusPill } from "./dom.js";
+import { MapPanel } from "./map.js";
 
 const PAGE_SIZE = 100;
 const OVERSCAN_ROWS = 8;
@@ -39,6 +40,7 @@ export class FleetView {
 
   destroy() {
     this.unsubscribe();
+    this.map?.destroy();
     clearTimeout(this.refreshTimer);
   }
 
@@ -65,7 +67,8 @@ export class FleetView {
     this.summary = h("p", { class: "fleet-summary", role: "status" }, "Loading the fleet…");
     this.filters = h("form", { class: "filters", role: "search", "aria-label": "Filter Macs",
       onsubmit: (event) => event.preventDefault() });
-    replace(this.root, h("h2", {}, "Fleet"), this.filters, this.summary, this.table);
+    this.map = new MapPanel(this.announce); // the map shares the table's filters
+    replace(this.root, h("h2", {}, "Fleet"), this.filters, this.map.element(), this.summary, this.table);
     this.renderFilters();
     this.loadFacets();
     await this.reload();
@@ -145,6 +148,7 @@ export class FleetView {
     this.pages.clear();
     this.loading.clear();
     this.scroller.scrollTop = 0;
+    this.map.load(this.query);
     await this.fetchPage(1, this.generation);
     this.render();
   }
@@ -154,6 +158,7 @@ export class FleetView {
     const before = this.total;
     const visible = this.visiblePages();
     this.loading.clear();
+    this.map.load(this.query);
     await Promise.all(visible.map((page) => this.fetchPage(page, this.generation, true)));
     for (const page of [...this.pages.keys()]) if (!visible.includes(page)) this.pages.delete(page);
     this.render();

@@ -118,7 +118,7 @@ class PodDeclaration(_message.Message):
     def __init__(self, pod_id: _Optional[str] = ..., member_node_ids: _Optional[_Iterable[str]] = ..., links: _Optional[_Iterable[_Union[PodLink, _Mapping]]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version", "lending", "benchmark", "warm_models", "pod")
+    __slots__ = ("public_key", "signature", "timestamp_ms", "hardware", "models", "operator_id", "display_name", "max_concurrent_jobs", "agent_version", "lending", "benchmark", "warm_models", "pod", "region")
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class RegisterRequest(_message.Message):
     BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     WARM_MODELS_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
     public_key: bytes
     signature: bytes
     timestamp_ms: int
@@ -145,7 +146,8 @@ class RegisterRequest(_message.Message):
     benchmark: Benchmark
     warm_models: _containers.RepeatedScalarFieldContainer[str]
     pod: PodDeclaration
-    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., pod: _Optional[_Union[PodDeclaration, _Mapping]] = ...) -> None: ...
+    region: str
+    def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., pod: _Optional[_Union[PodDeclaration, _Mapping]] = ..., region: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("node_id", "session_token", "heartbeat_interval_ms")
@@ -184,7 +186,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +199,7 @@ class ReceiveAssignmentsResponse(_message.Message):
     POD_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -209,23 +212,28 @@ class ReceiveAssignmentsResponse(_message.Message):
     pod_leader_node_id: str
     logprobs: bool
     top_logprobs: int
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
-    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens")
+    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens", "partial_receipt", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     first_index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
     prompt_tokens: int
-    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
+    partial_receipt: _common_pb2.SignedReceipt
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StreamTokensResponse(_message.Message):
     __slots__ = ("tokens_accepted",)
@@ -234,18 +242,22 @@ class StreamTokensResponse(_message.Message):
     def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
 
 class ReportResultRequest(_message.Message):
-    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back", "failure")
+    __slots__ = ("job_id", "receipt", "failure_reason", "handed_back", "failure", "partial_receipt", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
     HANDED_BACK_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     receipt: _common_pb2.SignedReceipt
     failure_reason: str
     handed_back: bool
     failure: JobFailure
-    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ...) -> None: ...
+    partial_receipt: _common_pb2.SignedReceipt
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)

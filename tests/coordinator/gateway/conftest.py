@@ -4,15 +4,18 @@ and node agents running real MLX inference, as separate processes."""
 from __future__ import annotations
 
 import contextlib
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
+from contracts.tls import CoordinatorTrust
 from coordinator.money.api_keys import KeyLimits
 from coordinator.storage.database import Database
 from ledger.units import BASE_UNITS_PER_MLX
@@ -34,24 +37,44 @@ class GatewayNetwork:
     coordinator: Child
     nodes: list[Child]
     db: Database
-    clients: list[openai.OpenAI] = field(default_factory=list)  # closed with the network
+    clients: list[openai.OpenAI | httpx.Client] = field(default_factory=list)  # closed with the network
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.coordinator.extra['http_address']}/v1"
+        return f"{self.coordinator.extra['url']}/v1"  # https: the gateway speaks TLS
 
     @property
     def grpc_address(self) -> str:
         return self.coordinator.extra["address"]
+
+    @property
+    def trust(self) -> CoordinatorTrust:
+        """The coordinator's self-signed certificate, pinned by its fingerprint."""
+        return self.coordinator.trust
+
+    @property
+    def certificate(self) -> str:
+        """The path of the coordinator's certificate (PEM), the CA for HTTPS clients."""
+        return self.coordinator.extra["certificate"]
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return self.coordinator.ssl_context()
 
     def new_key(self, consumer: str, deposit_mlx: int = 10, limits: KeyLimits = KeyLimits()) -> str:
         _, key = keys_cli.create(self.db, consumer, limits,
                                  deposit_amount=deposit_mlx * BASE_UNITS_PER_MLX)
         return key
 
+    def http_client(self) -> httpx.Client:
+        """An HTTPS client trusting the coordinator's certificate, closed with the network."""
+        client = httpx.Client(verify=self.ssl_context())
+        self.clients.append(client)
+        return client
+
     def client(self, key: str) -> openai.OpenAI:
         """The official client, unchanged, pointed at the gateway (no retries, so errors show)."""
-        client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=120)
+        client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=120,
+                               http_client=openai.DefaultHttpxClient(verify=self.ssl_context()))
         self.clients.append(client)
         return client
 
@@ -84,7 +107,7 @@ def gateway_network(tmp_path: Path, model_dir: Path, database: str,
         try:
             net.nodes = start_nodes(tmp_path, net.grpc_address, [
                 (name, [f"{MODEL_ID}={model_dir}"], profile, operator)
-                for name, profile, operator in nodes])
+                for name, profile, operator in nodes], net.trust)
             yield net
         finally:
             net.stop()

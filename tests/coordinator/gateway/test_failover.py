@@ -1,5 +1,6 @@
 """A node that dies before its first token is replaced without the client noticing; one that
-dies mid-stream ends the stream with a clear error, and the consumer pays for what it got.
+dies mid-stream ends the stream with a clear error, and the consumer pays for what it got and
+the node's partial receipts prove.
 
 Real processes: the coordinator (keys required), node agents killed with SIGKILL.
 """
@@ -16,6 +17,7 @@ import openai
 import pytest
 from mlx_lm import load, stream_generate
 
+from contracts.commitments import CHUNK_TOKENS
 from contracts.ids import ConsumerId, job_id_for_request
 from ledger.book import balance
 from ledger.jobs import consumer_account_id
@@ -45,7 +47,8 @@ def _direct_text(model_dir: Path, max_tokens: int) -> str:
 
 def _start_node(network: GatewayNetwork, name: str) -> None:
     child = spawn_node(network.work_dir, name, network.grpc_address,
-                       [f"{MODEL_ID}={network.model_dir}"], profile="m3-ultra-512", operator="bob")
+                       [f"{MODEL_ID}={network.model_dir}"], profile="m3-ultra-512", operator="bob",
+                       trust=network.trust)
     network.nodes.append(wait_until_registered(child))
 
 
@@ -65,7 +68,7 @@ def test_failover_is_invisible_before_the_first_token_and_clear_after_it(
     client = network.client(key)
     first = network.nodes[0]
     os.kill(first.process.pid, signal.SIGSTOP)  # alive to the coordinator, but it never streams
-    with JobClient(network.grpc_address, api_key=key) as grpc_client:
+    with JobClient(network.grpc_address, api_key=key, trust=network.trust) as grpc_client:
         job = grpc_client.submit(MODEL_ID, PROMPT, max_tokens=12, request_id="failover")
     assert list(job.node_ids) == [first.extra["node_id"]]
     assert job.job_id == job_id_for_request("acme", "failover")
@@ -87,6 +90,10 @@ def test_failover_is_invisible_before_the_first_token_and_clear_after_it(
     stream = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=2000,
                                        temperature=0, stream=True)
     received = [next(stream).choices[0].text]
+    job_path = "/jobs/" + stream.response.headers["x-mlxnet-job-id"]
+    # Past the first chunk of CHUNK_TOKENS tokens, so the node has signed a partial receipt.
+    while client.get(job_path, cast_to=object)["usage"]["completion_tokens"] <= CHUNK_TOKENS + 8:
+        received.append(next(stream).choices[0].text)
     _kill(network, "second")
     with stream, pytest.raises(openai.APIError, match="stopped mid-stream"):
         for chunk in stream:
@@ -98,6 +105,10 @@ def test_failover_is_invisible_before_the_first_token_and_clear_after_it(
                          record["usage"]["completion_tokens"]).consumer_charge,
                price_job(spec.parameter_count, failed["usage"]["prompt_tokens"],
                          failed["usage"]["completion_tokens"]).consumer_charge]
+    # Charged (and its operator paid) only for the tokens its partial receipts prove.
+    proven = failed["usage"]["completion_tokens"]
+    assert proven >= CHUNK_TOKENS and proven % CHUNK_TOKENS == 0
     assert failed["cost"]["charged_base_units"] == charges[1] > 0
+    assert failed["cost"]["operator_credit_base_units"] > 0
     after = _consumer_balance(network, "acme")
     assert after.debits_pending == 0 and after.available == 10 * MLX - sum(charges)

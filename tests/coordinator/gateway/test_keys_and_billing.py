@@ -34,6 +34,7 @@ from tests.coordinator.gateway.service_harness import (
     new_consumer,
     register_node,
 )
+from tests.proof_helpers import signed_partial_receipt
 
 MLX = 10**9
 
@@ -94,18 +95,25 @@ def test_a_keyed_job_reserves_its_most_and_a_cancel_before_tokens_releases_it(
     assert _job(service, view.job.job_id).billing_closed_at_ms is not None
 
 
-def test_a_cancel_mid_stream_charges_exactly_the_tokens_made(
-        service: CoordinatorService, node) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("proven", [True, False], ids=["partial-receipt", "no-receipt"])
+def test_a_cancel_mid_stream_charges_exactly_the_tokens_proven(
+        service: CoordinatorService, node, tmp_path: Path, proven: bool) -> None:  # type: ignore[no-untyped-def]
+    """Tokens streamed are charged (and their operator paid) only when a partial receipt proves
+    them; without one the reservation is released whole (issue 28)."""
     consumer = new_consumer(service, "acme")
     job = service.jobs.submit(consumer.submission(max_tokens=50), consumer.caller).job
-    service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2, 3), "abc"), prompt_tokens=4)
+    partial = signed_partial_receipt(load_or_create_identity(tmp_path / "node.pem"), job, (1, 2, 3), 4,
+                                     MODEL.weights_digest, service.clock.now_ms()) if proven else None
+    service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, (1, 2, 3), "abc"), prompt_tokens=4,
+                                partial=partial)
     service.jobs.cancel(job.job_id, consumer.caller)
-    charge = price_job(MODEL.parameter_count, 4, 3).consumer_charge
+    price = price_job(MODEL.parameter_count, 4, 3)
+    charge = price.consumer_charge if proven else 0
     after = consumer_balance(service, "acme")
     assert (after.debits_pending, after.available) == (0, MLX - charge)
     cost = service.jobs.cost(job.job_id, consumer.caller)
     assert (cost.charged, cost.operator_credit, cost.paid_by) == (
-        charge, price_job(MODEL.parameter_count, 4, 3).operator_credit, "consumer")
+        charge, price.operator_credit if proven else 0, "consumer")
     with service.db.transaction() as session:
         assert [key.spent_base_units for key in keys_of(session, "acme")] == [charge]
 

@@ -11,8 +11,6 @@ import asyncio
 import base64
 import hashlib
 
-import grpc
-
 import openai
 import pytest
 from mlx_lm import load, stream_generate
@@ -26,6 +24,7 @@ from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
 from mlxnet.receipt_view import check_receipt_locally
 from node_agent.model_files import describe_model
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
+from protos.wire.channel import open_channel
 from tests.coordinator.gateway.conftest import MESSAGES, MODEL_ID, GatewayNetwork
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +48,7 @@ def _balance(network: GatewayNetwork, consumer: str):  # type: ignore[no-untyped
 
 def _final_job(network: GatewayNetwork, key: str, job_id: str) -> tuple[job_pb2.Job, tuple[int, ...]]:
     """Waits for the job's end on the gRPC stream: its final record and every token id."""
-    with JobClient(network.grpc_address, api_key=key) as client:
+    with JobClient(network.grpc_address, api_key=key, trust=network.trust) as client:
         items = list(client.stream(job_id))
     tokens = tuple(t for item in items if isinstance(item, StreamedTokens) for t in item.token_ids)
     final = items[-1]
@@ -122,8 +121,9 @@ def test_the_async_client_runs_requests_concurrently(network: GatewayNetwork) ->
     key = network.new_key("acme")
 
     async def run() -> list[str]:
-        async with openai.AsyncOpenAI(base_url=network.base_url, api_key=key, max_retries=0,
-                                      timeout=60) as client:
+        async with openai.AsyncOpenAI(
+                base_url=network.base_url, api_key=key, max_retries=0, timeout=60,
+                http_client=openai.DefaultAsyncHttpxClient(verify=network.ssl_context())) as client:
             answers = await asyncio.gather(*(
                 client.chat.completions.create(model=MODEL_ID, max_tokens=12, temperature=0,
                                                messages=[{"role": "user", "content": prompt}])
@@ -167,19 +167,19 @@ def test_a_prompt_over_the_models_context_is_413_and_costs_nothing(network: Gate
 
 def test_grpc_takes_the_same_keys_and_shows_a_consumer_only_its_jobs(network: GatewayNetwork) -> None:
     alice, bob = network.new_key("alice-grpc"), network.new_key("bob-grpc")
-    with JobClient(network.grpc_address, api_key="") as anonymous:
+    with JobClient(network.grpc_address, api_key="", trust=network.trust) as anonymous:
         with pytest.raises(JobRequestError) as raised:
             anonymous.submit(MODEL_ID, "hello", max_tokens=4)
         assert raised.value.code == "UNAUTHENTICATED"
-    with JobClient(network.grpc_address, api_key=alice) as client:
+    with JobClient(network.grpc_address, api_key=alice, trust=network.trust) as client:
         job = client.submit(MODEL_ID, "And Abraham", max_tokens=6)
     final, tokens = _final_job(network, alice, job.job_id)
     assert final.status == job_pb2.JOB_STATUS_COMPLETED and final.reserved_base_units > 0
-    with JobClient(network.grpc_address, api_key=bob) as client:
+    with JobClient(network.grpc_address, api_key=bob, trust=network.trust) as client:
         with pytest.raises(JobRequestError) as raised:
             client.get(job.job_id)
         assert raised.value.code == "NOT_FOUND"
-    with JobClient(network.grpc_address, api_key=alice) as client:
+    with JobClient(network.grpc_address, api_key=alice, trust=network.trust) as client:
         stub = job_pb2_grpc.JobServiceStub(client._channel)
         metadata = (("authorization", f"Bearer {alice}"),)
         chat = stub.SubmitJob(job_pb2.SubmitJobRequest(
@@ -197,7 +197,7 @@ def test_grpc_takes_the_same_keys_and_shows_a_consumer_only_its_jobs(network: Ga
 def test_grpc_stop_sequences_cut_the_text_and_end_the_job(network: GatewayNetwork) -> None:
     key = network.new_key("stopper")
     metadata = (("authorization", f"Bearer {key}"),)
-    with grpc.insecure_channel(network.grpc_address) as channel:
+    with open_channel(network.grpc_address, network.trust)[0] as channel:
         stub = job_pb2_grpc.JobServiceStub(channel)
 
         def run(max_tokens: int = 16, **fields: object) -> list[job_pb2.StreamJobResponse]:

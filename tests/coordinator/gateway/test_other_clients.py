@@ -38,7 +38,8 @@ def official(network: GatewayNetwork) -> tuple[str, int]:
 
 def _langchain(network: GatewayNetwork, key: str) -> ChatOpenAI:
     return ChatOpenAI(model=MODEL_ID, base_url=network.base_url, api_key=key, temperature=0,
-                      max_tokens=MAX_TOKENS, max_retries=0, timeout=CLIENT_TIMEOUT_S, stream_usage=True)
+                      max_tokens=MAX_TOKENS, max_retries=0, timeout=CLIENT_TIMEOUT_S, stream_usage=True,
+                      http_client=network.http_client())
 
 
 def test_langchain_chat_model_invokes_like_the_official_client(
@@ -66,7 +67,8 @@ def test_langchain_chat_model_streams_the_same_text_with_usage(
 def _curl(network: GatewayNetwork, key: str, path: str, body: dict | None = None,
           *extra: str) -> tuple[int, dict[str, str], str]:
     """curl as a consumer runs it; (HTTP status, headers, body)."""
-    command = ["curl", "-sS", "-D", "-", f"{network.base_url}{path}", "-H", f"Authorization: Bearer {key}", *extra]
+    command = ["curl", "-sS", "--cacert", network.certificate, "-D", "-", f"{network.base_url}{path}",
+               "-H", f"Authorization: Bearer {key}", *extra]
     if body is not None:
         command += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
     finished = subprocess.run(command, capture_output=True, timeout=CLIENT_TIMEOUT_S, check=True)

@@ -59,7 +59,8 @@ def network(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> I
     net = GatewayNetwork(tmp_path, url, tiny_model_dir, coordinator, [], Database(url))
     with contextlib.closing(_Stopper(net)):
         net.nodes = start_nodes(tmp_path, net.grpc_address, [
-            ("mini", [f"{MODEL_ID}={tiny_model_dir}", f"{PLAIN_MODEL_ID}={plain}"], "m4-pro-64", "alice")])
+            ("mini", [f"{MODEL_ID}={tiny_model_dir}", f"{PLAIN_MODEL_ID}={plain}"], "m4-pro-64", "alice")],
+            net.trust)
         yield net
 
 
@@ -174,7 +175,8 @@ def test_a_langchain_agent_calls_the_tool_and_answers(network: GatewayNetwork) -
     result back, and the model answers. Its first turn names the tool: the tiny model would
     never choose one by itself."""
     model = ChatOpenAI(model=MODEL_ID, base_url=network.base_url, api_key=network.new_key("lc"),
-                       temperature=0, max_tokens=MAX_TOKENS, max_retries=0, timeout=120)
+                       temperature=0, max_tokens=MAX_TOKENS, max_retries=0, timeout=120,
+                       http_client=network.http_client())
 
     @wrap_model_call
     def call_the_tool_first(request, handler):  # type: ignore[no-untyped-def]

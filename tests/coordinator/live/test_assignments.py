@@ -11,7 +11,7 @@ from coordinator.model import JobRecord, JobStatus
 from coordinator.service import CoordinatorService
 from coordinator.storage import node_rows
 from node_agent.identity import load_or_create_identity
-from tests.coordinator.test_service import SMALL, _register, _submission, service  # noqa: F401
+from tests.coordinator.service.test_service import SMALL, _register, _submission, service  # noqa: F401
 
 
 def _job(job_id: str, *node_ids: str) -> JobRecord:

@@ -10,7 +10,7 @@ from coordinator.model import JobStatus, TokenChunk
 from coordinator.service import CoordinatorService, JobView
 from coordinator.storage import job_rows, node_rows
 from node_agent.identity import load_or_create_identity
-from tests.coordinator.test_service import SMALL, _register, _submission, service  # noqa: F401
+from tests.coordinator.service.test_service import SMALL, _register, _submission, service  # noqa: F401
 
 
 def _chunk(first: int, count: int = 1) -> TokenChunk:

@@ -14,7 +14,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.service import CoordinatorService
 from coordinator.storage.database import Database, upgrade_schema
 from node_agent.metrics import NodeMetrics
-from tests.coordinator.test_service import FakeClock
+from tests.coordinator.service.test_service import FakeClock
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "observability" / "grafana-dashboard.json"

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mlxnet.consumer import JobClient, JobRequestError, StreamedTokens
 from mlxnet.processes import Child, start_coordinator, start_nodes
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
+from protos.wire.channel import open_channel
 from tests.conftest import fresh_postgres_database
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +34,8 @@ def network(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                                         allow_anonymous=True)
         stack.callback(coordinator.stop)
         nodes = start_nodes(tmp_path, coordinator.extra["address"],
-                            [("mini", [f"{MODEL_ID}={tiny_model_dir}"], "m4-pro-64", "alice")])
+                            [("mini", [f"{MODEL_ID}={tiny_model_dir}"], "m4-pro-64", "alice")],
+                            coordinator.trust)
         for node in nodes:
             stack.callback(node.stop)
         yield coordinator, nodes
@@ -41,7 +43,8 @@ def network(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 def scrape(coordinator: Child) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of /metrics, by name and sorted labels."""
-    with urllib.request.urlopen(f"http://{coordinator.extra['http_address']}/metrics", timeout=30) as answer:
+    with urllib.request.urlopen(f"{coordinator.extra['url']}/metrics", timeout=30,
+                                context=coordinator.ssl_context()) as answer:
         assert answer.headers["Content-Type"].startswith("text/plain")
         text = answer.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -52,10 +55,10 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def _run_to_end(address: str, prompt: str, max_tokens: int, cancel_after_first: bool = False
+def _run_to_end(coordinator: Child, prompt: str, max_tokens: int, cancel_after_first: bool = False
                 ) -> tuple[job_pb2.Job, int]:
     """The job's final record, and the tokens it streamed (read again from the start)."""
-    with JobClient(address) as client:
+    with JobClient(coordinator.extra["address"], trust=coordinator.trust) as client:
         job = client.submit(MODEL_ID, prompt, max_tokens=max_tokens)
         for item in client.stream(job.job_id):
             if cancel_after_first and isinstance(item, StreamedTokens):
@@ -80,10 +83,9 @@ def _finished_reason(job: job_pb2.Job, max_tokens: int) -> str:
 
 def test_request_metrics_count_the_jobs_run(network: tuple[Child, list[Child]]) -> None:
     coordinator, _ = network
-    address = coordinator.extra["address"]
     before = scrape(coordinator)
-    runs = [(_run_to_end(address, p, 12), 12) for p in PROMPTS]
-    runs.append((_run_to_end(address, "And God said", 200, cancel_after_first=True), 200))
+    runs = [(_run_to_end(coordinator, p, 12), 12) for p in PROMPTS]
+    runs.append((_run_to_end(coordinator, "And God said", 200, cancel_after_first=True), 200))
     after = scrape(coordinator)
 
     def grew(name: str, **labels: str) -> float:
@@ -126,7 +128,7 @@ def test_a_refused_placement_counts_its_filter_reasons(network: tuple[Child, lis
     request = job_pb2.SubmitJobRequest(
         model=MODEL_ID, prompt="Faster than any Mac", min_decode_tokens_per_s=1e9,
         sampling=common_pb2.SamplingParams(max_tokens=4))
-    with grpc.insecure_channel(coordinator.extra["address"]) as channel:
+    with open_channel(coordinator.extra["address"], coordinator.trust)[0] as channel:
         with pytest.raises(grpc.RpcError) as refused:
             job_pb2_grpc.JobServiceStub(channel).SubmitJob(request, timeout=30)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION

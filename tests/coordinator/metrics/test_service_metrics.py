@@ -11,7 +11,7 @@ from coordinator.errors import Unplaceable
 from coordinator.service import CoordinatorService
 from coordinator.storage import node_rows
 from node_agent.identity import load_or_create_identity
-from tests.coordinator.test_service import HUGE, SMALL, _register, _submission, service  # noqa: F401
+from tests.coordinator.service.test_service import HUGE, SMALL, _register, _submission, service  # noqa: F401
 
 
 def samples(service: CoordinatorService) -> dict:

@@ -16,6 +16,7 @@ from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_message
 from contracts.models import ModelSpec
+from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.model import JobStatus, NodeRecord, TokenChunk
 from coordinator.scheduling.fleet_reads import snapshot
@@ -26,6 +27,8 @@ from node_agent.coordinator_client import CallRejected, CoordinatorClient, NodeS
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2, node_pb2
+
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
@@ -47,7 +50,7 @@ def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
 def _join(tmp_path: Path, coordinator: RunningCoordinator, name: str, hardware: HardwareReport,
           status: NodeStatus | None = None) -> tuple[Identity, CoordinatorClient]:
     identity = load_or_create_identity(tmp_path / name / "identity.pem")
-    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     client.register(identity, hardware, (MODEL,), "alice", name, 1, status)
     return identity, client
 
@@ -87,7 +90,7 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     identity, client = _join(tmp_path, coordinator, "studio", ULTRA)
     other = load_or_create_identity(tmp_path / "other.pem")
     status = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
-    forger = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    forger = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     forger.register(identity, ULTRA, (MODEL,), "alice", "studio", 1)
     forger._identity = dataclasses.replace(identity, private_key=other.private_key)  # wrong key
     with pytest.raises(CallRejected) as forged:
@@ -111,7 +114,7 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
 def test_ultra_seat_needs_an_ultra_chip(tmp_path: Path, coordinator: RunningCoordinator) -> None:
     seat = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
     identity = load_or_create_identity(tmp_path / "mini" / "identity.pem")
-    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     with pytest.raises(CallRejected) as refused:
         client.register(identity, MINI, (MODEL,), "alice", "mini", 1, seat)
     assert refused.value.code == "INVALID_ARGUMENT" and "use mode dedicated" in str(refused.value)
@@ -176,12 +179,12 @@ def test_a_spoofed_ultra_benchmark_is_flagged(tmp_path: Path, coordinator: Runni
 def test_handing_back_a_started_job_requeues_it_without_its_tokens(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     _, first = _join(tmp_path, coordinator, "mini", MINI)
-    with JobClient(f"127.0.0.1:{coordinator.port}") as consumer:
+    with JobClient(f"127.0.0.1:{coordinator.port}", trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello", max_tokens=8)
     assert next(first.assignments()).job_id == job.job_id
     first.stream_tokens(job.job_id, iter([(0, (1, 2), "ab")]))
     first.report_failure(job.job_id, "the owner came back", handed_back=True)
-    with JobClient(f"127.0.0.1:{coordinator.port}") as consumer:
+    with JobClient(f"127.0.0.1:{coordinator.port}", trust=PLAINTEXT) as consumer:
         queued = consumer.get(job.job_id)
     # The only Mac is the one that handed it back; it is placed there again.
     assert queued.status in (job_pb2.JOB_STATUS_QUEUED, job_pb2.JOB_STATUS_ASSIGNED)
@@ -195,7 +198,7 @@ def test_handing_back_a_started_job_requeues_it_without_its_tokens(
 def test_leaving_hands_back_jobs_and_takes_the_node_out_of_placement(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     identity, client = _join(tmp_path, coordinator, "mini", MINI)
-    with JobClient(f"127.0.0.1:{coordinator.port}") as consumer:
+    with JobClient(f"127.0.0.1:{coordinator.port}", trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello", max_tokens=8)
     next(client.assignments())
     assert client.leave("operator ran mlxnet node leave") == 1
@@ -225,7 +228,7 @@ def test_thunderbolt_local_domain_uuid_survives_the_wire() -> None:
 def test_a_reader_mid_stream_gets_exactly_the_unseen_tokens_after_a_hand_back(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     _join(tmp_path, coordinator, "mini", MINI)
-    with JobClient(f"127.0.0.1:{coordinator.port}") as consumer:
+    with JobClient(f"127.0.0.1:{coordinator.port}", trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello", max_tokens=8)
     with coordinator.service.db.transaction() as session:  # the first node's chunks, then dropped
         job_rows.append_tokens(session, job.job_id, TokenChunk(0, (1, 2, 3), "abc"))

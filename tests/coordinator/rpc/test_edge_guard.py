@@ -14,6 +14,7 @@ import grpc
 import pytest
 from sqlalchemy import func, select
 
+from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.server import RunningCoordinator, start
 from coordinator.storage.tables import node_benchmarks, nodes
@@ -22,6 +23,7 @@ from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from tests.coordinator.rpc.test_node_protocol import HARDWARE, MODEL
 
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 DETAILS_CHARS_MAX = 2_000  # a refusal's message is about the field, never a copy of the input
 
 
@@ -82,7 +84,7 @@ def test_a_registration_with_an_impossible_bandwidth_is_refused_and_not_stored(
 
 def test_a_heartbeat_with_an_infinite_benchmark_is_refused_and_heartbeats_go_on(
         tmp_path: Path, coordinator: RunningCoordinator, channel: grpc.Channel) -> None:
-    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     client.register(load_or_create_identity(tmp_path / "id.pem"), HARDWARE, (MODEL,), "alice", "n", 1)
     session = client._metadata()
     stub = node_pb2_grpc.NodeServiceStub(channel)
@@ -164,7 +166,7 @@ def test_bytes_that_are_no_message_get_invalid_argument_not_internal(
 
 def test_a_streamed_chunk_out_of_bounds_is_refused(
         tmp_path: Path, coordinator: RunningCoordinator, channel: grpc.Channel) -> None:
-    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     client.register(load_or_create_identity(tmp_path / "id.pem"), HARDWARE, (MODEL,), "alice", "n", 1)
     stub = node_pb2_grpc.NodeServiceStub(channel)
     chunk = node_pb2.StreamTokensRequest(job_id="job-x", first_index=-5, token_ids=[1])

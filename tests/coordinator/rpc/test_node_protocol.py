@@ -17,6 +17,7 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import JobId, OperatorId
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
+from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.server import RunningCoordinator, start
 from coordinator.verification.policy import TrustPolicy
@@ -27,6 +28,8 @@ from node_agent.coordinator_client import CallRejected, CoordinatorClient
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2
 from tests.proof_helpers import well_formed_commitment
+
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
@@ -51,7 +54,7 @@ def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
 
 def _node(tmp_path: Path, name: str, address: str, operator: str) -> tuple[Identity, CoordinatorClient]:
     identity = load_or_create_identity(tmp_path / name / "identity.pem")
-    client = CoordinatorClient(address)
+    client = CoordinatorClient(address, PLAINTEXT)
     client.register(identity, HARDWARE, (MODEL,), operator, name, 1)
     return identity, client
 
@@ -76,7 +79,7 @@ def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     address = f"127.0.0.1:{coordinator.port}"
     alice, alice_client = _node(tmp_path, "alice-node", address, "alice")
-    with JobClient(address) as consumer:
+    with JobClient(address, trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello there", max_tokens=8)
     assignment = next(alice_client.assignments())
     assert assignment.job_id == job.job_id
@@ -94,7 +97,7 @@ def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
     with pytest.raises(CallRejected) as claims_more:  # more tokens than it streamed
         alice_client.report_receipt(job.job_id, padded, alice.sign(padded))
     assert claims_more.value.code == "INVALID_ARGUMENT" and "output digest" in str(claims_more.value)
-    with JobClient(address) as consumer:
+    with JobClient(address, trust=PLAINTEXT) as consumer:
         assert consumer.get(job.job_id).status == job_pb2.JOB_STATUS_RUNNING
     assert _credited(coordinator, "alice") == 0 and _credited(coordinator, "mallory") == 0
 
@@ -107,7 +110,7 @@ def test_only_the_assigned_node_with_its_key_and_true_tokens_gets_paid(
         alice_client.report_receipt(job.job_id, honest, alice.sign(honest))
     assert duplicate.value.code == "ALREADY_EXISTS"
     assert _credited(coordinator, "alice") == credited
-    with JobClient(address) as consumer:
+    with JobClient(address, trust=PLAINTEXT) as consumer:
         final = consumer.get(job.job_id)
     assert final.status == job_pb2.JOB_STATUS_COMPLETED and final.text == "abc"
     assert final.receipt.body == honest
@@ -119,7 +122,7 @@ def test_tokens_out_of_order_or_for_others_jobs_are_refused(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     address = f"127.0.0.1:{coordinator.port}"
     _, alice_client = _node(tmp_path, "alice-node", address, "alice")
-    with JobClient(address) as consumer:
+    with JobClient(address, trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello", max_tokens=8)
     next(alice_client.assignments())
     _, mallory_client = _node(tmp_path, "mallory-node", address, "mallory")
@@ -138,7 +141,7 @@ def test_tokens_out_of_order_or_for_others_jobs_are_refused(
     with pytest.raises(CallRejected) as overlap:  # other boundaries over stored tokens
         alice_client.stream_tokens(job.job_id, iter([(1, (2, 3), "bc")]))
     assert overlap.value.code == "INVALID_ARGUMENT" and "overlaps" in str(overlap.value)
-    with JobClient(address) as consumer:
+    with JobClient(address, trust=PLAINTEXT) as consumer:
         assert consumer.get(job.job_id).text == "ab"
     alice_client.close()
     mallory_client.close()
@@ -147,7 +150,7 @@ def test_tokens_out_of_order_or_for_others_jobs_are_refused(
 def test_unauthenticated_node_calls_are_refused(coordinator: RunningCoordinator) -> None:
     from node_agent.coordinator_client import SessionExpired
 
-    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     with pytest.raises(SessionExpired):
         client.heartbeat(0)
     client.close()
@@ -158,7 +161,7 @@ def test_registration_with_a_bad_signature_is_refused(tmp_path: Path,
     identity = load_or_create_identity(tmp_path / "identity.pem")
     other = load_or_create_identity(tmp_path / "other.pem")
     impostor = dataclasses.replace(identity, private_key=other.private_key)  # signs with another key
-    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}")
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     with pytest.raises(CallRejected) as refused:
         client.register(impostor, HARDWARE, (MODEL,), "alice", "x", 1)
     assert refused.value.code == "PERMISSION_DENIED"

@@ -18,7 +18,7 @@ from coordinator.service import CoordinatorService
 from coordinator.storage import job_rows, node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from node_agent.identity import load_or_create_identity
-from tests.coordinator.test_service import SMALL, FakeClock, _register, _submission
+from tests.coordinator.service.test_service import SMALL, FakeClock, _register, _submission
 
 
 def _service(db: Database, clock: FakeClock | None = None) -> CoordinatorService:

@@ -18,7 +18,7 @@ from coordinator.storage.database import Database, upgrade_schema
 from node_agent.identity import load_or_create_identity
 from tests.coordinator.scheduling.test_live_fleet import _service  # no periodic rebuild: only the submit's
 from tests.coordinator.statements import statements_run, whole_fleet_reads
-from tests.coordinator.test_service import HUGE, SMALL, _register, _submission
+from tests.coordinator.service.test_service import HUGE, SMALL, _register, _submission
 
 
 def _builds(*services: CoordinatorService) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 from sqlalchemy import insert, update
 
+from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.server import start
 from coordinator.storage import node_rows
@@ -19,6 +20,9 @@ from node_agent.coordinator_client import CoordinatorClient
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc
 from tests.coordinator.rpc.test_node_protocol import HARDWARE, MODEL
+
+
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 
 
 def _poison(config: CoordinatorConfig, node_id: str) -> None:
@@ -45,7 +49,7 @@ def test_a_stored_infinite_bandwidth_reads_as_unknown_and_takes_nothing_down(tmp
                                allow_anonymous=True)
     identity = load_or_create_identity(tmp_path / "node.pem")
     running = start(config)
-    client = CoordinatorClient(f"127.0.0.1:{running.port}")
+    client = CoordinatorClient(f"127.0.0.1:{running.port}", PLAINTEXT)
     client.register(identity, HARDWARE, (MODEL,), "alice", "n", 1)
     client.close()
     running.stop(grace_s=0)

@@ -6,6 +6,7 @@ handed in directly, as the verifier worker would write them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,6 +178,28 @@ def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: Coordin
         rerun = job_rows.job_by_id(session, check.rerun_job_id)  # type: ignore[arg-type]
     assert rerun is not None and rerun.prompt == "Hello" and rerun.reserved_base_units == 0
     assert _posted(service, "mallory") == 0
+
+
+def test_a_rerun_skips_the_node_that_failed_it_by_a_named_filter_on_the_live_index(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    service.checks.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]
+    mallory = load_or_create_identity(tmp_path / "mallory.pem")
+    _register(service, mallory, "mallory")
+    sampled = _complete(service, mallory, draw=0.0)
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _register(service, alice, "alice")
+    service.run_scheduler()  # the index learns alice
+    builds = service.fleet.index_builds
+    outcome = _verdict(service, sampled, passed=False)
+    assert outcome is not None and not outcome.quarantined  # mallory is still placeable, but not for this job
+    service.run_scheduler()
+    check = service.checks.of_job(sampled)
+    with service.db.transaction() as session:
+        rerun = job_rows.job_by_id(session, check.rerun_job_id)  # type: ignore[arg-type, union-attr]
+    assert rerun is not None and rerun.status is JobStatus.ASSIGNED and rerun.node_ids == (alice.node_id,)
+    explained = json.loads(rerun.explanation_json or "{}")
+    assert explained["macs"]["filtered"] == {"failed_this_job": 1}
+    assert service.fleet.index_builds == builds  # no index was built for the re-run
 
 
 def test_repeat_offenders_are_quarantined_and_never_placed(service: CoordinatorService,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy.orm import Session
 
 from contracts.ids import JobId, NodeId, OperatorId
@@ -140,15 +145,28 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--no-first-run", "--disable-sync"]
 
 
+def spki_pin(certificate_path: str) -> str:
+    """Chromium's pin for a certificate: base64 of the SHA-256 of its public key info."""
+    certificate = x509.load_pem_x509_certificate(Path(certificate_path).read_bytes())
+    info = certificate.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(info).digest()).decode()
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser_args() -> list[str]:
+    """Chromium flags beyond CHROMIUM_ARGS; a module overrides it, e.g. to pin a certificate."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def browser(browser_args: list[str]) -> Iterator[object]:
     """Debian's headless Chromium through Playwright, one per test module (never a downloaded browser)."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"MLX World's browser tests need Debian's chromium at {CHROMIUM} (apt-get install -y chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *browser_args])
         try:
             yield launched
         finally:

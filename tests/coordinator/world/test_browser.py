@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from contracts.tls import CoordinatorTrust
 from coordinator.storage.database import Database
 from coordinator.storage.tables import job_assignments, jobs, nodes
 from coordinator.world import operator_keys
@@ -22,6 +23,7 @@ from ledger.epochs import set_payout_address
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.processes import Child, spawn_node, start_coordinator, start_nodes, wait_until_registered
 from tests.conftest import fresh_postgres_database
+from tests.coordinator.world.conftest import spki_pin
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +49,13 @@ class WorldNetwork:
 
     @property
     def url(self) -> str:
-        return f"http://{self.coordinator.extra['http_address']}/world"
+        return f"{self.coordinator.extra['url']}/world"  # https: MLX World is served over TLS
+
+
+@pytest.fixture(scope="module")
+def browser_args(world_network: WorldNetwork) -> list[str]:
+    """Chromium trusts the coordinator's self-signed certificate by its pinned key, nothing else."""
+    return [f"--ignore-certificate-errors-spki-list={spki_pin(world_network.coordinator.extra['certificate'])}"]
 
 
 def _prepare_operators(database_url: str) -> dict[str, str]:
@@ -79,7 +87,8 @@ def world_network(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             model = [f"{MODEL_ID}={tiny_model_dir}"]
             network.nodes = start_nodes(work_dir, coordinator.extra["address"],
                                         [("alice-mini", model, "m4-pro-64", "alice"),
-                                         ("bob-studio", model, "m3-ultra-512", "bob")])
+                                         ("bob-studio", model, "m3-ultra-512", "bob")],
+                                        coordinator.trust)
             yield network
         finally:
             for child in [*network.nodes, coordinator]:
@@ -106,8 +115,8 @@ def _shoot(page, network: WorldNetwork, name: str) -> None:  # type: ignore[no-u
     assert path.stat().st_size > 0
 
 
-def _run_job(address: str) -> tuple[str, str]:
-    with JobClient(address) as client:
+def _run_job(address: str, trust: CoordinatorTrust) -> tuple[str, str]:
+    with JobClient(address, trust=trust) as client:
         job = client.submit(MODEL_ID, PROMPT, max_tokens=16)
         text = "".join(item.text for item in client.stream(job.job_id) if isinstance(item, StreamedTokens))
     return job.job_id, text
@@ -139,7 +148,8 @@ def test_a_newly_joined_mac_appears_without_reload(world_network: WorldNetwork, 
         page.locator("#live[data-state='live']").wait_for()
         page.evaluate("window.__sameDocument = true")
     child = spawn_node(world_network.work_dir, "carol-max", world_network.coordinator.extra["address"],
-                       [f"{MODEL_ID}={world_network.model_dir}"], profile="m4-max-128", operator="carol")
+                       [f"{MODEL_ID}={world_network.model_dir}"], profile="m4-max-128", operator="carol",
+                       trust=world_network.coordinator.trust)
     world_network.nodes.append(child)
     wait_until_registered(child)
     for page in pages.values():
@@ -156,7 +166,7 @@ def test_a_jobs_placement_and_receipt_are_shown(world_network: WorldNetwork, pag
     ran: dict[str, set[str]] = {}
     for _ in range(5):  # until both alice's and bob's Macs have run a job (each takes one at a time)
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(_run_job, address) for _ in range(4)]
+            futures = [pool.submit(_run_job, address, world_network.coordinator.trust) for _ in range(4)]
             outputs = dict(future.result(timeout=JOB_TIMEOUT_S) for future in futures)
         ran = _operator_of_jobs(world_network.database_url)
         if {"alice", "bob"} <= set().union(*ran.values()):

@@ -22,7 +22,9 @@ FULL = NodeConfig(
     pod=PodConfig(pod_id="desk", members=("node-a", "node-b"), hosts=("a.local", "b.local"),
                   ips=("10.0.0.1", "10.0.0.2"),
                   links=(PodLinkConfig("node-a", "node-b", LinkKind.RDMA_TB5, 2),),
-                  backend="jaccl", rdma_devices=((None, "rdma_en2"), ("rdma_en2", None))))
+                  backend="jaccl", rdma_devices=((None, "rdma_en2"), ("rdma_en2", None))),
+    known_coordinators=(("[::1]:50051", "SHA256:" + ":".join(["0F"] * 32)),
+                        ("coordinator.example:50051", "SHA256:" + ":".join(["AB"] * 32))))
 
 
 def test_a_full_config_survives_the_file(tmp_path: Path) -> None:
@@ -50,9 +52,20 @@ def test_the_file_is_readable_and_commented() -> None:
     ("[lending]\ncolour = 1\n", "unknown key lending.colour"),
     ('[pod]\nid = "p"\nmembers = ["a", "b"]\nhosts = ["a"]\nips = ["1", "2"]\n', "pod.hosts"),
     ("not toml at all [", "not valid TOML"),
+    ('[known_coordinators]\n"h:1" = "SHA256:AB"\n', "known_coordinators"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
     path = tmp_path / "node.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("[", r"\[")):
         load_config(path)
+
+
+def test_a_joined_coordinator_is_remembered_by_its_address(tmp_path: Path) -> None:
+    pin = "SHA256:" + ":".join(["C3"] * 32)
+    config = NodeConfig().knowing("10.0.0.9:50051", pin)
+    assert config.fingerprint_for("10.0.0.9:50051") == pin
+    assert config.fingerprint_for("10.0.0.9:50052") == ""
+    save_config(tmp_path / "node.toml", config)
+    assert load_config(tmp_path / "node.toml").fingerprint_for("10.0.0.9:50051") == pin
+    assert '"10.0.0.9:50051" = "SHA256:C3:' in (tmp_path / "node.toml").read_text()

@@ -1,0 +1,119 @@
+"""The coordinator's background loops, each supervised.
+
+    reaper      hands back the jobs of nodes whose heartbeats stopped (after the restart grace)
+    billing     resolves the reservations of jobs that ended without closing them
+    credits     posts held credits whose check window closed
+    scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
+    verifier    replays sampled jobs, when this coordinator holds a verifier
+    epochs      closes each ledger epoch once it ends and anchors its root
+
+A loop's pass that fails (the database is away, or a bug) never ends its thread: the loop
+logs it, reports itself unhealthy on the process's HealthBoard, backs off (doubling up to
+BACKOFF_S_MAX) and tries again; its first pass that works makes it healthy again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator.errors import DatabaseUnavailable
+from coordinator.live.health import HealthBoard
+from coordinator.money.epochs import EpochCloser, EpochSettings, payout_chain_from_environment
+from ledger.api import HeadSigner, PayoutChainLike
+from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S_MIN = 0.5
+BACKOFF_S_MAX = 30.0
+# Failures a loop expects and rides out; anything else is a bug, logged with its traceback.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailable, OSError)
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    step: Callable[[], object]  # one pass
+    pause: Callable[[], object]  # between passes that worked (returns early when stopping)
+
+
+def supervise(loop: Loop, stopping: threading.Event, health: HealthBoard,
+              backoff_s_min: float = BACKOFF_S_MIN, backoff_s_max: float = BACKOFF_S_MAX) -> None:
+    """Run loop.step until stopping, surviving every failure of a pass (see the module doc)."""
+    delay_s = backoff_s_min
+    while not stopping.is_set():
+        try:
+            loop.step()
+        except EXPECTED_ERRORS as error:
+            state = health.failed(loop.name, error, _now_ms())
+            log.warning("%s: pass failed (%d in a row), retrying in %.1f s: %s", loop.name,
+                        state.failures, delay_s, error)
+        except Exception as error:  # noqa: BLE001 (the supervisor: a bug must not end the loop)
+            state = health.failed(loop.name, error, _now_ms())
+            log.exception("%s: pass failed with an unexpected error (%d in a row), retrying in "
+                          "%.1f s", loop.name, state.failures, delay_s)
+        else:
+            health.ok(loop.name)
+            delay_s = backoff_s_min
+            loop.pause()
+            continue
+        stopping.wait(delay_s)
+        delay_s = min(delay_s * 2, backoff_s_max)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
+                      epoch_settings: EpochSettings,
+                      chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
+                      ledger_signer: HeadSigner | None = None) -> list[Loop]:
+    interval_s = service.config.heartbeat_interval_ms / 1000
+
+    def every(seconds: float) -> Callable[[], object]:
+        return lambda: stopping.wait(seconds)
+
+    loops = [
+        Loop("reaper", service.nodes.reap_offline, every(interval_s)),
+        Loop("billing", service.money.close_ended, every(interval_s)),
+        Loop("credits", service.money.release_due_credits, every(interval_s)),
+        Loop("scheduler", service.run_scheduler, every(interval_s)),
+        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer), stopping),
+    ]
+    if service.checks.verifier is not None:
+        loops.append(_verifier_loop(service, stopping))
+    return loops
+
+
+def _verifier_loop(service: CoordinatorService, stopping: threading.Event) -> Loop:
+    """Wakes when a check is opened (or to poll another coordinator's)."""
+    seen = [service.notifier.version(VERIFICATION_TOPIC)]
+
+    def step() -> None:
+        seen[0] = service.notifier.version(VERIFICATION_TOPIC)
+        service.checks.run()
+
+    def pause() -> None:
+        if not stopping.is_set():
+            service.notifier.wait(VERIFICATION_TOPIC, seen[0], service.config.stream_poll_interval_s)
+
+    return Loop("verifier", step, pause)
+
+
+def _epochs_loop(closer: EpochCloser, stopping: threading.Event) -> Loop:
+    """Close each epoch once it ends, then anchor its root (a close is one transaction and
+    anchoring is idempotent, so a failed pass is simply tried again)."""
+    return Loop("epochs", closer.step, lambda: stopping.wait(closer.interval_s))
+
+
+def start_loops(loops: list[Loop], stopping: threading.Event, health: HealthBoard) -> list[threading.Thread]:
+    threads = [threading.Thread(target=supervise, args=(loop, stopping, health), daemon=True,
+                                name=loop.name) for loop in loops]
+    for thread in threads:
+        thread.start()
+    return threads

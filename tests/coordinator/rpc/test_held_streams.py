@@ -1,0 +1,116 @@
+"""Streams a stranger holds open: bounded per session, per caller and in total, and never
+in the way of heartbeats, registrations or unary calls (issue 25: 140 held streams stalled
+a coordinator with 128 worker threads)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from contracts.hardware import ChipTier, HardwareReport
+from contracts.models import ModelSpec
+from contracts.tls import CoordinatorTrust
+from coordinator.config import CoordinatorConfig
+from coordinator.rpc.stream_limits import StreamLimits
+from coordinator.server import RunningCoordinator, start
+from mlxnet.consumer import JobClient, JobRequestError
+from node_agent.coordinator_client import CoordinatorClient
+from node_agent.identity import load_or_create_identity
+from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+
+PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
+MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
+                  num_layers=4, num_attention_heads=4, num_kv_heads=2, head_dim=32,
+                  max_context_tokens=2048, weights_digest="ab" * 32)
+HARDWARE = HardwareReport(chip="Apple M4 Pro", chip_family="M4", chip_tier=ChipTier.PRO,
+                          memory_bytes=64 << 30, gpu_working_set_bytes=48 << 30, gpu_cores=20,
+                          memory_bandwidth_gb_s=273.0, os_name="macOS (simulated)", simulated=True)
+HELD_STREAMS = 140  # more than the 128 worker threads the old server had
+LIMITS = StreamLimits(assignment_streams_per_node=4, job_streams_per_consumer=3)
+CALL_DEADLINE_S = 20.0  # a bound on a stalled server, not a latency figure
+OPEN_WAIT_S = 60.0
+
+
+@pytest.fixture
+def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
+    running = start(CoordinatorConfig(database_url=database_url, allow_anonymous=True),
+                    stream_limits=LIMITS)
+    try:
+        yield running
+    finally:
+        running.stop(grace_s=0)
+
+
+def _registered(tmp_path: Path, address: str, name: str) -> CoordinatorClient:
+    client = CoordinatorClient(address, PLAINTEXT)
+    client.register(load_or_create_identity(tmp_path / name / "identity.pem"), HARDWARE, (MODEL,),
+                    "mallory", name, 1)
+    return client
+
+
+def _hold_assignments(stub: node_pb2_grpc.NodeServiceStub, session: str):  # type: ignore[no-untyped-def]
+    """An open ReceiveAssignments call, never read: the server holds the stream."""
+    return stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
+                                   metadata=(("x-mlxnet-session", session),))
+
+
+def test_held_streams_never_stall_heartbeats_registrations_or_calls(
+        tmp_path: Path, coordinator: RunningCoordinator) -> None:
+    address = f"127.0.0.1:{coordinator.port}"
+    sessions = [_registered(tmp_path, address, f"mallory-{i}")
+                for i in range(HELD_STREAMS // LIMITS.assignment_streams_per_node)]
+    with grpc.insecure_channel(address) as channel:
+        stub = node_pb2_grpc.NodeServiceStub(channel)
+        held = [_hold_assignments(stub, client.session_token)
+                for client in sessions for _ in range(LIMITS.assignment_streams_per_node)]
+        try:
+            assert coordinator.server.streams.wait_for("ReceiveAssignments",
+                                                       lambda n: n == HELD_STREAMS, OPEN_WAIT_S)
+            honest = _registered(tmp_path, address, "honest")  # a Register goes through
+            for _ in range(5):
+                honest.heartbeat(0)  # each within the client's deadline
+            with JobClient(address, trust=PLAINTEXT) as consumer:
+                with pytest.raises(JobRequestError) as answered:
+                    consumer.get("job-none")
+            assert answered.value.code == "NOT_FOUND"
+            # One session more than its share: refused, and the others stay open.
+            extra = _hold_assignments(stub, sessions[0].session_token)
+            with pytest.raises(grpc.RpcError) as refused:
+                next(extra)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "4 ReceiveAssignments streams are open" in (refused.value.details() or "")
+            assert coordinator.server.streams.count("ReceiveAssignments") == HELD_STREAMS
+        finally:
+            for call in held:
+                call.cancel()
+            for client in sessions:
+                client.close()
+    # Cancelled, every stream gives its slot back and stops waiting for wake-ups.
+    assert coordinator.server.streams.wait_for(None, lambda n: n == 0, OPEN_WAIT_S)
+    assert coordinator.service.notifier.waiting() == 0
+
+
+def test_one_caller_holds_at_most_its_share_of_job_streams(
+        tmp_path: Path, coordinator: RunningCoordinator) -> None:
+    address = f"127.0.0.1:{coordinator.port}"
+    node = _registered(tmp_path, address, "server")
+    with JobClient(address, trust=PLAINTEXT) as consumer:
+        job = consumer.submit(MODEL.model_id, "In the beginning", max_tokens=4)
+    with grpc.insecure_channel(address) as channel:
+        stub = job_pb2_grpc.JobServiceStub(channel)
+        request = job_pb2.StreamJobRequest(job_id=job.job_id)
+        held = [stub.StreamJob(request) for _ in range(LIMITS.job_streams_per_consumer)]
+        try:
+            assert coordinator.server.streams.wait_for("StreamJob", lambda n: n == len(held), OPEN_WAIT_S)
+            with pytest.raises(grpc.RpcError) as refused:
+                next(stub.StreamJob(request))
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert dict(refused.value.trailing_metadata() or ()).get("retry-after") == "5"
+        finally:
+            for call in held:
+                call.cancel()
+    assert coordinator.server.streams.wait_for(None, lambda n: n == 0, OPEN_WAIT_S)
+    node.close()
