@@ -166,7 +166,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serves_a_normal_job(target: Target, model_dir: Path) -> job_pb2.Job:
     """Start a real node (a child process running MLX) and run one ordinary job to the end."""
     nodes = start_nodes(target.work_dir, target.address,
-                        [("honest", [f"{TINY_MODEL_ID}={model_dir}"], "m4-pro-64", "honest")])
+                        [("honest", [f"{TINY_MODEL_ID}={model_dir}"], "m4-pro-64", "honest")],
+                        trust=PLAINTEXT)
     try:
         with JobClient(target.address, trust=PLAINTEXT) as consumer:
             job = consumer.submit(TINY_MODEL_ID, "In the beginning", max_tokens=8)
