@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 REFERENCE_CHARS_MAX = 256
@@ -21,6 +22,8 @@ class BenchmarkResult:
     batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
+        assert all(math.isfinite(figure) for figure in (
+            self.memory_bandwidth_gb_s, self.decode_tokens_per_s, self.prefill_tokens_per_s))
         assert self.memory_bandwidth_gb_s > 0, "a benchmark measures a positive bandwidth"
         assert self.decode_tokens_per_s > 0 and self.prefill_tokens_per_s > 0
         assert self.reference_weights_bytes > 0

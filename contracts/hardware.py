@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -54,4 +55,4 @@ class HardwareReport:
     def __post_init__(self) -> None:
         assert self.memory_bytes > 0, "memory_bytes must be positive"
         assert 0 < self.gpu_working_set_bytes <= self.memory_bytes
-        assert self.memory_bandwidth_gb_s >= 0
+        assert math.isfinite(self.memory_bandwidth_gb_s) and self.memory_bandwidth_gb_s >= 0

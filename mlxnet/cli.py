@@ -21,20 +21,20 @@ import signal
 import sys
 from pathlib import Path
 
-from mlxnet import log_format, tracing
+from mlxnet import log_format, log_lines, tracing
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 log = logging.getLogger("mlxnet")
 
 
 def _database_url(args: argparse.Namespace) -> str:
-    from coordinator.storage.database import default_sqlite_url
+    from coordinator.storage.database import default_sqlite_url, make_private_dir
 
     if args.database_url:
         return args.database_url
     if os.environ.get(DATABASE_URL_ENV):
         return os.environ[DATABASE_URL_ENV]
-    args.data_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(args.data_dir)
     return default_sqlite_url(args.data_dir)
 
 
@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(log_format.formatter(args.log_format))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    log_lines.install()  # request values in log messages are escaped and truncated
     return args.handler(args)
 
 

@@ -28,7 +28,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.money import api_keys
 from coordinator.money.api_keys import ApiKey, KeyLimits
 from coordinator.money.job_money import consumer_balance
-from coordinator.storage.database import Database, default_sqlite_url, upgrade_schema
+from coordinator.storage.database import Database, default_sqlite_url, make_private_dir, upgrade_schema
 from ledger.api import ResultCode, deposit_for_consumer, format_mlx, open_consumer_account, parse_mlx
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
@@ -126,7 +126,7 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
 def _database(args: argparse.Namespace) -> Database:
     url = args.database_url or os.environ.get(DATABASE_URL_ENV)
     if not url:
-        args.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(args.data_dir)
         url = default_sqlite_url(args.data_dir)
     upgrade_schema(url)
     return Database(url)

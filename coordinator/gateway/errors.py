@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from contracts.limits import ERROR_CHARS_MAX, shown
 from coordinator import errors
 from coordinator.gateway.fields import refusal_message, refused_field
 
@@ -79,7 +80,8 @@ def error_body(message: str, kind: str, param: str | None = None,
 
 def body_for(error: errors.CoordinatorError) -> dict:
     mapped = http_error_for(error)
-    return error_body(str(error), mapped.type, getattr(error, "param", None), mapped.code)
+    return error_body(shown(str(error), ERROR_CHARS_MAX), mapped.type, getattr(error, "param", None),
+                      mapped.code)
 
 
 def error_response(error: errors.CoordinatorError, job_id: str | None = None,
@@ -91,7 +93,7 @@ def error_response(error: errors.CoordinatorError, job_id: str | None = None,
         headers["retry-after"] = str(retry_after_s)
     if job_id is not None:
         headers[JOB_ID_HEADER] = job_id
-    body = anthropic_error_body(mapped.status, str(error)) if anthropic else body_for(error)
+    body = anthropic_error_body(mapped.status, shown(str(error), ERROR_CHARS_MAX)) if anthropic else body_for(error)
     return JSONResponse(body, status_code=mapped.status, headers=headers)
 
 
@@ -120,13 +122,13 @@ def _location(loc: tuple) -> str:
 
 async def on_coordinator_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, errors.CoordinatorError)
-    log.info("request refused: %s", error)
+    log.info("request refused: %s", shown(str(error), ERROR_CHARS_MAX))
     return error_response(error, anthropic=speaks_anthropic(request))
 
 
 async def on_job_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, JobError)
-    log.info("job %s refused: %s", error.job_id, error.error)
+    log.info("job %s refused: %s", error.job_id, shown(str(error.error), ERROR_CHARS_MAX))
     return error_response(error.error, error.job_id, anthropic=speaks_anthropic(request))
 
 
@@ -142,7 +144,7 @@ async def on_validation_error(request: Request, error: Exception) -> JSONRespons
     elif first.get("type") == "extra_forbidden" and param:
         message = refusal_message(param)
     else:
-        message = f"{param}: {first['msg']}" if param else str(first["msg"])
+        message = shown(f"{param}: {first['msg']}" if param else str(first["msg"]), ERROR_CHARS_MAX)
     if len(problems) > 1:
         message += f" (and {len(problems) - 1} more problems)"
     if speaks_anthropic(request):

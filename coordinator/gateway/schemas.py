@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
+from contracts.limits import MODEL_ID_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.jobs.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
 
-MODEL_CHARS_MAX = 512
+MODEL_CHARS_MAX = MODEL_ID_CHARS_MAX
 JSON_SAFE_INT_MAX = 2**53 - 1  # seeds above this lose digits in many JSON clients
 assert JSON_SAFE_INT_MAX <= SEED_MAX
 # The coordinator's default limits, published in the spec; a coordinator configured
@@ -27,6 +28,14 @@ MAX_TOKENS_MAX = _DEFAULTS.max_tokens_max
 PROMPT_CHARS_MAX = _DEFAULTS.prompt_chars_max
 
 
+def _valid_text(value: str) -> str:
+    if not is_valid_text(value):  # a lone surrogate ("\\ud800") that JSON escapes can spell
+        raise ValueError("text must be valid Unicode (it holds a lone surrogate)")
+    return value
+
+
+# Every text a request carries: valid Unicode, so no store or encoder fails on it later.
+Text = Annotated[str, AfterValidator(_valid_text)]
 METADATA_PAIRS_MAX = 16  # as OpenAI
 METADATA_KEY_CHARS_MAX = 64
 METADATA_VALUE_CHARS_MAX = 512
@@ -43,10 +52,10 @@ class StreamOptions(_Request):
                                              " (no obfuscation padding is ever added)")
 
 
-Hint = Annotated[str | None, Field(default=None, max_length=HINT_CHARS_MAX,
+Hint = Annotated[Text | None, Field(default=None, max_length=HINT_CHARS_MAX,
                                    description=HINT_DESCRIPTION)]
-Metadata = Annotated[dict[Annotated[str, Field(max_length=METADATA_KEY_CHARS_MAX)],
-                          Annotated[str, Field(max_length=METADATA_VALUE_CHARS_MAX)]] | None,
+Metadata = Annotated[dict[Annotated[Text, Field(max_length=METADATA_KEY_CHARS_MAX)],
+                          Annotated[Text, Field(max_length=METADATA_VALUE_CHARS_MAX)]] | None,
                      Field(default=None, max_length=METADATA_PAIRS_MAX, description=HINT_DESCRIPTION)]
 NoPenalty = Annotated[float | None, Field(default=None, ge=0.0, le=0.0,
                                           description="only 0 (no penalty) is supported")]
@@ -59,7 +68,7 @@ class ResponseFormat(_Request):
 
 class TextPart(_Request):
     type: Literal["text"]
-    text: str
+    text: Annotated[Text, Field(max_length=PROMPT_CHARS_CEILING)]
 
 
 FUNCTION_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # as OpenAI
@@ -69,29 +78,29 @@ FunctionName = Annotated[str, Field(pattern=FUNCTION_NAME_PATTERN)]
 
 class FunctionCallIn(_Request):
     name: FunctionName
-    arguments: str = Field(description="the call's arguments as JSON text")
+    arguments: Text = Field(description="the call's arguments as JSON text")
 
 
 class ToolCallIn(_Request):
-    id: str = Field(min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX)
+    id: Text = Field(min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX)
     type: Literal["function"]
     function: FunctionCallIn
 
 
 class ChatMessageIn(_Request):
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = Field(default=None, max_length=HINT_CHARS_MAX, description=HINT_DESCRIPTION)
+    content: Annotated[Text, Field(max_length=PROMPT_CHARS_CEILING)] | list[TextPart] | None = None
+    name: Text | None = Field(default=None, max_length=HINT_CHARS_MAX, description=HINT_DESCRIPTION)
     tool_calls: list[ToolCallIn] | None = Field(default=None, max_length=TOOLS_MAX,
                                                 description="an assistant's calls, sent back")
-    tool_call_id: str | None = Field(default=None, min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX,
+    tool_call_id: Text | None = Field(default=None, min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX,
                                      description="a tool message: the call it answers")
     refusal: None = Field(default=None, description="only null (as an assistant message echoed)")
 
 
 class FunctionDefinition(_Request):
     name: FunctionName
-    description: str | None = None
+    description: Text | None = None
     parameters: dict | None = Field(default=None, description="a JSON schema of the arguments")
     strict: Literal[False] | None = Field(default=None, description="strict true (arguments "
                                           "forced to the schema under tool_choice auto) is refused")
@@ -111,18 +120,18 @@ class NamedToolChoice(_Request):
     function: NamedFunction
 
 
-StopText = Annotated[str, Field(min_length=1, max_length=STOP_CHARS_MAX)]
+StopText = Annotated[Text, Field(min_length=1, max_length=STOP_CHARS_MAX)]
 Stop = StopText | Annotated[list[StopText], Field(max_length=STOP_SEQUENCES_MAX)] | None
 # A character outside Unicode's White_Space, spelled out: `\S` means other sets in other
 # regex engines (ECMA-262's, which JSON Schema uses, counts U+0085 as text; pydantic's does not).
 NOT_WHITE_SPACE = r"[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-PromptText = Annotated[str, Field(min_length=1, max_length=PROMPT_CHARS_MAX,
+PromptText = Annotated[Text, Field(min_length=1, max_length=PROMPT_CHARS_MAX,
                                   pattern=NOT_WHITE_SPACE,
                                   description="text to complete, not only whitespace")]
 
 
 class _Generation(_Request):
-    model: str = Field(min_length=1, max_length=MODEL_CHARS_MAX)
+    model: Text = Field(min_length=1, max_length=MODEL_CHARS_MAX)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

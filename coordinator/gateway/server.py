@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from contracts.limits import HTTP_HEADER_BYTES_MAX, HTTP_HEADER_READ_S
 from contracts.tls import PlaintextRefused, is_loopback
 from coordinator.gateway.app import create_app
 from coordinator.gateway.bridge import Bridge
+from coordinator.gateway.guard import BodyLimit, header_deadline_protocol
 from coordinator.service import CoordinatorService
 from coordinator.tls import ServerTls
 
@@ -21,6 +23,7 @@ SERVICE_CALLS_MAX = 64  # blocking service calls in flight at once
 STREAMS_MAX = 512  # jobs streamed at once; more are refused with 503
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this
 
 
 class _Server(uvicorn.Server):
@@ -52,7 +55,7 @@ class RunningGateway:
     port: int
 
     def stop(self) -> None:
-        world = getattr(self.server.config.app.state, "world", None)
+        world = getattr(self.server.config.app.app.state, "world", None)  # inside BodyLimit
         if world is not None:  # end MLX World's live streams so shutdown need not wait them out
             world.close()
         self.server.should_exit = True
@@ -62,16 +65,22 @@ class RunningGateway:
 
 def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
                   port: int = 0, streams_max: int = STREAMS_MAX,
+                  header_read_s: float = HTTP_HEADER_READ_S,
                   tls: ServerTls | None = None) -> RunningGateway:
     """Listen on host:port (0 picks a free port) and serve until stop(), over TLS with tls.
 
-    streams_max: jobs streamed at once; more are refused with 503."""
+    streams_max: jobs streamed at once; more are refused with 503.
+    header_read_s: a connection that sends no whole request head in this long is closed."""
     if tls is None and not is_loopback(host):
         raise PlaintextRefused(f"plaintext HTTP on {host} refused: only loopback may go without TLS")
     bridge = Bridge(service, SERVICE_CALLS_MAX, streams_max)
     listener = socket.create_server((host, port), reuse_port=False)
-    config = uvicorn.Config(create_app(bridge), log_config=None, access_log=False,
+    app = create_app(bridge)
+    config = uvicorn.Config(BodyLimit(app), log_config=None, access_log=False,
                             timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off",
+                            http=header_deadline_protocol(header_read_s),
+                            h11_max_incomplete_event_size=HTTP_HEADER_BYTES_MAX,
+                            timeout_keep_alive=KEEP_ALIVE_S,
                             ssl_certfile=str(tls.cert_path) if tls else None,
                             ssl_keyfile=str(tls.key_path) if tls else None)
     server = _Server(config)

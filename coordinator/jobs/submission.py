@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from contracts import limits
 from contracts.chat import (
     MESSAGES_MAX,
     NO_TOOLS,
@@ -32,9 +33,9 @@ from coordinator.model import (
 from coordinator.storage import job_rows
 
 SEED_MAX = (1 << 63) - 1  # stored in a signed 64-bit column
-STOP_SEQUENCES_MAX = 4  # as OpenAI
+STOP_SEQUENCES_MAX = limits.STOP_SEQUENCES_MAX  # as OpenAI
 ATTEMPTS_PER_REQUEST_MAX = 16  # retries of one request id that run again, at most
-STOP_CHARS_MAX = 256
+STOP_CHARS_MAX = limits.STOP_CHARS_MAX
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ def _validate_prompt(sub: Submission, config: CoordinatorConfig) -> None:
         raise InvalidRequest("this prompt text is the canonical form of chat messages; send "
                              "them as messages instead", param="prompt")
     text = sub.prompt_text
+    if not limits.is_valid_text(text):  # a lone surrogate: no store or tokenizer could take it
+        raise InvalidRequest("the prompt is not valid Unicode text (it holds a lone surrogate)",
+                             param="messages" if sub.messages else "prompt")
     if len(text) > config.prompt_chars_max:
         raise InvalidRequest(f"prompt is {len(text)} characters; the limit is "
                              f"{config.prompt_chars_max}",

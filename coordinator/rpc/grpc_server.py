@@ -15,6 +15,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.rpc.guard import EdgeGuard
 from coordinator.rpc.job_servicer import JobServicer
 from coordinator.rpc.node_servicer import NodeServicer
 from coordinator.rpc.offload import Offload, PoolSizes
@@ -72,7 +73,7 @@ class GrpcServer:
             self._stopped.set()
 
     async def _serve(self) -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[EdgeGuard()])  # every request checked at the door
         job_pb2_grpc.add_JobServiceServicer_to_server(
             JobServicer(self._service, self.offload, self.streams), server)
         node_pb2_grpc.add_NodeServiceServicer_to_server(

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import grpc
 
+from contracts.limits import ERROR_CHARS_MAX, shown
 from coordinator import errors
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ async def _abort(context: grpc.aio.ServicerContext, error: errors.CoordinatorErr
     retry_after_s = getattr(error, "retry_after_s", None)
     if retry_after_s is not None:  # as HTTP's Retry-After, for clients that back off
         context.set_trailing_metadata((("retry-after", str(retry_after_s)),))
-    await context.abort(status_for(error), str(error))
+    await context.abort(status_for(error), shown(str(error), ERROR_CHARS_MAX))
 
 
 def translate_errors(handler: Handler) -> Handler:
@@ -52,7 +53,7 @@ def translate_errors(handler: Handler) -> Handler:
         try:
             return await handler(self, request, context)
         except errors.CoordinatorError as error:
-            log.info("%s refused: %s", handler.__name__, error)
+            log.info("%s refused: %s", handler.__name__, shown(str(error), ERROR_CHARS_MAX))
             await _abort(context, error)
 
     return wrapper  # type: ignore[return-value]
@@ -67,7 +68,7 @@ def translate_stream_errors(handler: Handler) -> Handler:
             async for item in handler(self, request, context):
                 yield item
         except errors.CoordinatorError as error:
-            log.info("%s refused: %s", handler.__name__, error)
+            log.info("%s refused: %s", handler.__name__, shown(str(error), ERROR_CHARS_MAX))
             await _abort(context, error)
 
     return wrapper  # type: ignore[return-value]

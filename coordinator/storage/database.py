@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text, update
+from sqlalchemy import Engine, create_engine, event, make_url, text, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -56,6 +57,33 @@ _NEXT_MARK = update(durability_marks).where(durability_marks.c.id == 1).values(
 
 def default_sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{(data_dir / 'coordinator.db').resolve()}"
+
+
+PRIVATE_DIR_MODE = 0o700  # the coordinator's data dir: its database holds prompts and outputs
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create the data dir readable by its owner only (and tighten one made looser before)."""
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        log.warning("%s was readable by others; making it private (0700)", path)
+        path.chmod(PRIVATE_DIR_MODE)
+    return path
+
+
+def _make_sqlite_file_private(url: str) -> None:
+    """Create a SQLite database file 0600 before SQLite does (it would use the umask, often
+    0644); its -wal and -shm files take the same mode. A looser existing file is tightened."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE_MODE))
+    elif path.is_file() and path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+        log.warning("%s was readable by others; making it private (0600)", path)
+        path.chmod(PRIVATE_FILE_MODE)
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
@@ -91,6 +119,7 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
 def create_database_engine(url: str, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
     """sqlite_busy_timeout_ms: how long a SQLite writer waits for the write lock before failing."""
     if url.startswith("sqlite"):
+        _make_sqlite_file_private(url)
         engine = create_engine(url, connect_args={"check_same_thread": False})
         _configure_sqlite(engine, sqlite_busy_timeout_ms)
         return engine
@@ -113,6 +142,8 @@ def alembic_config(url: str) -> Config:
 def upgrade_schema(url: str) -> None:
     """Apply every Alembic migration not yet applied (idempotent)."""
     log.info("applying migrations to %s", redact_url(url))
+    if url.startswith("sqlite"):
+        _make_sqlite_file_private(url)
     command.upgrade(alembic_config(url), "head")
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import math
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
@@ -23,13 +25,26 @@ from contracts.pods import PodCable, PodDeclaration
 from coordinator.model import JobRecord, NodeRecord
 from coordinator.storage.tables import job_assignments, node_benchmarks, node_heartbeats, nodes, pods
 
+log = logging.getLogger(__name__)
+
 
 def hardware_to_json(hardware: HardwareReport) -> str:
     return json.dumps(dataclasses.asdict(hardware), sort_keys=True)
 
 
+def stored_gb_s(value: float | None, what: str) -> float | None:
+    """A bandwidth read back from the database: one that is not a finite, non-negative number
+    (stored before the edge checked it) reads as unknown (None), so no read fails on it."""
+    if value is None or (math.isfinite(value) and value >= 0):
+        return value
+    log.warning("a stored %s of %s is not a finite bandwidth; reading it as unknown", what, value)
+    return None
+
+
 def hardware_from_json(text: str) -> HardwareReport:
     fields = json.loads(text)
+    fields["memory_bandwidth_gb_s"] = stored_gb_s(fields["memory_bandwidth_gb_s"],
+                                                  "declared bandwidth") or 0.0
     fields["chip_tier"] = ChipTier(fields["chip_tier"])
     fields["thunderbolt_links"] = tuple(ThunderboltLink(**link) for link in fields["thunderbolt_links"])
     return HardwareReport(**fields)
@@ -51,8 +66,8 @@ def _node_from_row(row) -> NodeRecord:  # type: ignore[no-untyped-def]
         max_concurrent_jobs=row.max_concurrent_jobs, registered_at_ms=row.registered_at_ms,
         last_heartbeat_ms=row.last_heartbeat_ms, lending=_lending_from_row(row),
         warm_models=tuple(json.loads(row.warm_models_json)),
-        measured_bandwidth_gb_s=row.measured_bandwidth_gb_s, benchmark_flag=row.benchmark_flag,
-        left_at_ms=row.left_at_ms,
+        measured_bandwidth_gb_s=stored_gb_s(row.measured_bandwidth_gb_s, "measured bandwidth"),
+        benchmark_flag=row.benchmark_flag, left_at_ms=row.left_at_ms,
     )
 
 
@@ -248,7 +263,16 @@ def benchmarks(session: Session, node_id: str) -> list[StoredBenchmark]:
         memory_bandwidth_gb_s=r.memory_bandwidth_gb_s, decode_tokens_per_s=r.decode_tokens_per_s,
         prefill_tokens_per_s=r.prefill_tokens_per_s, reference_model=r.reference_model,
         reference_weights_bytes=r.reference_weights_bytes, measured_at_ms=r.measured_at_ms,
-        run_time_ms=r.run_time_ms), r.received_at_ms, r.flag) for r in rows]
+        run_time_ms=r.run_time_ms), r.received_at_ms, r.flag) for r in rows
+        if _finite_figures(r.memory_bandwidth_gb_s, r.decode_tokens_per_s, r.prefill_tokens_per_s)]
+
+
+def _finite_figures(*figures: float) -> bool:
+    """False for a benchmark stored with an infinite or NaN figure before the edge checked them."""
+    if all(math.isfinite(figure) for figure in figures):
+        return True
+    log.warning("skipping a stored benchmark with a figure that is not finite: %s", figures)
+    return False
 
 
 LEAVING_REASON = "leaving the network"

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from contracts.hardware import ChipTier, LinkKind
 from contracts.lending import LendingMode
+from contracts.limits import ascii_int, shown
 from coordinator.errors import InvalidRequest
 
 PAGE_SIZE_DEFAULT = 50
@@ -67,10 +68,11 @@ def int_param(params: Mapping[str, str], name: str, default: int, high: int) -> 
     text = params.get(name, "").strip()
     if not text:
         return default
-    if not text.isdigit() or not 1 <= int(text) <= high:
-        raise InvalidRequest(f"{name} must be a whole number from 1 to {high}, not {text[:20]!r}",
-                             param=name)
-    return int(text)
+    value = ascii_int(text)  # "²" and "٣" are digits to str.isdigit, not to int()
+    if value is None or not 1 <= value <= high:
+        raise InvalidRequest(f"{name} must be a whole number from 1 to {high} in digits 0-9, "
+                             f"not '{shown(text, 20)}'", param=name)
+    return value
 
 
 def _enum_param(params: Mapping[str, str], name: str, kind: type[E]) -> E | None:

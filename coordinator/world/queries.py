@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from contracts.hardware import LinkKind
+from coordinator.storage.node_rows import stored_gb_s
 from coordinator.storage.tables import job_assignments, jobs, nodes, pods
 from coordinator.verification.policy import TrustPolicy, TrustRecord, is_quarantined, reputation
 from coordinator.verification.store import node_trust
@@ -108,8 +109,8 @@ def _facts(row) -> NodeFacts:  # type: ignore[no-untyped-def]
         node_id=row.node_id, display_name=row.display_name, chip=row.chip, chip_tier=row.chip_tier,
         memory_bytes=row.memory_bytes, gpu_working_set_bytes=row.gpu_working_set_bytes,
         gpu_cores=int(hardware.get("gpu_cores", 0)),
-        declared_bandwidth_gb_s=row.memory_bandwidth_gb_s,
-        measured_bandwidth_gb_s=row.measured_bandwidth_gb_s,
+        declared_bandwidth_gb_s=stored_gb_s(row.memory_bandwidth_gb_s, "declared bandwidth") or 0.0,
+        measured_bandwidth_gb_s=stored_gb_s(row.measured_bandwidth_gb_s, "measured bandwidth"),
         benchmark_flagged=row.benchmark_flag is not None, simulated=row.simulated,
         mode=row.lending_mode, accepting_jobs=row.accepting_jobs, lending_reason=row.lending_reason,
         memory_cap_bytes=row.memory_cap_bytes, warm_models=tuple(json.loads(row.warm_models_json)),

@@ -18,6 +18,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.staticfiles import StaticFiles
 
+from contracts.limits import ERROR_CHARS_MAX, PAGE_DIGITS_MAX, ascii_int, shown
 from coordinator.errors import (
     CoordinatorError, InvalidRequest, NotFound, PermissionDenied, Unauthenticated,
 )
@@ -43,7 +44,7 @@ _NO_STORE = {"Cache-Control": "no-store"}
 def error_response(error: CoordinatorError) -> JSONResponse:
     status, kind = next(((code, name) for cls, code, name in _STATUS if isinstance(error, cls)),
                         (500, "internal"))
-    body: dict[str, object] = {"type": kind, "message": str(error)}
+    body: dict[str, object] = {"type": kind, "message": shown(str(error), ERROR_CHARS_MAX)}
     if isinstance(error, InvalidRequest) and error.param:
         body["param"] = error.param
     headers = dict(_NO_STORE)
@@ -135,9 +136,11 @@ def _operator_routes(router: APIRouter, world: World) -> None:
 
     @router.get("/api/operator/proofs/{epoch}", summary="The Merkle proof of the epoch's payout")
     def operator_proof(request: Request, epoch: str) -> Response:
-        if not epoch.isdigit() or len(epoch) > 18:
-            return error_response(InvalidRequest("epoch must be a whole number", param="epoch"))
-        return as_operator(request, lambda key: world.operator_proof(key, int(epoch)))
+        number = ascii_int(epoch)
+        if number is None:
+            return error_response(InvalidRequest(
+                f"epoch must be a whole number of at most {PAGE_DIGITS_MAX} digits 0-9", param="epoch"))
+        return as_operator(request, lambda key: world.operator_proof(key, number))
 
     @router.put("/api/operator/nodes/{node_id}/region", summary="Declare a Mac's region")
     async def set_region(request: Request, node_id: str) -> Response:
