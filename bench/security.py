@@ -27,7 +27,7 @@ from mlxnet.processes import start_coordinator
 from node_agent.coordinator_client import CoordinatorClient
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import node_pb2
-from tests.fuzz.conftest import PLAINTEXT, Target
+from tests.fuzz.conftest import PLAINTEXT, UNLIMITED_REGISTRATIONS, Target
 from tests.fuzz.hostile import (
     BASELINES,
     GET_ROUTES,
@@ -153,7 +153,8 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
-        coordinator = start_coordinator(work_dir, allow_anonymous=True, tls=False)
+        coordinator = start_coordinator(work_dir, allow_anonymous=True, tls=False,
+                                        extra_args=UNLIMITED_REGISTRATIONS)
         node = CoordinatorClient(coordinator.extra["address"], PLAINTEXT)
         try:
             target = Target(work_dir, coordinator, node, load_or_create_identity(work_dir / "k.pem"))

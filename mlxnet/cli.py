@@ -44,6 +44,16 @@ def _add_database_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
 
 
+def _registration_limits(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from coordinator.config import RegistrationLimits
+
+    defaults = RegistrationLimits()
+    return RegistrationLimits(
+        per_address_burst=args.registrations_per_address_burst or defaults.per_address_burst,
+        per_address_per_minute=(args.registrations_per_address_per_minute
+                                or defaults.per_address_per_minute))
+
+
 def _coordinator(args: argparse.Namespace) -> int:
     from contracts import hop_trace
     from contracts.tls import TransportRefused
@@ -68,7 +78,8 @@ def _coordinator(args: argparse.Namespace) -> int:
                                allow_anonymous=args.allow_anonymous,
                                trust_simulated_hardware=args.trust_simulated_hardware,
                                ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
-                               chain_dir=args.data_dir / "anvil")
+                               chain_dir=args.data_dir / "anvil",
+                               registration_limits=_registration_limits(args))
     verified = verified_specs(args.verify_model)
     running = start(config, args.host, args.port, http_port=args.http_port,
                     checker=child_checker(verified),
@@ -146,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--heartbeat-interval-ms", type=int, default=2000)
     coordinator.add_argument("--http-port", type=int, default=8080,
                              help="the OpenAI-compatible HTTP API's port; 0 picks a free port")
+    coordinator.add_argument("--registrations-per-address-burst", type=int, metavar="N",
+                             help="registrations one address may make at once (default 60; a lab "
+                             "behind one NAT needs one per Mac); then the per-minute rate")
+    coordinator.add_argument("--registrations-per-address-per-minute", type=int, metavar="N",
+                             help="registrations one address may make a minute after its burst (default 30)")
     coordinator.add_argument("--trust-simulated-hardware", action="store_true",
                              help="demos only: place nodes declaring a simulated Mac (--profile) by "
                              "the chip they declare; other claims wait for a benchmark that fits")

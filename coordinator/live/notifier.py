@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,23 @@ class Wait:
     topic: str
     seen_version: int
     timeout_s: float
+
+
+T = TypeVar("T")
+
+
+def on_this_thread(notifier: Notifier, steps: Iterator[T | Wait],
+                   is_active: Callable[[], bool]) -> Iterator[T]:
+    """A stream's steps with each Wait waited on this thread, until is_active turns false."""
+    for step in steps:
+        if not isinstance(step, Wait):
+            yield step
+        elif not is_active():
+            return
+        else:
+            notifier.wait(step.topic, step.seen_version, step.timeout_s)
+            if not is_active():
+                return
 
 
 class Notifier:

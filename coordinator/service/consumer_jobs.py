@@ -25,7 +25,7 @@ from coordinator.errors import (
 )
 from coordinator.jobs import ending, submission
 from coordinator.live.chunks import LiveReader
-from coordinator.live.notifier import Wait, job_topic, node_topic
+from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_CONSUMER
 from coordinator.model import (
     ERROR_CANCELLED,
@@ -327,15 +327,7 @@ class ConsumerJobs:
                caller: Caller | None = None,
                watch: Watch | None = None) -> Iterator[TokenChunk | JobView]:
         """Every token chunk from the first, as stored, then the final job view; waits on this thread."""
-        for step in self.stream_steps(job_id, caller, watch):
-            if not isinstance(step, Wait):
-                yield step
-            elif not is_active():
-                return
-            else:
-                self._core.notifier.wait(step.topic, step.seen_version, step.timeout_s)
-                if not is_active():
-                    return
+        return on_this_thread(self._core.notifier, self.stream_steps(job_id, caller, watch), is_active)
 
     def stream_steps(self, job_id: str, caller: Caller | None = None,
                      watch: Watch | None = None) -> Iterator[TokenChunk | JobView | Wait]:

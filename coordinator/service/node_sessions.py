@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, job_topic, node_topic
+from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -128,15 +128,7 @@ class NodeSessions:
 
     def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
         """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
-        for step in self.assignment_steps(node):
-            if not isinstance(step, Wait):
-                yield step
-            elif not is_active():
-                return
-            else:
-                self._core.notifier.wait(step.topic, step.seen_version, step.timeout_s)
-                if not is_active():
-                    return
+        return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
     def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
         """assignments' steps, with a Wait wherever it would wait."""

@@ -35,9 +35,12 @@ from tests.fuzz.hostile import Path as Path_
 TINY_MODEL_ID = "test/tiny-llama"
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the fuzzed coordinator serves plaintext on loopback
 BUILD_TIMEOUT_S = 300
+# The fuzzers register hundreds of times from one address; the Sybil limits have their own tests.
+UNLIMITED_REGISTRATIONS = ("--registrations-per-address-burst", "1000000",
+                           "--registrations-per-address-per-minute", "1000000")
 FUZZ_MODEL = ModelSpec(model_id=FUZZ_MODEL_ID, weights_bytes=10_000_000, parameter_count=2_500_000,
                        num_layers=4, num_attention_heads=4, num_kv_heads=4, head_dim=64,
-                       max_context_tokens=2048, weights_digest="ab" * 32)
+                       max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=256)
 FUZZ_HARDWARE = HardwareReport(chip="Apple M4 Pro", chip_family="M4", chip_tier=ChipTier.PRO,
                                memory_bytes=64 << 30, gpu_working_set_bytes=48 << 30, gpu_cores=20,
                                memory_bandwidth_gb_s=273.0, os_name="macOS (simulated)", simulated=True)
@@ -107,13 +110,15 @@ class Target:
                 and node_pb2.RegisterRequest.DESCRIPTOR.fields_by_name[path[0]].number < 20]
 
         def mutate(request: node_pb2.RegisterRequest) -> node_pb2.RegisterRequest:
+            if not isinstance(request, node_pb2.RegisterRequest):  # the nonce's RegisterChallenge
+                return request
             return apply_mutations(request, kept)  # type: ignore[return-value]
 
         channel = grpc.intercept_channel(grpc.insecure_channel(self.address), _Mutating(mutate))
         honest_stub = self.node._stub
         self.node._stub_value = node_pb2_grpc.NodeServiceStub(channel)  # the agent's own signing code
         try:
-            self.node.register(self.identity, FUZZ_HARDWARE, (FUZZ_MODEL,), "fuzzer", "fuzz node", 1)
+            self.node.register(self.identity, FUZZ_HARDWARE, (FUZZ_MODEL,), self.identity.node_id, "fuzz node", 1)
         except SessionExpired:
             return grpc.StatusCode.UNAUTHENTICATED
         except (CallRejected, CoordinatorUnavailable) as error:  # "CODE: details"
@@ -123,7 +128,7 @@ class Target:
         return grpc.StatusCode.OK
 
     def register_honestly(self) -> None:
-        self.node.register(self.identity, FUZZ_HARDWARE, (FUZZ_MODEL,), "fuzzer", "fuzz node", 1)
+        self.node.register(self.identity, FUZZ_HARDWARE, (FUZZ_MODEL,), self.identity.node_id, "fuzz node", 1)
 
 
 SIGNED_ENVELOPE = frozenset({"public_key", "signature", "timestamp_ms"})
@@ -140,7 +145,8 @@ class _Mutating(grpc.UnaryUnaryClientInterceptor):
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     work_dir = tmp_path_factory.mktemp("fuzz")
-    coordinator = start_coordinator(work_dir, allow_anonymous=True, tls=False)  # plaintext, loopback
+    coordinator = start_coordinator(work_dir, allow_anonymous=True, tls=False,
+                                    extra_args=UNLIMITED_REGISTRATIONS)  # plaintext, loopback
     node = CoordinatorClient(coordinator.extra["address"], PLAINTEXT)
     try:
         target = Target(work_dir, coordinator, node, load_or_create_identity(work_dir / "fuzz-node.pem"))

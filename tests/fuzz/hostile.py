@@ -252,6 +252,7 @@ def _baselines() -> dict[str, Message]:
                                                      failure_reason="out of memory"),
         "Leave": node_pb2.LeaveRequest(reason="maintenance"),
         "Register": node_pb2.RegisterRequest(),  # the real one is mutated in flight (tests/fuzz)
+        "RegisterChallenge": node_pb2.RegisterChallengeRequest(public_key=b"\x01" * 32),
     }
 
 

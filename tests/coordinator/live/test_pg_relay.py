@@ -24,6 +24,7 @@ from node_agent.coordinator_client import CoordinatorClient
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import job_pb2
 from tests.conftest import fresh_postgres_database
+from tests.node_registration import operator_key_for
 from tests.proof_helpers import well_formed_commitment
 
 PLAINTEXT = CoordinatorTrust(insecure=True)  # both coordinators serve plaintext on loopback
@@ -32,7 +33,7 @@ RELAY_UP_S = 30.0
 STREAM_END_S = 60.0
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=2, head_dim=32,
-                  max_context_tokens=2048, weights_digest="ab" * 32)
+                  max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=256)
 HARDWARE = HardwareReport(chip="Apple M4 Pro", chip_family="M4", chip_tier=ChipTier.PRO,
                           memory_bytes=64 << 30, gpu_working_set_bytes=48 << 30, gpu_cores=20,
                           memory_bandwidth_gb_s=273.0, os_name="macOS (simulated)", simulated=True)
@@ -69,7 +70,8 @@ def test_a_consumer_on_one_coordinator_streams_a_job_run_by_a_node_on_the_other(
     a, b = pair
     identity = load_or_create_identity(tmp_path / "node" / "identity.pem")
     node = CoordinatorClient(f"127.0.0.1:{b.port}", PLAINTEXT)
-    node.register(identity, HARDWARE, (MODEL,), "alice", "node-on-b", 1)
+    node.register(identity, HARDWARE, (MODEL,), "alice", "node-on-b", 1,
+                  operator_key=operator_key_for(b.service, "alice"))
     assignments = node.assignments()  # its stream is held by B
     with JobClient(f"127.0.0.1:{a.port}", trust=PLAINTEXT) as consumer:
         job = consumer.submit(MODEL.model_id, "Hello there", max_tokens=8)  # placed by A

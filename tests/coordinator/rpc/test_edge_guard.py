@@ -85,7 +85,8 @@ def test_a_registration_with_an_impossible_bandwidth_is_refused_and_not_stored(
 def test_a_heartbeat_with_an_infinite_benchmark_is_refused_and_heartbeats_go_on(
         tmp_path: Path, coordinator: RunningCoordinator, channel: grpc.Channel) -> None:
     client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
-    client.register(load_or_create_identity(tmp_path / "id.pem"), HARDWARE, (MODEL,), "alice", "n", 1)
+    identity = load_or_create_identity(tmp_path / "id.pem")
+    client.register(identity, HARDWARE, (MODEL,), identity.node_id, "n", 1)  # its own operator: no key
     session = client._metadata()
     stub = node_pb2_grpc.NodeServiceStub(channel)
     benchmark = node_pb2.Benchmark(memory_bandwidth_gb_s=math.inf, decode_tokens_per_s=10,
@@ -167,7 +168,8 @@ def test_bytes_that_are_no_message_get_invalid_argument_not_internal(
 def test_a_streamed_chunk_out_of_bounds_is_refused(
         tmp_path: Path, coordinator: RunningCoordinator, channel: grpc.Channel) -> None:
     client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
-    client.register(load_or_create_identity(tmp_path / "id.pem"), HARDWARE, (MODEL,), "alice", "n", 1)
+    identity = load_or_create_identity(tmp_path / "id.pem")
+    client.register(identity, HARDWARE, (MODEL,), identity.node_id, "n", 1)  # its own operator: no key
     stub = node_pb2_grpc.NodeServiceStub(channel)
     chunk = node_pb2.StreamTokensRequest(job_id="job-x", first_index=-5, token_ids=[1])
     with pytest.raises(grpc.RpcError) as refused:

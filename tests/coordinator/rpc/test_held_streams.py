@@ -24,7 +24,7 @@ from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=2, head_dim=32,
-                  max_context_tokens=2048, weights_digest="ab" * 32)
+                  max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=256)
 HARDWARE = HardwareReport(chip="Apple M4 Pro", chip_family="M4", chip_tier=ChipTier.PRO,
                           memory_bytes=64 << 30, gpu_working_set_bytes=48 << 30, gpu_cores=20,
                           memory_bandwidth_gb_s=273.0, os_name="macOS (simulated)", simulated=True)
@@ -47,7 +47,7 @@ def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
 def _registered(tmp_path: Path, address: str, name: str) -> CoordinatorClient:
     client = CoordinatorClient(address, PLAINTEXT)
     client.register(load_or_create_identity(tmp_path / name / "identity.pem"), HARDWARE, (MODEL,),
-                    "mallory", name, 1)
+                    "", name, 1)  # each its own operator: an unproven name is refused
     return client
 
 

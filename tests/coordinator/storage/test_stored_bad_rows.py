@@ -50,7 +50,7 @@ def test_a_stored_infinite_bandwidth_reads_as_unknown_and_takes_nothing_down(tmp
     identity = load_or_create_identity(tmp_path / "node.pem")
     running = start(config)
     client = CoordinatorClient(f"127.0.0.1:{running.port}", PLAINTEXT)
-    client.register(identity, HARDWARE, (MODEL,), "alice", "n", 1)
+    client.register(identity, HARDWARE, (MODEL,), identity.node_id, "n", 1)  # its own operator: no key
     client.close()
     running.stop(grace_s=0)
     _poison(config, identity.node_id)
