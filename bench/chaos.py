@@ -41,7 +41,14 @@ import httpx
 
 from contracts.ids import job_id_for_request
 from contracts.tls import CoordinatorTrust
-from mlxnet.processes import Child, spawn_node, start_coordinator, wait_until_registered
+from mlxnet.processes import (
+    OPERATOR_KEY_ENV,
+    Child,
+    operator_key,
+    spawn_node,
+    start_coordinator,
+    wait_until_registered,
+)
 
 log = logging.getLogger("bench.chaos")
 
@@ -235,9 +242,15 @@ class Network:
 
     def start_node(self, name: str, profile: str) -> None:
         assert self.proxy is not None
+        assert self.coordinator is not None
+        operator = f"op-{name}"
+        # The node reaches the coordinator through the proxy: its operator's key is made on the coordinator.
+        key = operator_key(self.coordinator.extra["address"], operator)
+        assert key is not None
         child = spawn_node(self.work_dir, name, f"127.0.0.1:{self.proxy.port}",
-                           [f"{MODEL_ID}={self.model_dir}"], profile=profile, operator=f"op-{name}",
-                           max_concurrent_jobs=2, trust=CoordinatorTrust(insecure=True))
+                           [f"{MODEL_ID}={self.model_dir}"], profile=profile, operator=operator,
+                           max_concurrent_jobs=2, trust=CoordinatorTrust(insecure=True),
+                           env={OPERATOR_KEY_ENV: key})
         self.nodes[name] = wait_until_registered(child)
 
     @property

@@ -37,8 +37,8 @@ def test_a_job_missing_a_hop_is_left_out_of_the_time_outside_the_prefill() -> No
 
 # The path of a streamed completion's first token, in the order each hop causes the next.
 PATH = ("request", "submit", "key admitted", "placed", "balance reserved", "committed", "sent to its node",
-        "node received", "node started", PREFILL_STARTED, FIRST_TOKEN, "first chunk sent", "first chunk read",
-        "first chunk stored", "first event on the event loop", "first text to the client")
+        "node received", "node started", PREFILL_STARTED, "joined the batch", FIRST_TOKEN, "first chunk sent",
+        "first chunk read", "first chunk stored", "first event on the event loop", "first text to the client")
 
 
 @pytest.mark.parametrize("database", ["sqlite"])

@@ -178,8 +178,11 @@ def test_dry_run_and_explain_show_where_and_why(network: Network) -> None:
     assert dry.returncode == 0, dry.stderr
     assert "would place on node-" in dry.stdout and "chosen: node-" in dry.stdout
     too_fast = _mlxnet("place", "--dry-run", "--model", MODEL_ID, "--context", "512",
-                       "--min-tokens-per-s", "1e12", "--coordinator", network.address, *network.pin_flags)
+                       "--min-tokens-per-s", "1e6", "--coordinator", network.address, *network.pin_flags)
     assert too_fast.returncode == 0 and "never placeable" in too_fast.stdout
+    absurd = _mlxnet("place", "--dry-run", "--model", MODEL_ID, "--context", "512",
+                     "--min-tokens-per-s", "1e12", "--coordinator", network.address, *network.pin_flags)
+    assert absurd.returncode == 1 and "INVALID_ARGUMENT: min_decode_tokens_per_s" in absurd.stderr
     unknown = _mlxnet("place", "--dry-run", "--model", "nope", "--context", "8",
                       "--coordinator", network.address, *network.pin_flags)
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr

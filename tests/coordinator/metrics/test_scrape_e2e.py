@@ -126,7 +126,7 @@ def test_a_refused_placement_counts_its_filter_reasons(network: tuple[Child, lis
     coordinator, _ = network
     before = scrape(coordinator)
     request = job_pb2.SubmitJobRequest(
-        model=MODEL_ID, prompt="Faster than any Mac", min_decode_tokens_per_s=1e9,
+        model=MODEL_ID, prompt="Faster than any Mac", min_decode_tokens_per_s=1e6,
         sampling=common_pb2.SamplingParams(max_tokens=4))
     with open_channel(coordinator.extra["address"], coordinator.trust)[0] as channel:
         with pytest.raises(grpc.RpcError) as refused:
