@@ -8,7 +8,7 @@ close-epoch` calls close_due_epoch once.
 Settings come from the environment, so every coordinator of one database agrees:
 MLXNET_EPOCH_LENGTH_S (default 3600), and for a real chain MLXNET_PAYOUT_RPC_URL,
 MLXNET_PAYOUT_DISTRIBUTOR and MLXNET_PAYOUT_PUBLISHER_KEY; without a URL, the coordinator
-starts its own anvil (ledger.anvil) with its state in its data dir, on MLXNET_ANVIL_PORT (8545).
+starts its own anvil (ledger.anvil) with its state in its data dir, on a free port or MLXNET_ANVIL_PORT.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from coordinator.storage.tables import job_assignments, jobs
 from ledger.api import (
     EPOCH_LENGTH_S_DEFAULT,
     AnvilProcess,
+    ChainError,
     EpochClose,
     ExpectedCredit,
     HeadSigner,
@@ -56,7 +57,7 @@ RPC_URL_ENV = "MLXNET_PAYOUT_RPC_URL"
 DISTRIBUTOR_ENV = "MLXNET_PAYOUT_DISTRIBUTOR"
 PUBLISHER_KEY_ENV = "MLXNET_PAYOUT_PUBLISHER_KEY"
 ANVIL_PORT_ENV = "MLXNET_ANVIL_PORT"
-ANVIL_PORT_DEFAULT = 8545  # anvil's own default, so wallets and `--rpc-url` find it
+ANVIL_PORT_DEFAULT = 0  # a free port, so coordinators can share a host (contracts.json records it)
 CHECK_INTERVAL_S_MAX = 30.0
 # A heartbeat proves the node online until the coordinator would call it offline.
 HEARTBEAT_CREDIT_MS_DEFAULT = 10_000
@@ -189,8 +190,14 @@ class EpochCloser:
         self._anchoring_due = self._anchoring_due or (result is not None and result.epoch is not None
                                                       and result.epoch.root is not None)
         if self._anchoring_due:
-            self._chain = self._chain or self._chain_factory()
-            anchor_closed_epochs(self._db, self._chain)
+            try:
+                self._chain = self._chain or self._chain_factory()
+                anchor_closed_epochs(self._db, self._chain)
+            except ChainError as error:
+                # An unreachable chain delays anchoring (the next pass retries); it must not mark
+                # the coordinator unhealthy, or a balancer would stop sending it jobs.
+                log.warning("anchoring delayed, retrying next pass: %s", error)
+                return
             self._anchoring_due = False
 
 
