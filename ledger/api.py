@@ -42,7 +42,14 @@ from ledger.epochs import (
     epoch_tree,
     set_payout_address,
 )
-from ledger.chain_settings import ChainSettings, GasCaps, chain_settings
+from ledger.chain_settings import (
+    CONFIRMATIONS_MAX,
+    KEYSTORE_PASSWORD_ENV_DEFAULT,
+    PUBLISHER_KEY_ENV_DEFAULT,
+    ChainSettings,
+    GasCaps,
+    chain_settings,
+)
 from ledger.errors import ChainError, ChainSettingsError, LedgerError, LedgerNotInstalledError
 from ledger.full_audit import AuditReport, Difference, ExpectedCredit, audit
 from ledger.head_signatures import HeadSigner, head_message, signature_valid
@@ -113,7 +120,8 @@ if TYPE_CHECKING:
     from ledger.anchor import PayoutChain
 
 __all__ = [
-    "BASE_UNITS_PER_MLX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
+    "BASE_UNITS_PER_MLX", "CONFIRMATIONS_MAX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
+    "KEYSTORE_PASSWORD_ENV_DEFAULT", "PUBLISHER_KEY_ENV_DEFAULT",
     "AccountKind", "AnchorMismatchError", "AnchorPass", "ChainSettings", "ChainSettingsError", "GasCaps",
     "anchor_pass", "chain_settings", "publisher_key", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
     "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "HeadSigner", "JobCompletion",

@@ -56,8 +56,7 @@ def _registration_limits(args: argparse.Namespace):  # type: ignore[no-untyped-d
 
 def _add_chain_flags(parser: argparse.ArgumentParser) -> None:
     """Where epoch roots are anchored (ledger.chain_settings checks them before the coordinator starts)."""
-    from ledger.chain_settings import (CONFIRMATIONS_MAX, KEYSTORE_PASSWORD_ENV_DEFAULT,
-                                       PUBLISHER_KEY_ENV_DEFAULT)
+    from ledger.api import CONFIRMATIONS_MAX, KEYSTORE_PASSWORD_ENV_DEFAULT, PUBLISHER_KEY_ENV_DEFAULT
 
     chain = parser.add_argument_group("payout chain", "default: the coordinator's own anvil in --data-dir")
     chain.add_argument("--chain-rpc-url", default=os.environ.get("MLXNET_PAYOUT_RPC_URL"), metavar="URL",
