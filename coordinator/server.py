@@ -90,7 +90,7 @@ def _relay_across_coordinators(service: CoordinatorService, stopping: threading.
         metrics.event_bus_health(up)
         service.notifier.set_relayed(up)
 
-    relay = PostgresRelay(service.config.database_url, service.notifier.notify_local, relayed,
+    relay = PostgresRelay(service.config.database_url, service.core.hear_relayed, relayed,
                           metrics.event_bus_arrived)
     service.notifier.relay_to(relay.publish)
     relay.start(stopping)

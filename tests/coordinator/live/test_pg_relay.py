@@ -16,7 +16,7 @@ from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
-from coordinator.live.notifier import Notifier
+from coordinator.live.notifier import Notifier, fleet_topic
 from coordinator.live.pg_relay import PAYLOAD_CHARS_MAX, News, parse_payload, payloads
 from coordinator.server import RunningCoordinator, start
 from mlxnet.consumer import JobClient, StreamedTokens
@@ -127,3 +127,24 @@ def test_losing_the_relay_wakes_every_waiter_to_poll_again() -> None:
 
     assert asyncio.run(wait_then_lose_the_relay()) == 1  # woken, with the topic moved on
     assert notifier.poll_interval_s(1.0, 60.0) == 1.0 and notifier.waiting() == 0
+
+
+def test_a_node_that_registers_on_one_coordinator_is_placed_on_by_the_other_at_once(
+        tmp_path: Path, pair: tuple[RunningCoordinator, RunningCoordinator]) -> None:
+    a, b = pair
+    nodes = {}
+    for name, coordinator in (("on-a", a), ("on-b", b)):
+        identity = load_or_create_identity(tmp_path / name / "identity.pem")
+        client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
+        client.register(identity, HARDWARE, (MODEL,), "alice", name, 1,
+                        operator_key=operator_key_for(coordinator.service, "alice"))
+        nodes[name] = (identity.node_id, client)
+    # B's registration reached A through the relay (not A's 60 s index rebuild).
+    assert a.service.notifier.wait(fleet_topic(nodes["on-b"][0]), 0, RELAY_UP_S) > 0
+    with JobClient(f"127.0.0.1:{a.port}", trust=PLAINTEXT) as consumer:
+        placed = [consumer.submit(MODEL.model_id, "Hello there", max_tokens=8) for _ in range(2)]
+    # Each node takes one job at a time: the second job goes to B's node at once, not to a queue.
+    assert all(job.status == job_pb2.JOB_STATUS_ASSIGNED for job in placed)
+    assert sorted(job.node_ids[0] for job in placed) == sorted(node_id for node_id, _ in nodes.values())
+    for _, client in nodes.values():
+        client.close()
