@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
+from coordinator.live.notifier import Wait, fleet_topic, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -70,6 +70,7 @@ class NodeSessions:
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
+        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
             for listener in list(self.region_listeners):
@@ -115,7 +116,8 @@ class NodeSessions:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
-        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id),
+                                   fleet_topic(node.node_id))
         self._core.run_scheduler()
         return len(touched)
 
