@@ -1,5 +1,8 @@
 """Was each output token what the seeded sampler picks from the replayed logits? Pure.
 
+Shared by the coordinator's verifier and by nodes that check their peers' jobs
+(coordinator.verification.tokens re-exports it).
+
 Replayed logits differ from the node's by floating-point noise, so each check
 allows a little slack: a greedy token may trail the best logit by `logit_slack`,
 and a sampled token must win the Gumbel race against every token that is surely
@@ -11,14 +14,37 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from contracts.receipts import FinishReason
 from contracts.sampling import gumbel_noise, probabilities, sample_token
-from coordinator.verification.tolerances import Tolerances
 
 NO_TOKEN = -1
+
+
+class Tolerances(Protocol):
+    """The slack a token check allows (coordinator.verification.tolerances.Tolerances has it)."""
+
+    @property
+    def logit_slack(self) -> float:  # greedy: the output token's logit may trail the best by this
+        ...
+
+    @property
+    def mass_slack(self) -> float:  # top_p: probability mass slack at the nucleus boundary
+        ...
+
+
+@dataclass(frozen=True)
+class TokenSlack:
+    """The slack a checking node is told to allow (the coordinator's tolerances, on the wire)."""
+
+    logit_slack: float
+    mass_slack: float
+
+    def __post_init__(self) -> None:
+        assert self.logit_slack >= 0 and self.mass_slack >= 0
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ BASIS_POINTS = 10_000
 
 @dataclass(frozen=True)
 class PeerCheckPolicy:
+    # Off: a sampled job no coordinator verifier holds is left unchecked, as before peer checks.
+    enabled: bool = True
     pair_memory_checks: int = 1  # a node's last peer checks whose partners are not paired again
     deadline_ms: int = 120_000  # a check job not answered by then goes to another checker
     attempts_max: int = 4  # checkers asked per role before the check is left held, with the reason
