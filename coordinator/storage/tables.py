@@ -42,7 +42,7 @@ nodes = Table(
     Column("warm_models_json", Text, nullable=False, server_default="[]"),
     Column("measured_bandwidth_gb_s", Float, nullable=True),
     Column("benchmark_flag", Text, nullable=True),  # why the benchmark does not fit the claimed chip
-    # [[jobs in one batch, their tokens/s in all], ...] from that benchmark (0013_batching_shared_memory).
+    # [[jobs in one batch, their tokens/s in all], ...] from that benchmark (0014_batching_shared_memory).
     Column("batch_decode_json", Text, nullable=False, server_default="[]"),
     Column("left_at_ms", BigInteger, nullable=True),  # set by Leave, cleared by Register
 )
@@ -125,7 +125,7 @@ job_assignments = Table(
     Column("layers", Integer, nullable=False),
     Column("active", Boolean, nullable=False),  # false once the job ends or is handed back
     # Of reserved_memory_bytes, what the Mac's running jobs of the same model share (weights and
-    # runtime): counted once per model and Mac (0013_batching_shared_memory). 0 on a pod.
+    # runtime): counted once per model and Mac (0014_batching_shared_memory). 0 on a pod.
     Column("shared_memory_bytes", BigInteger, nullable=False, server_default="0"),
 )
 Index("ix_job_assignments_node_active", job_assignments.c.node_id, job_assignments.c.active)

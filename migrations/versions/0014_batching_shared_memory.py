@@ -2,15 +2,15 @@
 reserved memory that such jobs share, so a Mac's commitment counts it once (coordinator.storage.job_rows);
 and a node's benchmark keeps its decode speed at each batch size, which placement's speeds count.
 
-Revision ID: 0013_batching_shared_memory
-Revises: 0012_model_catalog
+Revision ID: 0014_batching_shared_memory
+Revises: 0013_peercheck_peer_checks
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013_batching_shared_memory"
-down_revision = "0012_model_catalog"
+revision = "0014_batching_shared_memory"
+down_revision = "0013_peercheck_peer_checks"
 branch_labels = None
 depends_on = None
 
