@@ -141,7 +141,8 @@ def _call_item(job_id: str, index: int, call: ParsedCall, status: str = "complet
 
 def _usage(job: JobRecord, streamed: int) -> dict:
     counts = job_usage(job, streamed)
-    return {"input_tokens": counts["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": counts["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": counts["prompt_tokens_details"]["cached_tokens"]},
             "output_tokens": counts["completion_tokens"],
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": counts["total_tokens"]}
 

@@ -182,10 +182,15 @@ class CompletionRequest(_Generation):
 
 # --- responses -------------------------------------------------------------
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="prompt tokens the node reused from its prompt cache")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class TopLogprobOut(BaseModel):
