@@ -4,7 +4,8 @@ Four threads: the connection loop (register, then listen for assignments),
 heartbeats, one worker that owns all MLX work and runs jobs from a bounded
 queue in continuous batches (jobs join at step boundaries and leave as they
 end), and the reporter that finishes each generated job (receipt and its
-report) while the worker steps the batch.
+report) while the worker steps the batch. A check of a peer's job (a prefill-only
+replay, node_agent/peer_checks.py) runs on the worker between batch steps.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
 from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
     Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
@@ -43,6 +45,7 @@ from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
 from node_agent.metrics import NodeMetrics
+from node_agent.peer_checks import run_check
 from node_agent.pods.leader import lead_pod_job
 from node_agent.token_sender import SenderThreads, TokenSender
 
@@ -87,7 +90,7 @@ class NodeAgent:
         self._reports = JobReports(self._client, settings.identity, self._hooks.job_finished,
                                    self.stopping)
         self._paths = {spec.model_id: path for spec, path in settings.models}
-        self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._jobs: queue.Queue[tuple[Assignment | CheckJob, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
         # Up to max_concurrent_jobs jobs of a model decode together in one batch; weights are
         # counted once, each job's KV cache apart, against the GPU budget the node reported.
         budget = settings.hardware.gpu_working_set_bytes or None
@@ -202,11 +205,12 @@ class NodeAgent:
             except CoordinatorUnavailable as error:
                 log.debug("heartbeat failed: %s", error)
 
-    def _accept(self, assignment: Assignment) -> None:
-        hop_trace.job_hop(assignment.job_id, "node received")
-        if not self._active.admit(assignment.job_id):
+    def _accept(self, assignment: Assignment | CheckJob) -> None:
+        work_id = assignment.check_id if isinstance(assignment, CheckJob) else assignment.job_id
+        hop_trace.job_hop(work_id, "node received")
+        if not self._active.admit(work_id):
             return
-        self._jobs.put((assignment, JobTimeline(assignment.job_id)))
+        self._jobs.put((assignment, JobTimeline(work_id)))
 
     # --- jobs ----------------------------------------------------------------
 
@@ -233,7 +237,10 @@ class NodeAgent:
                 return
             self._start(assignment, timeline)
 
-    def _start(self, assignment: Assignment, timeline: JobTimeline) -> None:
+    def _start(self, assignment: Assignment | CheckJob, timeline: JobTimeline) -> None:
+        if isinstance(assignment, CheckJob):
+            self._check(assignment, timeline)
+            return
         self._count_running(+1)
         timeline.mark("dequeued")
         started = False
@@ -242,6 +249,26 @@ class NodeAgent:
         finally:
             if not started:
                 self._done_with(assignment.job_id, timeline)
+
+    def _check(self, check: CheckJob, timeline: JobTimeline) -> None:
+        """A peer's job, replayed in one prefill pass on this (the MLX) thread, between batch steps."""
+        self._count_running(+1)
+        try:
+            log.info("checking job %s for the network (check %s, %d tokens)", check.job_id,
+                     check.check_id, len(check.output_ids))
+            try:
+                body, signature = run_check(self._engine, str(self._paths[check.model_id]), check,
+                                            self.settings.identity)
+            except ValueError as error:  # refused input or an unsupported model: another peer is asked
+                self._client.report_check(check.check_id, failure_reason=f"replay failed: {error}"[:1000])
+                return
+            timeline.mark("checked")
+            self._client.report_check(check.check_id, body, signature)
+        except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
+            # The check lapses at its deadline and goes to another peer; nothing is owed here.
+            log.warning("could not report check %s: %s", check.check_id, error)
+        finally:
+            self._done_with(check.check_id, timeline)
 
     def _done_with(self, job_id: str, timeline: JobTimeline) -> None:
         self.metrics.job_ended(job_id)

@@ -35,6 +35,9 @@ from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.failover import Rotation, after_failure, after_success, parse_addresses
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
+from contracts.receipts import FinishReason
+from contracts.token_checks import TokenSlack
 from contracts.pods import PodDeclaration
 from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
@@ -117,6 +120,20 @@ class Chunk:
         return Chunk(self.first_index, self.token_ids + following.token_ids,
                      self.text + following.text, self.logprobs + following.logprobs,
                      self.prompt_tokens, following.partial_receipt or self.partial_receipt)
+
+
+def _check_job(message: node_pb2.ReceiveAssignmentsResponse, spec: ModelSpec) -> CheckJob | None:
+    """The check job, or None (logged) when it is malformed: it lapses and goes to another peer."""
+    check = message.check
+    if check.finish_reason not in {int(reason) for reason in FinishReason} or not (
+            check.logit_slack >= 0 and check.mass_slack >= 0):
+        log.warning("check job %s is malformed (finish reason %d); not run", message.job_id[:64],
+                    check.finish_reason)
+        return None
+    return CheckJob(message.job_id, check.checked_job_id, spec.model_id, spec.weights_digest,
+                    message.prompt, tuple(check.output_ids), FinishReason(check.finish_reason),
+                    message.sampling.temperature, message.sampling.top_p, message.sampling.seed,
+                    TokenSlack(check.logit_slack, check.mass_slack))
 
 
 def _logprob_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
@@ -353,8 +370,10 @@ class CoordinatorClient:
         except grpc.RpcError as error:
             raise _translate(error) from error
 
-    def assignments(self) -> Iterator[Assignment]:
-        """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError)."""
+    def assignments(self) -> Iterator[Assignment | CheckJob]:
+        """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError).
+
+        A CheckJob is a prefill-only replay of another node's job (node_agent/peer_checks.py)."""
         stream = self._stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
                                                metadata=self._metadata())
         try:
@@ -363,6 +382,11 @@ class CoordinatorClient:
                 if spec is None:
                     raise CallRejected("FAILED_PRECONDITION",
                                        f"assigned model {message.model.model_id} is not served here")
+                if message.HasField("check"):
+                    check = _check_job(message, spec)
+                    if check is not None:
+                        yield check
+                    continue
                 self._note_attempt(message.job_id, message.attempt)
                 yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
                                  max_tokens=message.sampling.max_tokens,
@@ -423,6 +447,18 @@ class CoordinatorClient:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:
             raise _translate(error) from error
+
+    def report_check(self, check_id: str, body: bytes = b"", signature: bytes = b"",
+                     failure_reason: str = "") -> bool:
+        """A check job's signed result, or why it could not run; False: it had lapsed."""
+        request = node_pb2.ReportCheckRequest(check_id=check_id, failure_reason=failure_reason)
+        if not failure_reason:
+            request.result.CopyFrom(node_pb2.SignedCheckResult(body=body, signature=signature))
+        try:
+            response = self._stub.ReportCheck(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return response.accepted
 
     def leave(self, reason: str) -> int:
         """Deregister; returns how many jobs the coordinator handed back."""

@@ -143,10 +143,10 @@ class Notifier:
                     del self._waiters[topic]
             return self._versions.get(topic, 0)
 
-    def waiting(self) -> int:
-        """Waiters enlisted now, on every topic (for tests and gauges)."""
+    def waiting(self, besides: frozenset[str] = frozenset()) -> int:
+        """Waiters enlisted now, on every topic but `besides` (for tests and gauges)."""
         with self._lock:
-            return sum(len(waiters) for waiters in self._waiters.values())
+            return sum(len(waiters) for topic, waiters in self._waiters.items() if topic not in besides)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -51,7 +51,8 @@ class ServiceCore:
 
     def check_context(self) -> CheckContext:
         """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
-        return CheckContext(self.config.trust, self.draws.random(), self.replayable())
+        return CheckContext(self.config.trust, self.draws.random(), self.replayable(),
+                            self.config.peer_checks.enabled)
 
     def poll_interval_s(self) -> float:
         """How long a stream or a waiter goes without news before it reads the database anyway."""

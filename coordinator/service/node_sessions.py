@@ -22,6 +22,7 @@ from coordinator.model import (
     TokenChunk,
 )
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
 from coordinator.nodes import catalog, registry, reports
 from coordinator.errors import RateLimited
 from coordinator.nodes.admission import TokenBuckets
@@ -29,6 +30,7 @@ from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, node_rows
+from coordinator.verification import peer_checks
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
@@ -128,16 +130,17 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             return node_rows.pod_assignment(session, job)
 
-    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
-        """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
+    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord | CheckJob]:
+        """Jobs assigned to the node and not yet started, and check jobs it is to run for its
+        peers (prefill-only replays), each sent once; waits on this thread."""
         return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
-    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
         """assignments' steps, with a Wait wherever it would wait."""
         with self._core.metrics.stream_open(STREAM_NODE):
             yield from self._assignment_steps(node)
 
-    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -148,8 +151,13 @@ class NodeSessions:
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                    checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances)
                 for job in self._unsent(jobs, sent):
                     yield job
+                for check in checks:
+                    if check.check_id not in sent:
+                        sent.add(check.check_id)
+                        yield check
                 yield Wait(topic, seen, self._core.poll_interval_s())
 
     @staticmethod
