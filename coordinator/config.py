@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.verification.policy import TrustPolicy
 from ledger.api import ChainSettings
 from coordinator.verification.tolerances import Tolerances
@@ -57,6 +58,8 @@ class CoordinatorConfig:
     trust: TrustPolicy = field(default_factory=TrustPolicy)
     tolerances: Tolerances = field(default_factory=Tolerances)
     credits_released_per_pass_max: int = 500
+    # Checks by peers: who may check whom, their deadline, the checker's fee (verification.peers).
+    peer_checks: PeerCheckPolicy = field(default_factory=PeerCheckPolicy)
     # How fast nodes may register, per source address and per operator, and when a silent
     # node expires (coordinator.nodes.admission).
     registration_limits: RegistrationLimits = field(default_factory=RegistrationLimits)

@@ -81,11 +81,18 @@ def _listener(tls: ServerTls | None):  # type: ignore[no-untyped-def]
 
 def _relay_across_coordinators(service: CoordinatorService, stopping: threading.Event) -> None:
     """On PostgreSQL, wake-ups go to every coordinator sharing the database (live/pg_relay.py)."""
+    metrics = service.core.metrics
     if not service.config.database_url.startswith("postgresql"):
         service.notifier.set_relayed(True)  # SQLite: one coordinator; its own wake-ups are all
+        metrics.event_bus_health(True)
         return
-    relay = PostgresRelay(service.config.database_url, service.notifier.notify_local,
-                          service.notifier.set_relayed)
+
+    def relayed(up: bool) -> None:
+        metrics.event_bus_health(up)
+        service.notifier.set_relayed(up)
+
+    relay = PostgresRelay(service.config.database_url, service.core.hear_relayed, relayed,
+                          metrics.event_bus_arrived)
     service.notifier.relay_to(relay.publish)
     relay.start(stopping)
 

@@ -7,7 +7,8 @@ modules that own them (see the map in ledger/__init__.py); callers outside the l
 this module only, so the ledger can move its insides without touching them.
 
     accounts and balances   ensure/open accounts, balance, deposit, lock_ledger
-    a job's money           reserve, complete (held credit), settle, void, release, reject
+    a job's money           reserve, complete (held credit), settle, void, release, reject,
+                            and a peer's fee for checking it (pay_check_fee)
     epochs                  close, payout addresses, epoch and payout reads, payout trees
     reads for the pages     transfers of a job or an account's window, seat results, anchors
     audits and proofs       audit (with signed heads and kept statements), operator statements
@@ -67,10 +68,12 @@ from ledger.jobs import (
     complete_job,
     consumer_account_id,
     deposit_for_consumer,
+    check_fee_transfer_id,
     ensure_system_accounts,
     open_consumer_account,
     open_operator_account,
     operator_account_id,
+    pay_check_fee,
     reject_job_credit,
     release_job_credit,
     reserve_job,
@@ -131,13 +134,13 @@ __all__ = [
     "PayoutLeaf", "PayoutRecord", "PayoutTree", "ResultCode", "SeatInput", "SeatOutcome", "Statement", "Transfer",
     "TransferKind", "TransferResult", "TransferState",
     "anchor_epochs", "anchors_of_epoch", "anvil_binary", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
-    "chain_head", "check_anchors", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
+    "chain_head", "check_anchors", "check_fee_transfer_id", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
     "consumer_account_id", "deposit_for_consumer", "due_epoch", "embedded_chain", "ensure_system_accounts", "epoch_payouts",
     "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "head_message", "in_process_chain",
     "job_transfer_id",
     "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata",
     "open_consumer_account", "open_operator_account", "operator_account_id", "operator_credit_totals",
-    "operator_statement", "parse_mlx", "payout_address", "pending_state", "previous_epoch", "price_job",
+    "operator_statement", "parse_mlx", "pay_check_fee", "payout_address", "pending_state", "previous_epoch", "price_job",
     "read_epoch", "reject_job_credit", "release_job_credit", "release_job_credits", "reserve_job",
     "reserve_jobs", "seat_outcomes", "set_payout_address", "settle_job", "signature_valid", "signed_statement",
     "statement_problem", "transfers_for_job",
