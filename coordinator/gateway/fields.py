@@ -12,12 +12,9 @@ from __future__ import annotations
 # Fields refused with a reason more useful than "not supported" (any other unknown field gets
 # the generic one). Keyed by the field's path as the error handler names it.
 REFUSAL_REASONS: dict[str, str] = {
-    "response_format": "structured output (json_object, json_schema) is not supported yet; "
-                       "only {\"type\": \"text\"} is accepted",
     "functions": "the legacy `functions` field is not supported; send `tools`",
     "function_call": "the legacy `function_call` field is not supported; send `tool_choice`",
     "logit_bias": "logit_bias is not supported",
-    "reasoning_effort": "reasoning_effort is not supported",
     "audio": "audio output is not supported",
     "modalities": "only the text modality is supported",
     "prediction": "predicted outputs are not supported",

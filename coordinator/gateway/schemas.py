@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from contracts.limits import MODEL_ID_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
+from contracts.structured_output import SUPPORTED as STRUCTURED_SUPPORTED
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.jobs.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
@@ -61,9 +62,45 @@ NoPenalty = Annotated[float | None, Field(default=None, ge=0.0, le=0.0,
                                           description="only 0 (no penalty) is supported")]
 
 
-class ResponseFormat(_Request):
-    type: Literal["text"] = Field(description="json_object and json_schema (structured output) "
-                                  "are refused with a 400 naming response_format")
+class ResponseFormatText(_Request):
+    type: Literal["text"]
+
+
+class ResponseFormatJsonObject(_Request):
+    type: Literal["json_object"] = Field(description="the answer is a JSON object: decoded "
+                                         "under a grammar of JSON on the node")
+
+
+SCHEMA_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # as OpenAI
+
+
+class JsonSchemaFormat(_Request):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    name: str = Field(pattern=SCHEMA_NAME_PATTERN)
+    description: Text | None = Field(default=None, max_length=HINT_CHARS_MAX)
+    schema_: dict = Field(alias="schema", description=(
+        "the JSON schema the answer follows, decoded under its grammar on the node. "
+        "Supported: " + STRUCTURED_SUPPORTED + "; any other feature gets a 400 naming it"))
+    strict: bool | None = Field(default=None, description="true or false: the schema is "
+                                "enforced either way (constrained decoding)")
+
+
+class ResponseFormatJsonSchema(_Request):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = Annotated[ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema,
+                           Field(discriminator="type")]
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # as OpenAI
+
+
+class ChatTemplateKwargs(_Request):
+    enable_thinking: bool | None = Field(default=None, description=(
+        "passed to the model's chat template; a 400 when its template does not read it"))
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="as the top-level reasoning_effort")
 
 
 class TextPart(_Request):
@@ -159,7 +196,14 @@ class ChatCompletionRequest(_Generation):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
-    response_format: ResponseFormat | None = None
+    response_format: ResponseFormat | None = Field(default=None, description=(
+        "json_object and json_schema are decoded under a grammar on the node, and the "
+        "verifier replays under the same grammar"))
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="passed to the model's chat template; a 400 when its "
+                                  "template does not read reasoning_effort")
+    chat_template_kwargs: ChatTemplateKwargs | None = Field(default=None, description=(
+        "options for the model's chat template (as vLLM and mlx_lm.server take them)"))
     tools: list[ToolDefinition] | None = Field(default=None, max_length=TOOLS_MAX, description=(
         "rendered by the model's chat template on the node; a model whose template has no "
         "tools is refused with a 400"))
@@ -182,10 +226,16 @@ class CompletionRequest(_Generation):
 
 # --- responses -------------------------------------------------------------
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = Field(description="tokens of the reasoning block (chunks that began "
+                                  "inside it)")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class TopLogprobOut(BaseModel):
@@ -222,6 +272,9 @@ class ChatMessageOut(BaseModel):
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCallOut] | None = None
+    reasoning_content: str | None = Field(default=None, description="a thinking model's "
+                                          "reasoning, apart from its answer")
+    reasoning: str | None = Field(default=None, description="the same, as mlx_lm.server names it")
 
 
 class ChatChoice(BaseModel):

@@ -1,0 +1,178 @@
+"""Structured output and reasoning through the gateway, end to end, with the official openai
+client against a coordinator and a node running real MLX inference (processes).
+
+The tiny model's free output is word salad; under a JSON schema it still answers with JSON
+that parses and validates, and the verifier's replay (which applies the same grammar) passes
+it. With enable_thinking its template opens a <think> block, so its output is reasoning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel
+
+from coordinator.storage.database import Database
+from coordinator.verification.store import CheckStatus
+from mlxnet.checks_view import wait_for_checks
+from mlxnet.processes import start_coordinator, start_nodes
+from tests.coordinator.gateway.conftest import MODEL_ID, GatewayNetwork
+from tests.coordinator.gateway.test_tools_e2e import PLAIN_MODEL_ID, _plain_copy, _Stopper
+
+pytestmark = pytest.mark.e2e
+PET = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 10},
+    "kind": {"enum": ["cat", "dog", "newt"]},
+    "legs": {"type": "integer", "enum": [0, 2, 4]},
+    "friendly": {"type": "boolean"},
+    "toys": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
+    "required": ["name", "kind", "legs", "friendly", "toys"], "additionalProperties": False}
+ASK = [{"role": "user", "content": "Describe a pet as JSON."}]
+PET_FORMAT = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET, "strict": True}}
+MAX_TOKENS = 120
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[GatewayNetwork]:
+    tmp_path = tmp_path_factory.mktemp("structured")
+    plain = _plain_copy(tiny_model_dir, tmp_path / "plain-model")
+    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+    coordinator = start_coordinator(tmp_path, database_url=url, heartbeat_interval_ms=500,
+                                    verify_models=(f"{MODEL_ID}={tiny_model_dir}",))
+    net = GatewayNetwork(tmp_path, url, tiny_model_dir, coordinator, [], Database(url))
+    with contextlib.closing(_Stopper(net)):
+        net.nodes = start_nodes(tmp_path, net.grpc_address, [
+            ("mini", [f"{MODEL_ID}={tiny_model_dir}", f"{PLAIN_MODEL_ID}={plain}"], "m4-pro-64", "alice")],
+            net.trust)
+        yield net
+
+
+def test_a_json_schema_answer_validates_and_the_verifier_passes_it(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("json"))
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL_ID, messages=ASK, response_format=PET_FORMAT,  # type: ignore[arg-type]
+        max_tokens=MAX_TOKENS, temperature=0)
+    choice = raw.parse().choices[0]
+    assert choice.finish_reason == "stop"
+    jsonschema.validate(json.loads(choice.message.content or ""), PET)
+    (check,) = wait_for_checks(network.database_url, [raw.headers["x-mlxnet-job-id"]])
+    assert check.status is CheckStatus.PASSED  # the replay applied the same grammar
+
+
+class Pet(BaseModel):
+    name: str
+    kind: str
+    friendly: bool
+
+
+def test_the_clients_parse_helper_gets_its_model_back(network: GatewayNetwork) -> None:
+    """client.chat.completions.parse sends a strict schema made from a pydantic model (titles,
+    required, additionalProperties false) and parses the answer into it."""
+    client = network.client(network.new_key("json-parse"))
+    answer = client.chat.completions.parse(model=MODEL_ID, messages=ASK, response_format=Pet,  # type: ignore[arg-type]
+                                           max_tokens=400, temperature=0.7, seed=3)
+    choice = answer.choices[0]
+    if choice.finish_reason == "stop":  # a free string may run past max_tokens: then "length"
+        assert isinstance(choice.message.parsed, Pet)
+    else:
+        assert choice.finish_reason == "length"
+
+
+def test_a_streamed_json_answer_is_the_same_json(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("json-stream"))
+    chunks = list(client.chat.completions.create(
+        model=MODEL_ID, messages=ASK, response_format=PET_FORMAT,  # type: ignore[arg-type]
+        max_tokens=MAX_TOKENS, temperature=0, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    jsonschema.validate(json.loads(text), PET)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_running_out_of_tokens_ends_with_length_not_broken_json_called_stop(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("json-short"))
+    choice = client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4, temperature=0,
+                                            response_format={"type": "json_object"}).choices[0]
+    assert choice.finish_reason == "length"
+    assert (choice.message.content or "").startswith("{")
+
+
+@pytest.mark.parametrize(("response_format", "named"), [
+    ({"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "string", "pattern": "^a"}}},
+     "'pattern'"),
+    ({"type": "json_schema", "json_schema": {"name": "s", "schema": {
+        "type": "object", "properties": {"n": {"type": "number", "minimum": 1}}}}}, "'minimum' (at properties.n)"),
+])
+def test_an_unsupported_schema_feature_is_a_400_naming_it(network: GatewayNetwork, response_format: dict,
+                                                         named: str) -> None:
+    client = network.client(network.new_key("json-bad"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=8,
+                                       response_format=response_format)  # type: ignore[arg-type]
+    body = raised.value.body
+    assert isinstance(body, dict) and body["param"] == "response_format.json_schema.schema"
+    assert named in body["message"]
+
+
+def test_reasoning_comes_apart_from_the_answer_whole_and_streamed(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("think"))
+    fields = {"model": MODEL_ID, "messages": ASK, "max_tokens": 12, "temperature": 0,
+              "extra_body": {"chat_template_kwargs": {"enable_thinking": True}}}
+    whole = client.chat.completions.create(**fields)  # type: ignore[call-overload]
+    message = whole.choices[0].message.model_dump()
+    assert message["reasoning_content"] and message["reasoning"] == message["reasoning_content"]
+    assert not message["content"]  # the tiny model never closes its <think> block in 12 tokens
+    assert whole.usage.completion_tokens_details.reasoning_tokens == whole.usage.completion_tokens
+    chunks = list(client.chat.completions.create(**fields, stream=True,
+                                                 stream_options={"include_usage": True}))
+    deltas = [c.choices[0].delta.model_dump() for c in chunks if c.choices]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == message["reasoning_content"]
+    assert not "".join(d.get("content") or "" for d in deltas)
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == whole.usage.completion_tokens
+    free = client.chat.completions.create(**{**fields, "extra_body": {}})  # type: ignore[call-overload]
+    assert free.choices[0].message.content and not free.choices[0].message.model_dump().get("reasoning_content")
+
+
+def test_reasoning_effort_goes_to_a_template_that_reads_it(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("effort"))
+    plain = client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4, temperature=0)
+    effort = client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4, temperature=0,
+                                            reasoning_effort="low")
+    assert effort.usage.prompt_tokens > plain.usage.prompt_tokens  # rendered by the template
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"reasoning_effort": "low"}, "reasoning_effort"),
+    ({"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}}, "chat_template_kwargs.enable_thinking"),
+])
+def test_template_options_a_template_does_not_read_are_400s(network: GatewayNetwork, fields: dict,
+                                                            param: str) -> None:
+    client = network.client(network.new_key("effort-plain"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=PLAIN_MODEL_ID, messages=ASK, max_tokens=4, **fields)
+    body = raised.value.body
+    assert isinstance(body, dict) and body["param"] == param and "does not read" in body["message"]
+
+
+def test_an_unknown_template_option_is_a_400_naming_it(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("kwargs-bad"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4,
+                                       extra_body={"chat_template_kwargs": {"tools_in_user_message": True}})
+    body = raised.value.body
+    assert isinstance(body, dict) and body["param"] == "chat_template_kwargs.tools_in_user_message"
+
+
+def test_a_json_format_with_an_opened_reasoning_block_is_a_400(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("think-json"))
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4,
+                                       response_format={"type": "json_object"},
+                                       extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    body = raised.value.body
+    assert isinstance(body, dict) and body["param"] == "response_format"
