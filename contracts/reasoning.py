@@ -17,6 +17,7 @@ from contracts.models import CHAT_FEATURE_THINKS_BY_DEFAULT, CHAT_FEATURE_THINKS
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # as OpenAI
 
 
 def starts_inside(features: tuple[str, ...], enable_thinking: bool | None) -> bool:

@@ -18,7 +18,9 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import Response
 
-from contracts.chat import ChatFormatError, ChatMessage, ChatTools, ToolCall, decode_chat
+from contracts.chat import (
+    NO_OPTIONS, ChatFormatError, ChatMessage, ChatOptions, ChatTools, ToolCall, decode_chat,
+)
 from contracts.tool_calls import CallReader, ParsedCall, parse_tool_calls
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.gateway import tools as chat_tools
@@ -26,15 +28,21 @@ from coordinator.gateway.bridge import Bridge, JobEvents
 from coordinator.gateway.completions import Answer, failure_error, run_completion
 from coordinator.gateway.errors import body_for
 from coordinator.gateway.render import ended_well, finish_reason, job_usage
-from coordinator.gateway.requests import TEMPERATURE_DEFAULT, ResponsePlan, seed_for
+from coordinator.gateway.requests import (
+    TEMPERATURE_DEFAULT, ResponsePlan, response_format_json, seed_for,
+)
 from coordinator.gateway.responses_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputText,
+    JsonObjectFormat,
+    JsonSchemaTextFormat,
     MessageItem,
     ResponsesRequest,
 )
-from coordinator.gateway.schemas import ChatCompletionRequest
+from coordinator.gateway.schemas import (
+    ChatCompletionRequest, JsonSchemaFormat, ResponseFormatJsonObject, ResponseFormatJsonSchema,
+)
 from coordinator.jobs.stops import cut_at_stop
 from coordinator.jobs.submission import Submission
 from coordinator.model import JobRecord, TokenChunk
@@ -105,6 +113,19 @@ def _tools(body: ResponsesRequest) -> ChatTools:
     return chat_tools.chat_tools(as_chat)
 
 
+def _options(body: ResponsesRequest) -> ChatOptions:
+    """text.format as chat's response_format: the same grammar on the node."""
+    text_format = body.text.format if body.text else None
+    if isinstance(text_format, JsonObjectFormat):
+        as_chat = ResponseFormatJsonObject(type="json_object")
+    elif isinstance(text_format, JsonSchemaTextFormat):
+        as_chat = ResponseFormatJsonSchema(type="json_schema", json_schema=JsonSchemaFormat(
+            name=text_format.name, schema=text_format.schema_))
+    else:
+        return NO_OPTIONS
+    return ChatOptions(response_format_json(as_chat, "text.format.schema"))
+
+
 def responses_submission(service: CoordinatorService, body: ResponsesRequest, caller: Caller,
                          request_id: str = "") -> tuple[Submission, ResponsePlan]:
     messages = [ChatMessage("system", body.instructions)] if body.instructions else []
@@ -120,7 +141,7 @@ def responses_submission(service: CoordinatorService, body: ResponsesRequest, ca
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
         top_p=body.top_p or 1.0, seed=seed_for(None), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=tuple(messages),
-        api_key_id=caller.key.key_id if caller.key else None, tools=tools)
+        api_key_id=caller.key.key_id if caller.key else None, tools=tools, options=_options(body))
     plan = ResponsePlan("chat", body.model, bool(body.stream), True, False, 0, (),
                         chat_tools.reads_calls(tools))
     return submission, plan

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.gateway.schemas import (
+    HINT_CHARS_MAX,
     MAX_TOKENS_MAX,
     MODEL_CHARS_MAX,
+    SCHEMA_NAME_PATTERN,
     TOOL_CALL_ID_CHARS_MAX,
     FunctionName,
     Hint,
@@ -75,11 +77,27 @@ class NamedFunctionChoice(_Request):
 
 
 class TextFormat(_Request):
-    type: Literal["text"] = Field(description="json_object and json_schema are refused")
+    type: Literal["text"]
+
+
+class JsonObjectFormat(_Request):
+    type: Literal["json_object"]
+
+
+class JsonSchemaTextFormat(_Request):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    type: Literal["json_schema"]
+    name: str = Field(pattern=SCHEMA_NAME_PATTERN)
+    description: str | None = Field(default=None, max_length=HINT_CHARS_MAX)
+    schema_: dict = Field(alias="schema", description="decoded under its grammar on the node, as "
+                          "chat's response_format json_schema (the same features are supported)")
+    strict: bool | None = None
 
 
 class TextOptions(_Request):
-    format: TextFormat | None = None
+    format: Annotated[TextFormat | JsonObjectFormat | JsonSchemaTextFormat,
+                      Field(discriminator="type")] | None = None
 
 
 class ResponsesRequest(_Request):

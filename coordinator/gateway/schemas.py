@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from contracts.limits import MODEL_ID_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
+from contracts.reasoning import REASONING_EFFORTS
 from contracts.structured_output import SUPPORTED as STRUCTURED_SUPPORTED
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.fields import HINT_DESCRIPTION
@@ -93,7 +94,6 @@ class ResponseFormatJsonSchema(_Request):
 
 ResponseFormat = Annotated[ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema,
                            Field(discriminator="type")]
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")  # as OpenAI
 
 
 class ChatTemplateKwargs(_Request):

@@ -12,18 +12,22 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
+import grpc
 import jsonschema
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from coordinator.storage.database import Database
 from coordinator.verification.store import CheckStatus
 from mlxnet.checks_view import wait_for_checks
 from mlxnet.processes import start_coordinator, start_nodes
+from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
+from protos.wire.channel import open_channel
 from tests.coordinator.gateway.conftest import MODEL_ID, GatewayNetwork
-from tests.coordinator.gateway.test_tools_e2e import PLAIN_MODEL_ID, _plain_copy, _Stopper
+from tests.coordinator.gateway.test_tools_e2e import PLAIN_MODEL_ID, WEATHER, _plain_copy, _Stopper
 
 pytestmark = pytest.mark.e2e
 PET = {"type": "object", "properties": {
@@ -65,23 +69,24 @@ def test_a_json_schema_answer_validates_and_the_verifier_passes_it(network: Gate
     assert check.status is CheckStatus.PASSED  # the replay applied the same grammar
 
 
-class Pet(BaseModel):
-    name: str
-    kind: str
+class Owner(BaseModel):
+    city: Literal["Paris", "Ur"]
+
+
+class Pet(BaseModel):  # bounded fields: the tiny model never ends a free string by itself
+    name: str = Field(max_length=8)
+    kind: Literal["cat", "dog"]
     friendly: bool
+    owner: Owner | None
 
 
 def test_the_clients_parse_helper_gets_its_model_back(network: GatewayNetwork) -> None:
     """client.chat.completions.parse sends a strict schema made from a pydantic model (titles,
-    required, additionalProperties false) and parses the answer into it."""
+    $defs and $ref, anyOf with null, additionalProperties false) and parses the answer into it."""
     client = network.client(network.new_key("json-parse"))
     answer = client.chat.completions.parse(model=MODEL_ID, messages=ASK, response_format=Pet,  # type: ignore[arg-type]
-                                           max_tokens=400, temperature=0.7, seed=3)
-    choice = answer.choices[0]
-    if choice.finish_reason == "stop":  # a free string may run past max_tokens: then "length"
-        assert isinstance(choice.message.parsed, Pet)
-    else:
-        assert choice.finish_reason == "length"
+                                           max_tokens=MAX_TOKENS, temperature=0)
+    assert isinstance(answer.choices[0].message.parsed, Pet)
 
 
 def test_a_streamed_json_answer_is_the_same_json(network: GatewayNetwork) -> None:
@@ -176,3 +181,66 @@ def test_a_json_format_with_an_opened_reasoning_block_is_a_400(network: GatewayN
                                        extra_body={"chat_template_kwargs": {"enable_thinking": True}})
     body = raised.value.body
     assert isinstance(body, dict) and body["param"] == "response_format"
+
+
+def _grpc_job(network: GatewayNetwork, key: str, **fields: object) -> job_pb2.Job:
+    metadata = (("authorization", f"Bearer {key}"),)
+    with open_channel(network.grpc_address, network.trust)[0] as channel:
+        stub = job_pb2_grpc.JobServiceStub(channel)
+        job = stub.SubmitJob(job_pb2.SubmitJobRequest(
+            model=MODEL_ID, sampling=common_pb2.SamplingParams(max_tokens=MAX_TOKENS), **fields),
+            metadata=metadata, timeout=30).job
+        streamed = list(stub.StreamJob(job_pb2.StreamJobRequest(job_id=job.job_id),
+                                       metadata=metadata, timeout=120))
+    return streamed[-1].final_job
+
+
+def test_grpc_takes_tools_and_answers_with_the_calls(network: GatewayNetwork) -> None:
+    weather = WEATHER["function"]
+    final = _grpc_job(network, network.new_key("grpc-tools"),
+                      messages=[common_pb2.ChatMessage(role="user", content="Weather in Paris?")],
+                      tools=[job_pb2.FunctionTool(name=weather["name"], description=weather["description"],
+                                                  parameters_json=json.dumps(weather["parameters"]))],
+                      tool_choice_function="get_weather")
+    assert final.status == job_pb2.JOB_STATUS_COMPLETED
+    (call,) = final.answer.tool_calls
+    assert call.name == "get_weather" and call.id == f"call_{final.job_id}_0"
+    assert json.loads(call.arguments_json)["city"] in ("Paris", "Ur")
+    assert final.answer.content == "" and "<tool_call>" in final.text  # the raw text stays whole
+    history = [common_pb2.ChatMessage(role="user", content="Weather in Paris?"),
+               common_pb2.ChatMessage(role="assistant", tool_calls=[common_pb2.ChatToolCall(
+                   id=call.id, name=call.name, arguments_json=call.arguments_json)]),
+               common_pb2.ChatMessage(role="tool", tool_call_id=call.id, content="Sunny")]
+    second = _grpc_job(network, network.new_key("grpc-tools-2"), messages=history,
+                       tools=[job_pb2.FunctionTool(name=weather["name"], description=weather["description"],
+                                                   parameters_json=json.dumps(weather["parameters"]))])
+    assert second.status == job_pb2.JOB_STATUS_COMPLETED
+    assert second.answer.content or second.answer.tool_calls
+    assert second.prompt_tokens > final.prompt_tokens  # the call and its result were rendered
+
+
+def test_grpc_takes_a_response_format(network: GatewayNetwork) -> None:
+    final = _grpc_job(network, network.new_key("grpc-json"),
+                      messages=[common_pb2.ChatMessage(**m) for m in ASK],
+                      response_format_json=json.dumps(PET_FORMAT))
+    jsonschema.validate(json.loads(final.answer.content), PET)
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"response_format_json": json.dumps({"type": "json_schema", "json_schema": {
+        "name": "s", "schema": {"type": "string", "format": "uri"}}})}, "'format'"),
+    ({"chat_template_kwargs_json": '{"voice": 1}'}, "chat_template_kwargs_json.voice"),
+])
+def test_grpc_refuses_what_it_cannot_honour_naming_it(network: GatewayNetwork, fields: dict,
+                                                      named: str) -> None:
+    key = network.new_key("grpc-bad")
+    with open_channel(network.grpc_address, network.trust)[0] as channel:
+        stub = job_pb2_grpc.JobServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.SubmitJob(job_pb2.SubmitJobRequest(
+                model=MODEL_ID, messages=[common_pb2.ChatMessage(**m) for m in ASK],
+                sampling=common_pb2.SamplingParams(max_tokens=4), **fields),
+                metadata=(("authorization", f"Bearer {key}"),), timeout=30)
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert named in (raised.value.details() or "")
