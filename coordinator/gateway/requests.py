@@ -77,7 +77,7 @@ def response_format_json(response_format: ResponseFormat | None, param: str) -> 
     if isinstance(response_format, ResponseFormatJsonObject):
         return canonical_json(canonical_format(FORMAT_JSON_OBJECT))
     if isinstance(response_format, ResponseFormatJsonSchema):
-        schema = response_format.json_schema.schema_
+        schema = response_format.json_schema.schema_.as_json()
         problem = schema_problem(schema)
         if problem:
             raise InvalidRequest(f"{param} cannot be used: {problem}", param=param)
@@ -87,10 +87,7 @@ def response_format_json(response_format: ResponseFormat | None, param: str) -> 
 
 def _template_kwargs(body: ChatCompletionRequest) -> dict:
     kwargs = body.chat_template_kwargs.model_dump(exclude_none=True) if body.chat_template_kwargs else {}
-    if body.reasoning_effort is not None:
-        if kwargs.get("reasoning_effort", body.reasoning_effort) != body.reasoning_effort:
-            raise InvalidRequest("reasoning_effort and chat_template_kwargs.reasoning_effort "
-                                 "disagree; send one", param="reasoning_effort")
+    if body.reasoning_effort is not None:  # the top-level field wins, as published
         kwargs["reasoning_effort"] = body.reasoning_effort
     return kwargs
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from coordinator.gateway.fields import HINT_DESCRIPTION
@@ -22,8 +22,10 @@ from coordinator.gateway.schemas import (
     TOOL_CALL_ID_CHARS_MAX,
     FunctionName,
     Hint,
+    JsonSchemaSubset,
     Metadata,
     _Request,
+    format_tag,
 )
 
 CallId = Annotated[str, Field(min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX)]
@@ -90,14 +92,16 @@ class JsonSchemaTextFormat(_Request):
     type: Literal["json_schema"]
     name: str = Field(pattern=SCHEMA_NAME_PATTERN)
     description: str | None = Field(default=None, max_length=HINT_CHARS_MAX)
-    schema_: dict = Field(alias="schema", description="decoded under its grammar on the node, as "
+    schema_: JsonSchemaSubset = Field(alias="schema", description="decoded under its grammar on the node, as "
                           "chat's response_format json_schema (the same features are supported)")
     strict: bool | None = None
 
 
 class TextOptions(_Request):
-    format: Annotated[TextFormat | JsonObjectFormat | JsonSchemaTextFormat,
-                      Field(discriminator="type")] | None = None
+    format: Annotated[Annotated[TextFormat, Tag("type=text")]
+                      | Annotated[JsonObjectFormat, Tag("type=json_object")]
+                      | Annotated[JsonSchemaTextFormat, Tag("type=json_schema")],
+                      Discriminator(format_tag)] | None = None
 
 
 class ResponsesRequest(_Request):

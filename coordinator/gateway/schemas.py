@@ -7,14 +7,15 @@ dropped (fields.py says why, and which fields are only hints).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from contracts.limits import MODEL_ID_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
 from contracts.reasoning import REASONING_EFFORTS
+from contracts.structured_output import ENUM_VALUES_MAX
 from contracts.structured_output import SUPPORTED as STRUCTURED_SUPPORTED
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.fields import HINT_DESCRIPTION
@@ -73,6 +74,44 @@ class ResponseFormatJsonObject(_Request):
 
 
 SCHEMA_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # as OpenAI
+TypeName = Literal["object", "array", "string", "number", "integer", "boolean", "null"]
+Count = Annotated[StrictInt, Field(ge=0)]
+REF_PATTERN = r"^#/(\$defs|definitions)/"
+
+
+class JsonSchemaSubset(_Request):
+    """The JSON-schema features structured output decodes under (contracts/structured_output.py),
+    published as a schema of schemas: any other keyword is a 400 naming it. Beyond what JSON
+    Schema can state: a $ref names one of the schema's own $defs, and at most 16 levels nest."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    type: TypeName | Annotated[list[TypeName], Field(min_length=1)] = None  # type: ignore[assignment]
+    properties: dict[str, JsonSchemaSubset] = None  # type: ignore[assignment]
+    required: list[str] = None  # type: ignore[assignment]
+    additionalProperties: bool | JsonSchemaSubset = None  # type: ignore[assignment]  # noqa: N815
+    items: JsonSchemaSubset = None  # type: ignore[assignment]
+    enum: Annotated[list[Any], Field(min_length=1, max_length=ENUM_VALUES_MAX)] = None  # type: ignore[assignment]
+    const: Any = None
+    anyOf: Annotated[list[JsonSchemaSubset], Field(min_length=1)] = None  # type: ignore[assignment]  # noqa: N815
+    minItems: Count = None  # type: ignore[assignment]  # noqa: N815
+    maxItems: Count = None  # type: ignore[assignment]  # noqa: N815
+    minLength: Count = None  # type: ignore[assignment]  # noqa: N815
+    maxLength: Count = None  # type: ignore[assignment]  # noqa: N815
+    defs: dict[str, JsonSchemaSubset] = Field(default=None, alias="$defs")  # type: ignore[assignment]
+    definitions: dict[str, JsonSchemaSubset] = None  # type: ignore[assignment]
+    ref: str = Field(default=None, alias="$ref", pattern=REF_PATTERN)  # type: ignore[assignment]
+    title: str = None  # type: ignore[assignment]
+    description: str = None  # type: ignore[assignment]
+    default: Any = None
+    examples: Any = None
+    schema_uri: str = Field(default=None, alias="$schema")  # type: ignore[assignment]
+    id_uri: str = Field(default=None, alias="$id")  # type: ignore[assignment]
+    comment: str = Field(default=None, alias="$comment")  # type: ignore[assignment]
+
+    def as_json(self) -> dict:
+        """The schema as the client sent it (keywords it left out stay out)."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
 
 
 class JsonSchemaFormat(_Request):
@@ -80,7 +119,7 @@ class JsonSchemaFormat(_Request):
 
     name: str = Field(pattern=SCHEMA_NAME_PATTERN)
     description: Text | None = Field(default=None, max_length=HINT_CHARS_MAX)
-    schema_: dict = Field(alias="schema", description=(
+    schema_: JsonSchemaSubset = Field(alias="schema", description=(
         "the JSON schema the answer follows, decoded under its grammar on the node. "
         "Supported: " + STRUCTURED_SUPPORTED + "; any other feature gets a 400 naming it"))
     strict: bool | None = Field(default=None, description="true or false: the schema is "
@@ -92,15 +131,23 @@ class ResponseFormatJsonSchema(_Request):
     json_schema: JsonSchemaFormat
 
 
-ResponseFormat = Annotated[ResponseFormatText | ResponseFormatJsonObject | ResponseFormatJsonSchema,
-                           Field(discriminator="type")]
+def format_tag(value: object) -> str:
+    """A format's union tag: "type=..." (errors.py leaves such tags out of a field's path)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"type={kind}"
+
+
+ResponseFormat = Annotated[Annotated[ResponseFormatText, Tag("type=text")]
+                           | Annotated[ResponseFormatJsonObject, Tag("type=json_object")]
+                           | Annotated[ResponseFormatJsonSchema, Tag("type=json_schema")],
+                           Discriminator(format_tag)]
 
 
 class ChatTemplateKwargs(_Request):
     enable_thinking: bool | None = Field(default=None, description=(
         "passed to the model's chat template; a 400 when its template does not read it"))
     reasoning_effort: Literal[REASONING_EFFORTS] | None = Field(  # type: ignore[valid-type]
-        default=None, description="as the top-level reasoning_effort")
+        default=None, description="as the top-level reasoning_effort (which wins when both are sent)")
 
 
 class TextPart(_Request):

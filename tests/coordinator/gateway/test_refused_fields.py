@@ -55,8 +55,8 @@ def _refusal(client: openai.OpenAI, **fields: object) -> dict:
     ({"frequency_penalty": 0.5}, "frequency_penalty", "less than or equal to 0"),
     ({"presence_penalty": -1.0}, "presence_penalty", "greater than or equal to 0"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "string", "format": "email"}}}}, "response_format.json_schema.schema",
-     "'format' (at the top level) is not supported"),
+        "type": "string", "format": "email"}}}}, "response_format.json_schema.schema.format",
+     "the schema feature 'format' is not one structured output decodes under"),
     ({"response_format": {"type": "grammar", "grammar": "start: x"}}, "response_format", "type"),
     ({"extra_body": {"top_k": 5}}, "top_k", "does not support it"),
     ({"extra_body": {"function_call": "auto"}}, "function_call", "send `tool_choice`"),
