@@ -100,7 +100,7 @@ def test_text_format_json_schema_answers_with_json_that_validates(network: Gatew
     ({"reasoning": {"effort": "low"}}, "reasoning"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "string", "pattern": "x"}}}},
-     "text.format.schema"),
+     "text.format.schema.pattern"),
     ({"text": {"format": {"type": "grammar"}}}, "text.format"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
 ])
