@@ -185,8 +185,8 @@ def final_body(plan: ResponsePlan, job: JobRecord, chunks: list[TokenChunk]) -> 
               "system_fingerprint": None}
     if plan.kind == "chat":
         message: dict = {"role": "assistant", "content": text, "refusal": None}
-        if plan.reasoning:
-            message.update(reasoning_content=reasoning or None, reasoning=reasoning or None)
+        if reasoning:
+            message.update(reasoning_content=reasoning, reasoning=reasoning)
         if plan.tool_calls and (parsed := parse_tool_calls(text)).calls:
             message["content"] = parsed.content.strip() or None
             message["tool_calls"] = [tools.call_json(job.job_id, index, call)

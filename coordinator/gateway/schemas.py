@@ -180,6 +180,11 @@ class ChatMessageIn(_Request):
     tool_call_id: Text | None = Field(default=None, min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX,
                                      description="a tool message: the call it answers")
     refusal: None = Field(default=None, description="only null (as an assistant message echoed)")
+    reasoning_content: Text | None = Field(default=None, max_length=PROMPT_CHARS_CEILING, description=(
+        HINT_DESCRIPTION + ": an assistant's reasoning sent back is not rendered (as thinking "
+        "models' templates drop past turns' reasoning)"))
+    reasoning: Text | None = Field(default=None, max_length=PROMPT_CHARS_CEILING,
+                                   description="as reasoning_content")
 
 
 class FunctionDefinition(_Request):

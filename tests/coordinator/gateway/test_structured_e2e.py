@@ -144,6 +144,9 @@ def test_reasoning_comes_apart_from_the_answer_whole_and_streamed(network: Gatew
     assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == whole.usage.completion_tokens
     free = client.chat.completions.create(**{**fields, "extra_body": {}})  # type: ignore[call-overload]
     assert free.choices[0].message.content and not free.choices[0].message.model_dump().get("reasoning_content")
+    again = client.chat.completions.create(  # the message sent back, reasoning and all, is taken
+        model=MODEL_ID, max_tokens=2, messages=[*ASK, whole.choices[0].message, {"role": "user", "content": "And?"}])  # type: ignore[list-item]
+    assert again.choices[0].message.content
 
 
 def test_reasoning_effort_goes_to_a_template_that_reads_it(network: GatewayNetwork) -> None:
