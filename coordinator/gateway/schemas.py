@@ -86,18 +86,19 @@ class JsonSchemaSubset(_Request):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
 
+    # Unset keywords stay out (as_json); the annotations leave null out of the published schema.
     type: TypeName | Annotated[list[TypeName], Field(min_length=1)] = None  # type: ignore[assignment]
     properties: dict[str, JsonSchemaSubset] = None  # type: ignore[assignment]
     required: list[str] = None  # type: ignore[assignment]
-    additionalProperties: bool | JsonSchemaSubset = None  # type: ignore[assignment]  # noqa: N815
+    additionalProperties: bool | JsonSchemaSubset = None  # type: ignore[assignment]
     items: JsonSchemaSubset = None  # type: ignore[assignment]
     enum: Annotated[list[Any], Field(min_length=1, max_length=ENUM_VALUES_MAX)] = None  # type: ignore[assignment]
     const: Any = None
-    anyOf: Annotated[list[JsonSchemaSubset], Field(min_length=1)] = None  # type: ignore[assignment]  # noqa: N815
-    minItems: Count = None  # type: ignore[assignment]  # noqa: N815
-    maxItems: Count = None  # type: ignore[assignment]  # noqa: N815
-    minLength: Count = None  # type: ignore[assignment]  # noqa: N815
-    maxLength: Count = None  # type: ignore[assignment]  # noqa: N815
+    anyOf: Annotated[list[JsonSchemaSubset], Field(min_length=1)] = None  # type: ignore[assignment]
+    minItems: Count = None  # type: ignore[assignment]
+    maxItems: Count = None  # type: ignore[assignment]
+    minLength: Count = None  # type: ignore[assignment]
+    maxLength: Count = None  # type: ignore[assignment]
     defs: dict[str, JsonSchemaSubset] = Field(default=None, alias="$defs")  # type: ignore[assignment]
     definitions: dict[str, JsonSchemaSubset] = None  # type: ignore[assignment]
     ref: str = Field(default=None, alias="$ref", pattern=REF_PATTERN)  # type: ignore[assignment]

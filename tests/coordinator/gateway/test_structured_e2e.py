@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,7 @@ import grpc
 import jsonschema
 import openai
 import pytest
+from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
 from coordinator.storage.database import Database
@@ -26,6 +28,7 @@ from mlxnet.checks_view import wait_for_checks
 from mlxnet.processes import start_coordinator, start_nodes
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
 from protos.wire.channel import open_channel
+from node_agent.tiny_model.builder import CHAT_TEMPLATE
 from tests.coordinator.gateway.conftest import MODEL_ID, GatewayNetwork
 from tests.coordinator.gateway.test_tools_e2e import PLAIN_MODEL_ID, WEATHER, _plain_copy, _Stopper
 
@@ -40,19 +43,35 @@ PET = {"type": "object", "properties": {
 ASK = [{"role": "user", "content": "Describe a pet as JSON."}]
 PET_FORMAT = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET, "strict": True}}
 MAX_TOKENS = 120
+THINKING_MODEL_ID = "test/tiny-thinks"
+
+
+def _thinking_copy(model_dir: Path, into: Path) -> Path:
+    """The tiny model with a template whose generation prompt always opens <think> (as
+    DeepSeek-R1's does): its output is reasoning unless it closes the block."""
+    shutil.copytree(model_dir, into)
+    config_path = into / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    always = CHAT_TEMPLATE.replace("{% if enable_thinking is defined and enable_thinking %}<think>\n{% endif %}",
+                                   "<think>\n")
+    assert always != CHAT_TEMPLATE
+    config_path.write_text(json.dumps({**config, "chat_template": always}))
+    return into
 
 
 @pytest.fixture(scope="module")
 def network(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[GatewayNetwork]:
     tmp_path = tmp_path_factory.mktemp("structured")
     plain = _plain_copy(tiny_model_dir, tmp_path / "plain-model")
+    thinks = _thinking_copy(tiny_model_dir, tmp_path / "thinking-model")
     url = f"sqlite:///{tmp_path / 'coordinator.db'}"
     coordinator = start_coordinator(tmp_path, database_url=url, heartbeat_interval_ms=500,
                                     verify_models=(f"{MODEL_ID}={tiny_model_dir}",))
     net = GatewayNetwork(tmp_path, url, tiny_model_dir, coordinator, [], Database(url))
     with contextlib.closing(_Stopper(net)):
         net.nodes = start_nodes(tmp_path, net.grpc_address, [
-            ("mini", [f"{MODEL_ID}={tiny_model_dir}", f"{PLAIN_MODEL_ID}={plain}"], "m4-pro-64", "alice")],
+            ("mini", [f"{MODEL_ID}={tiny_model_dir}", f"{PLAIN_MODEL_ID}={plain}",
+                      f"{THINKING_MODEL_ID}={thinks}"], "m4-pro-64", "alice")],
             net.trust)
         yield net
 
@@ -250,3 +269,38 @@ def test_grpc_refuses_what_it_cannot_honour_naming_it(network: GatewayNetwork, f
                 metadata=(("authorization", f"Bearer {key}"),), timeout=30)
     assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert named in (raised.value.details() or "")
+
+
+def test_langchains_structured_output_gets_its_model_back(network: GatewayNetwork) -> None:
+    """LangChain's with_structured_output (json_schema method: response_format with a strict schema)."""
+    model = ChatOpenAI(model=MODEL_ID, base_url=network.base_url, api_key=network.new_key("lc-json"),
+                       temperature=0, max_tokens=MAX_TOKENS, max_retries=0, timeout=120,
+                       http_client=network.http_client())
+    pet = model.with_structured_output(Pet, method="json_schema", strict=True).invoke("Describe a pet.")
+    assert isinstance(pet, Pet) and pet.kind in ("cat", "dog")
+
+
+def test_a_model_that_thinks_by_default_reasons_without_being_asked(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("thinks"))
+    answer = client.chat.completions.create(model=THINKING_MODEL_ID, messages=ASK, max_tokens=8, temperature=0)
+    message = answer.choices[0].message.model_dump()
+    assert message["reasoning_content"] and not message["content"]
+    with pytest.raises(openai.BadRequestError) as raised:  # its reasoning cannot be bound by a grammar
+        client.chat.completions.create(model=THINKING_MODEL_ID, messages=ASK, max_tokens=8,
+                                       response_format={"type": "json_object"})
+    assert isinstance(raised.value.body, dict) and raised.value.body["param"] == "response_format"
+
+
+def test_the_responses_api_gives_reasoning_its_own_item_whole_and_streamed(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("thinks-responses"))
+    response = client.responses.create(model=THINKING_MODEL_ID, input="Why?", max_output_tokens=8, temperature=0)
+    (item,) = [i for i in response.output if i.type == "reasoning"]
+    reasoning = "".join(c.text for c in item.content or ())
+    assert reasoning and response.output_text == ""
+    assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 8
+    events = list(client.responses.create(model=THINKING_MODEL_ID, input="Why?", max_output_tokens=8,
+                                          temperature=0, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == reasoning
+    (done,) = [e for e in events if e.type == "response.reasoning_text.done"]
+    assert done.text == reasoning and events[-1].type == "response.incomplete"
