@@ -91,11 +91,12 @@ def benchmark_from_pb(message: node_pb2.Benchmark) -> BenchmarkResult:
             prefill_tokens_per_s=message.prefill_tokens_per_s,
             reference_model=message.reference_model,
             reference_weights_bytes=message.reference_weights_bytes,
-            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms)
+            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms,
+            batch_decode_tokens_per_s=tuple((point.batch_size, point.tokens_per_s) for point in message.batch_decode))
     except AssertionError as error:
         raise InvalidRequest("benchmark needs positive bandwidth, tokens/s, reference weight "
-                             "bytes and times, and a reference model name under 256 "
-                             "characters") from error
+                             "bytes and times, a reference model name under 256 "
+                             "characters, and batch_decode sizes ascending with positive tokens/s") from error
 
 
 def pod_from_pb(message: node_pb2.PodDeclaration) -> PodDeclaration:

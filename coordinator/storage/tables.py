@@ -42,6 +42,8 @@ nodes = Table(
     Column("warm_models_json", Text, nullable=False, server_default="[]"),
     Column("measured_bandwidth_gb_s", Float, nullable=True),
     Column("benchmark_flag", Text, nullable=True),  # why the benchmark does not fit the claimed chip
+    # [[jobs in one batch, their tokens/s in all], ...] from that benchmark (0014_batching_shared_memory).
+    Column("batch_decode_json", Text, nullable=False, server_default="[]"),
     Column("left_at_ms", BigInteger, nullable=True),  # set by Leave, cleared by Register
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
@@ -122,6 +124,9 @@ job_assignments = Table(
     Column("reserved_memory_bytes", BigInteger, nullable=False),
     Column("layers", Integer, nullable=False),
     Column("active", Boolean, nullable=False),  # false once the job ends or is handed back
+    # Of reserved_memory_bytes, what the Mac's running jobs of the same model share (weights and
+    # runtime): counted once per model and Mac (0014_batching_shared_memory). 0 on a pod.
+    Column("shared_memory_bytes", BigInteger, nullable=False, server_default="0"),
 )
 Index("ix_job_assignments_node_active", job_assignments.c.node_id, job_assignments.c.active)
 
@@ -163,6 +168,7 @@ node_benchmarks = Table(
     Column("reference_weights_bytes", BigInteger, nullable=False),
     Column("run_time_ms", BigInteger, nullable=False),
     Column("flag", Text, nullable=True),
+    Column("batch_decode_json", Text, nullable=False, server_default="[]"),  # as nodes'
 )
 
 # Pods declared by their leaders; placed on once every member is registered.
