@@ -46,7 +46,7 @@ nodes = Table(
     Column("batch_decode_json", Text, nullable=False, server_default="[]"),
     Column("left_at_ms", BigInteger, nullable=True),  # set by Leave, cleared by Register
     # Why the latest challenge benchmark did not fit the claim; a passed one clears it, a fresh
-    # self-benchmark does not (0013_strangers_checks).
+    # self-benchmark does not (0015_strangers_checks).
     Column("challenge_flag", Text, nullable=True),
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
@@ -207,7 +207,7 @@ model_catalog = Table(
 
 # Registration nonces (RegisterChallenge), in the shared database so any coordinator may redeem
 # one another issued; a redeem deletes its row, so of two racing coordinators one wins
-# (0013_strangers_checks). Expired rows are purged as new ones are issued.
+# (0015_strangers_checks). Expired rows are purged as new ones are issued.
 registration_nonces = Table(
     "registration_nonces", metadata,
     Column("nonce_sha256", String(64), primary_key=True),
@@ -216,7 +216,7 @@ registration_nonces = Table(
 )
 
 # Challenge benchmarks the coordinator sent a verified Mac at a random time, with its own random
-# prompt and seed (coordinator/nodes/spot_benchmarks.py), and how each ended (0013_strangers_checks).
+# prompt and seed (coordinator/nodes/spot_benchmarks.py), and how each ended (0015_strangers_checks).
 node_challenges = Table(
     "node_challenges", metadata,
     Column("challenge_id", String(64), primary_key=True),
