@@ -5,8 +5,10 @@ once broke every keyed submit for its model). Each model id is then bound, in th
 model_catalog table, to one spec and weights digest: pinned by the coordinator (its
 verifier's own copy at start-up, or `mlxnet catalog pin`), else by the first node to
 serve it. A node that declares other weights or another shape under a bound id is
-refused with the fields that differ, so a model id always means one set of weights
-(issue 32) and a poisoned spec never reaches placement (issue 25).
+refused (WeightsMismatch, FAILED_PRECONDITION: the request is well formed, and succeeds
+once the node serves the bound weights) with the fields that differ, so a model id always
+means one set of weights (issue 32) and a poisoned spec never reaches placement (issue 25).
+A checker for a job is therefore found by weights digest (nodes_serving, checkable_by_peers).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from contracts.models import VOCAB_SIZE_MAX, ModelSpec
-from coordinator.errors import InvalidRequest, PermissionDenied
+from coordinator.errors import InvalidRequest, WeightsMismatch
 from coordinator.model import NodeRecord
 from coordinator.storage import catalog_rows
 
@@ -93,7 +95,7 @@ def check_and_bind(session: Session, models: Iterable[ModelSpec], node_id: str, 
         if differences:
             who = ("pinned by the coordinator" if entry.source == catalog_rows.SOURCE_COORDINATOR
                    else f"bound by node {entry.bound_by}, the first to serve it")
-            raise PermissionDenied(
+            raise WeightsMismatch(
                 f"model {_short(spec.model_id)!r} is bound to weights {entry.spec.weights_digest[:16]}... "
                 f"({who}); this node declares " + "; ".join(differences) +
                 ". Serve the bound weights, or serve yours under another model id")
@@ -115,3 +117,20 @@ def model_catalog(nodes: Iterable[NodeRecord]) -> dict[str, ModelSpec]:
         for spec in node.models:
             catalog.setdefault(spec.model_id, spec)
     return catalog
+
+
+def nodes_serving(nodes: Iterable[NodeRecord], model_id: str, weights_digest: str) -> list[NodeRecord]:
+    """The nodes that declare these very weights under this model id (the catalog keeps every
+    registered node of a bound id on the bound digest, so the digest is the test that counts)."""
+    return [node for node in nodes
+            if any(s.model_id == model_id and s.weights_digest == weights_digest for s in node.models)]
+
+
+def checkable_by_peers(nodes: Iterable[NodeRecord], operators_min: int = 2) -> frozenset[tuple[str, str]]:
+    """(model id, weights digest) pairs served by nodes of at least `operators_min` operators:
+    a job on one of them can be replayed by a node of another operator."""
+    operators: dict[tuple[str, str], set[str]] = {}
+    for node in nodes:
+        for spec in node.models:
+            operators.setdefault((spec.model_id, spec.weights_digest), set()).add(node.operator_id)
+    return frozenset(pair for pair, who in operators.items() if len(who) >= operators_min)

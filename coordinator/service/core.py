@@ -46,12 +46,16 @@ class ServiceCore:
         self.draws = draws or random.SystemRandom()
         # The (model id, weights digest) pairs this coordinator's verifier replays (service.checks).
         self.replayable: Callable[[], frozenset[tuple[str, str]]] = frozenset
+        # The pairs nodes of two or more operators serve, so a peer can check them (peer checks
+        # wire this; nodes.catalog.checkable_by_peers computes it). Jobs of no pair are held longer.
+        self.peer_checkable: Callable[[], frozenset[tuple[str, str]]] = frozenset
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
         self.metrics.watch(readings.NetworkCollector(self.read_network))
 
     def check_context(self) -> CheckContext:
         """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
-        return CheckContext(self.config.trust, self.draws.random(), self.replayable())
+        return CheckContext(self.config.trust, self.draws.random(), self.replayable(),
+                            self.peer_checkable())
 
     def poll_interval_s(self) -> float:
         """How long a stream or a waiter goes without news before it reads the database anyway."""

@@ -6,8 +6,9 @@ so a job is never checked by the node that ran it and a replay that crashes cost
 one check. Each check is read in one transaction, marked started in another,
 replayed outside any transaction, and its verdict written in a third; a verdict is
 applied at most once. A replay that crashed, overran or refused its input is
-quarantined with its credit held; one that started and never finished (it took a
-whole process down) is quarantined when the next pass finds it, never retried.
+escalated (quarantined here) with its credit held; one that started and never finished
+(it took a whole process down) is escalated when the next pass finds it, never retried
+here. A job whose weights this verifier does not hold waits, held, for another checker.
 """
 
 from __future__ import annotations
@@ -88,9 +89,9 @@ class VerifierWorker:
             raise AssertionError(f"stored receipt of {pending.job_id} no longer decodes") from error
         if self.checker.weights_digest(receipt.model_id) != receipt.weights_digest:
             with self.db.transaction() as session:
-                outcomes.cannot_check(session, pending.job_id,
-                                      f"{self.name} does not hold {receipt.model_id} with these weights",
-                                      self.name, self.clock.now_ms())
+                outcomes.await_checker(session, pending.job_id,
+                                       f"{self.name} does not hold {receipt.model_id} with these weights",
+                                       self.name, self.clock.now_ms(), self.policy)
             return None
         with self.db.transaction() as session:
             if not outcomes.begin_replay(session, pending.job_id, self.name, self.clock.now_ms()):
