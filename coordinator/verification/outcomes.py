@@ -112,15 +112,19 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
     if check is None or check.status is not CheckStatus.WAITING:
         return None
     status = CheckStatus.PASSED if verdict.passed else CheckStatus.FAILED
-    payment = (job_money.release_credit if verdict.passed else job_money.reject_credit)(session, job_id)
-    # The credit is resolved only here or by release_due_credits, which skips waiting checks.
-    assert payment.ok, f"ledger refused to settle the held credit of {job_id}: {payment.failure}"
+    held = check.credit_state is CreditState.PENDING  # else forfeited as stake while it waited
+    if held:
+        payment = (job_money.release_credit if verdict.passed else job_money.reject_credit)(session, job_id)
+        # The credit is resolved only here, by release_due_credits (which skips waiting checks)
+        # or as stake (which marks it voided first).
+        assert payment.ok, f"ledger refused to settle the held credit of {job_id}: {payment.failure}"
+    credit_state = (CreditState.POSTED if verdict.passed else CreditState.VOIDED) if held else check.credit_state
     moved = store.update_check(
-        session, job_id, frozenset({CheckStatus.WAITING}), status=status,
-        credit_state=CreditState.POSTED if verdict.passed else CreditState.VOIDED,
-        reason=_summary(verdict), evidence_json=json.dumps(verdict.evidence(), sort_keys=True),
+        session, job_id, frozenset({CheckStatus.WAITING}), status=status, credit_state=credit_state,
+        reason=_summary(verdict) if held else f"{_summary(verdict)}; {check.reason}",
+        evidence_json=json.dumps(verdict.evidence(), sort_keys=True),
         verifier=verifier, verifier_attempts=max(check.verifier_attempts, 1), checked_at_ms=now_ms,
-        credit_resolved_at_ms=now_ms)
+        credit_resolved_at_ms=now_ms if held else check.credit_resolved_at_ms)
     assert moved, "the check was read as waiting in this transaction"
     trust = store.node_trust_of(session, check.node_id, for_update=True)
     record = trust.record.after(verdict.passed)
@@ -132,7 +136,8 @@ def record_verdict(session: Session, job_id: str, verdict: CheckVerdict, verifie
         f"failed {record.checks_failed} checks; last on job {job_id}" if newly_quarantined
         else trust.quarantine_reason), now_ms)
     if verdict.passed:
-        job_money.repay_debts(session, [(check.operator_id, job_id)])  # a claw-back's debt first
+        if held:
+            job_money.repay_debts(session, [(check.operator_id, job_id)])  # a claw-back's debt first
         return VerdictOutcome(job_id, check.node_id, True)
     forfeited = stakes.take_stake(session, check, policy.stake, now_ms)
     audited = store.audit_unchecked(session, check.node_id)

@@ -1,7 +1,8 @@
 """A failed check takes the node's stake, in the caller's transaction (economics.py says why).
 
 - stake_share of the node's other held credits is voided (whole credits, newest first), the
-  consumers refunded as for a failed job; those checks become `forfeited`, nothing left to decide;
+  consumers refunded as for a failed job; those checks become `forfeited`, nothing left to
+  decide, except sampled ones still waiting: their check still runs, for trust and re-runs;
 - clawback_share of what was posted to the node for jobs within the claw-back horizon is taken
   back from its operator's balance, the rest left as a debt its next credits repay.
 """
@@ -24,6 +25,9 @@ _FORFEITABLE = frozenset({CheckStatus.UNCHECKED, CheckStatus.WAITING, CheckStatu
                           CheckStatus.AWAITING_CHECKER})
 
 
+FORFEITED = "forfeited as stake:"
+
+
 @dataclass(frozen=True)
 class StakeTaken:
     forfeited_job_ids: tuple[str, ...]
@@ -42,10 +46,12 @@ def take_stake(session: Session, failed: CheckRecord, policy: StakePolicy, now_m
         check = by_id[job_id]
         payment = job_money.reject_credit(session, job_id)
         assert payment.ok, f"ledger refused to void the held credit of {job_id}: {payment.failure}"
+        # A waiting check still runs (its verdict moves trust and re-runs the job); the rest end here.
+        status = CheckStatus.WAITING if check.status is CheckStatus.WAITING else CheckStatus.FORFEITED
         moved = store.update_check(
-            session, job_id, frozenset({check.status}), status=CheckStatus.FORFEITED,
+            session, job_id, frozenset({check.status}), status=status,
             credit_state=CreditState.VOIDED, credit_resolved_at_ms=now_ms,
-            reason=f"forfeited as stake: node {failed.node_id} failed the check of job {failed.job_id} "
+            reason=f"{FORFEITED} node {failed.node_id} failed the check of job {failed.job_id} "
                    f"({policy.stake_share:.0%} of its held credits are voided); the consumer was refunded")
         assert moved, "the check was read held in this transaction"
         voided += check.operator_credit

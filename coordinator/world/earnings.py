@@ -73,7 +73,7 @@ def job_pay(job_id: str, job_status: str, job_error: str | None, receipt_verifie
         if check is not None and check.reason and "no checker" in check.reason:
             return JobPay(PayState.PAID, resolution.amount, f"released after the longer hold: {check.reason}")
         return JobPay(PayState.PAID, resolution.amount, "released when the check window closed")
-    if resolution.state is TransferState.VOIDED and check is not None and check.status == "forfeited":
+    if resolution.state is TransferState.VOIDED and check is not None and "forfeited as stake" in (check.reason or ""):
         return JobPay(PayState.REJECTED, credit.amount, f"not paid: {check.reason}")
     if resolution.state is TransferState.VOIDED:
         detail = (check.reason if check is not None and check.reason else job_error) or ""
