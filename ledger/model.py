@@ -56,6 +56,7 @@ class TransferKind(StrEnum):
     EPOCH_PAYOUT = "epoch_payout"  # operator -> on-chain payouts at an epoch's close
     CLAWBACK = "clawback"  # operator (or its debt) -> treasury: credits taken back after a failed check
     DEBT_REPAYMENT = "debt_repayment"  # operator -> its debt account, from credits posted later
+    CHECK_FEE = "check_fee"  # the network -> a peer's operator, for replaying another node's job
 
 
 class ResultCode(StrEnum):

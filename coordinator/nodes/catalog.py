@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from contracts.models import VOCAB_SIZE_MAX, ModelSpec
 from coordinator.errors import InvalidRequest, WeightsMismatch
 from coordinator.model import NodeRecord
-from coordinator.storage import catalog_rows
+from coordinator.storage import catalog_rows, node_rows
 
 # Limits a real model stays far inside; each says why in the refusal.
 LAYERS_MAX = 1_024
@@ -134,3 +134,20 @@ def checkable_by_peers(nodes: Iterable[NodeRecord], operators_min: int = 2) -> f
         for spec in node.models:
             operators.setdefault((spec.model_id, spec.weights_digest), set()).add(node.operator_id)
     return frozenset(pair for pair, who in operators.items() if len(who) >= operators_min)
+
+
+class PeerCheckablePairs:
+    """checkable_by_peers over the registered nodes, read at most every refresh_ms in the
+    caller's session (a receipt's): the fleet changes slowly, receipts come often."""
+
+    def __init__(self, now_ms: Callable[[], int], refresh_ms: int = 10_000) -> None:
+        self._now_ms, self._refresh_ms = now_ms, refresh_ms
+        self._pairs: frozenset[tuple[str, str]] = frozenset()
+        self._read_at_ms: int | None = None
+
+    def __call__(self, session: Session) -> frozenset[tuple[str, str]]:
+        now = self._now_ms()
+        if self._read_at_ms is None or now - self._read_at_ms >= self._refresh_ms:
+            self._pairs = checkable_by_peers(n for n in node_rows.all_nodes(session) if n.left_at_ms is None)
+            self._read_at_ms = now
+        return self._pairs

@@ -8,7 +8,9 @@
     policy.py      pure: a node's record -> chance it cheats, share of its jobs checked, quarantine
     store.py       SQL edge for check records and node trust
     outcomes.py    use cases in the caller's transaction: open a check, record a verdict, release credits
+    stakes.py      a failed check takes the node's stake: held credits forfeited, posted ones clawed back
     isolated.py    checkers: a replay in this process (tests), or in a child process that a crash costs
     worker.py      the verifier worker: replays waiting checks with an injected Checker; a replay
-                   that crashed or gave no verdict is quarantined, its credit held
+                   that crashed or gave no verdict escalates to a peer (or is quarantined), its
+                   credit held
 """

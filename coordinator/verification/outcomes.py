@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -29,7 +30,8 @@ from coordinator.money import job_money
 from coordinator.storage import job_rows
 from coordinator.verification import store
 from coordinator.verification.judge import CheckVerdict
-from coordinator.verification import stakes
+from coordinator.verification import peer_store, stakes
+from coordinator.verification.peer_store import PeerCheckStatus
 from coordinator.verification.economics import Exposure, check_rate_for_job
 from coordinator.verification.policy import TrustPolicy, check_rate, is_quarantined, should_check
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
@@ -46,8 +48,10 @@ class CheckContext:
     policy: TrustPolicy
     draw: float  # uniform in [0, 1), never seen by the node
     replayable: frozenset[tuple[str, str]]  # (model id, weights digest) the coordinator's verifier holds
-    # (model id, weights digest) served by nodes of at least two operators: a peer can replay it
-    peer_checkable: frozenset[tuple[str, str]] = frozenset()
+    peers: bool = False  # peer nodes check what no verifier holds (verification/peer_checks.py)
+    # (model id, weights digest) served by nodes of at least two operators, read in the receipt's
+    # session: a peer can replay it (nodes.catalog.PeerCheckablePairs)
+    peer_checkable: Callable[[Session], frozenset[tuple[str, str]]] = lambda session: frozenset()
 
 
 def _hours(seconds: int) -> str:
@@ -69,10 +73,12 @@ def open_check(session: Session, job: JobRecord, node: NodeRecord, weights_diges
     rate = check_rate_for_job(check_rate(trust.record, policy), exposure, policy.stake)
     sampled = should_check(rate, context.draw)
     pair = (job.model_id, weights_digest)
-    checkable = pair in context.replayable or pair in context.peer_checkable
+    replayable = pair in context.replayable
+    checkable = replayable or pair in context.peer_checkable(session)
     hold_s = policy.check_window_s if checkable else policy.stake.unverifiable_hold_s
-    if sampled and checkable:
-        status, reason = CheckStatus.WAITING, None
+    if sampled and (replayable or context.peers):  # peers replay what no verifier here holds
+        status = CheckStatus.WAITING
+        reason = None if checkable else f"sampled; {_no_checker(job.model_id, policy)}; a peer is sought meanwhile"
     elif sampled:  # held, never paid unchecked at the window's close: a checker may yet come
         status = CheckStatus.AWAITING_CHECKER
         reason = f"sampled (check rate {rate:.3f}), but {_no_checker(job.model_id, policy)}; paid then if none came"
@@ -204,10 +210,14 @@ def await_checker(session: Session, job_id: str, reason: str, verifier: str, now
         hold_until_ms=max(check.hold_until_ms, check.completed_at_ms + policy.stake.unverifiable_hold_s * 1000))
 
 
-def release_due_credits(session: Session, now_ms: int, limit: int) -> list[str]:
+def release_due_credits(session: Session, now_ms: int, limit: int,
+                        unverifiable_hold_s: int | None = None) -> list[str]:
     """Post the held credits of unchecked jobs whose check window has closed, and of sampled jobs
-    no checker could take within the longer hold (their reason says so)."""
+    no checker could take within the longer hold (their reason says so): with peer checks, those
+    whose peer check was never taken by any peer, when unverifiable_hold_s is given."""
     released = []
+    if unverifiable_hold_s is not None:
+        _give_up_unclaimed(session, now_ms, unverifiable_hold_s, limit)
     due = store.due_credits(session, now_ms, min(limit, job_money.CREDITS_RELEASED_PER_CALL_MAX))  # the rest next pass
     # One ledger call for the whole pass: one lock, one read of the held credits, one write.
     payments = job_money.release_credits(session, [check.job_id for check in due])
@@ -218,3 +228,22 @@ def release_due_credits(session: Session, now_ms: int, limit: int) -> list[str]:
         released.append(check.job_id)
     job_money.repay_debts(session, [(check.operator_id, check.job_id) for check in due])
     return released
+
+
+def _give_up_unclaimed(session: Session, now_ms: int, hold_s: int, limit: int) -> None:
+    """Peer checks no peer ever took within the longer hold end: the check becomes
+    awaiting_checker (released at once by the caller), its waiting peer rows lapse. One a peer
+    took, answered or disputed, or that the verifier escalated, stays held until decided."""
+    for check in store.unclaimed_peer_checks(session, now_ms - hold_s * 1000, limit):
+        rows = peer_store.of_job(session, check.job_id)
+        if not all(row.status is PeerCheckStatus.WAITING for row in rows):
+            continue
+        for row in rows:
+            peer_store.update_peer_check(session, row.check_id, frozenset({PeerCheckStatus.WAITING}),
+                                         status=PeerCheckStatus.LAPSED,
+                                         reason=f"no peer took it within {_hours(hold_s)}")
+        store.update_check(session, check.job_id, frozenset({CheckStatus.PEER}),
+                           status=CheckStatus.AWAITING_CHECKER, hold_until_ms=now_ms,
+                           reason=f"sampled, but no checker came: no peer took it within {_hours(hold_s)} "
+                                  f"(no node of another operator serves these weights); released after "
+                                  f"the longer hold")

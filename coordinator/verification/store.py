@@ -23,7 +23,7 @@ job_checks = Table(
     Column("job_id", String(64), primary_key=True),  # references jobs.job_id
     Column("node_id", String(64), nullable=False),
     Column("operator_id", String(128), nullable=False),
-    Column("status", String(16), nullable=False),  # waiting/passed/failed/unchecked
+    Column("status", String(16), nullable=False),  # a CheckStatus (below)
     Column("check_rate", Float, nullable=False),
     Column("sampled", Boolean, nullable=False),
     Column("operator_credit", BigInteger, nullable=False),  # base units held for the operator
@@ -61,10 +61,12 @@ class CheckStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     UNCHECKED = "unchecked"  # not sampled: paid when its hold ends (longer when nobody can check it)
+    PEER = "peer"  # sampled: a peer node replays it (verification/peer_checks.py); credit held
     # Its replay crashed or gave no verdict: never retried by that checker (not even at start-up),
     # escalated to another, and its credit stays held; "cannot check" is not "paid".
     QUARANTINED = "quarantined"
-    # Sampled, but no checker holds its weights yet: held for the longer hold, then paid if none came.
+    # Sampled, but no checker could take it (no verifier holds its weights, and peer checks are
+    # off or no peer came within the longer hold): held that long, then paid, the reason shown.
     AWAITING_CHECKER = "awaiting_checker"
     # Its credit was voided as stake when another job of its node failed a check: nothing to decide.
     FORFEITED = "forfeited"
@@ -154,6 +156,16 @@ def due_credits(session: Session, now_ms: int, limit: int) -> list[CheckRecord]:
         job_checks.c.credit_state == CreditState.PENDING.value,
         job_checks.c.status.in_(_RELEASED_AT_HOLD_END),
         job_checks.c.hold_until_ms <= now_ms).order_by(job_checks.c.hold_until_ms).limit(limit))
+    return [_check_from_row(r) for r in rows]
+
+
+def unclaimed_peer_checks(session: Session, completed_before_ms: int, limit: int) -> list[CheckRecord]:
+    """Sampled jobs handed to peers, completed before then, their credit still held, that the
+    coordinator's verifier never tried (escalated ones did): candidates for the longer hold's end."""
+    rows = session.execute(select(job_checks).where(
+        job_checks.c.status == CheckStatus.PEER.value, job_checks.c.completed_at_ms <= completed_before_ms,
+        job_checks.c.credit_state == CreditState.PENDING.value, job_checks.c.verifier_attempts == 0)
+        .order_by(job_checks.c.completed_at_ms).limit(limit))
     return [_check_from_row(r) for r in rows]
 
 

@@ -27,6 +27,7 @@ from coordinator.storage.database import Database, upgrade_schema
 from coordinator.verification import outcomes
 from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict
+from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.verification.policy import TrustPolicy
 from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
@@ -147,20 +148,55 @@ def test_an_unsampled_jobs_credit_is_held_until_its_window_closes(service: Coord
     assert service.money.release_due_credits() == []
 
 
-def test_a_sampled_job_nobody_can_check_is_never_paid_at_the_window_and_says_why(
+def test_a_sampled_job_the_coordinator_cannot_replay_goes_to_peers_and_stays_held(
         service: CoordinatorService, tmp_path: Path) -> None:
+    """Issue 32: "cannot check" is not "paid". With no other operator's node serving the model
+    the check waits for a peer, says why, and the credit is not released at the window's close,
+    only after the longer hold, when no peer ever came."""
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     job_id = _complete(service, alice, draw=0.0)
     check = service.checks.of_job(job_id)
-    assert check is not None and check.sampled and check.status is CheckStatus.AWAITING_CHECKER
+    assert check is not None and check.sampled and check.status is CheckStatus.WAITING
     assert check.reason is not None and "no checker for small yet" in check.reason
-    assert "held 72 h, not 0.166667 h" in check.reason and check.credit_state is CreditState.PENDING
+    assert check.hold_until_ms - check.completed_at_ms == POLICY.stake.unverifiable_hold_s * 1000
+    service.peers.dispatch()
+    check = service.checks.of_job(job_id)
+    assert check is not None and check.status is CheckStatus.PEER
+    assert check.reason is not None and "no peer can check small" in check.reason
+    assert "1 the checked node" in check.reason
     service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
-    assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0  # not "paid"
+    assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0
+    assert service.checks.of_job(job_id).credit_state is CreditState.PENDING  # type: ignore[union-attr]
     service.clock.ms = check.hold_until_ms  # type: ignore[attr-defined]
-    assert service.money.release_due_credits() == [job_id]  # the longer hold ended, no checker came
-    assert _posted(service, "alice") == check.operator_credit > 0
+    assert service.money.release_due_credits() == [job_id]  # the longer hold ended; no peer ever came
+    check = service.checks.of_job(job_id)
+    assert check is not None and check.status is CheckStatus.AWAITING_CHECKER
+    assert "no peer took it" in (check.reason or "") and _posted(service, "alice") == check.operator_credit > 0
+    service.peers.dispatch()  # the peer check is over: nothing is sent for it any more
+    assert service.checks.of_job(job_id).status is CheckStatus.AWAITING_CHECKER  # type: ignore[union-attr]
+
+
+def test_with_peer_checks_off_a_sampled_job_nobody_can_check_is_held_longer_and_says_why(
+        database_url: str, tmp_path: Path) -> None:
+    upgrade_schema(database_url)
+    config = CoordinatorConfig(database_url=database_url, trust=POLICY, peer_checks=PeerCheckPolicy(enabled=False))
+    service = CoordinatorService(Database(database_url), FakeClock(), config, draws=FixedDraws())  # type: ignore[arg-type]
+    try:
+        alice = load_or_create_identity(tmp_path / "alice.pem")
+        _register(service, alice, "alice")
+        job_id = _complete(service, alice, draw=0.0)
+        check = service.checks.of_job(job_id)
+        assert check is not None and check.sampled and check.status is CheckStatus.AWAITING_CHECKER
+        assert check.reason is not None and "no checker for small yet" in check.reason
+        assert "held 72 h, not 0.166667 h" in check.reason and check.credit_state is CreditState.PENDING
+        service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+        assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0  # not "paid"
+        service.clock.ms = check.hold_until_ms  # type: ignore[attr-defined]
+        assert service.money.release_due_credits() == [job_id]  # the longer hold ended, no checker came
+        assert _posted(service, "alice") == check.operator_credit > 0
+    finally:
+        service.db.dispose()
 
 
 def test_an_unsampled_job_nobody_can_check_is_held_longer(service: CoordinatorService,
@@ -178,11 +214,11 @@ def test_an_unsampled_job_nobody_can_check_is_held_longer(service: CoordinatorSe
 
 def test_a_job_peers_can_check_is_held_for_the_window_only(service: CoordinatorService,
                                                            tmp_path: Path) -> None:
-    service.core.peer_checkable = lambda: frozenset({(MODEL.model_id, MODEL.weights_digest)})
+    service.core.peer_checkable = lambda session: frozenset({(MODEL.model_id, MODEL.weights_digest)})
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     sampled = service.checks.of_job(_complete(service, alice, draw=0.0))
-    assert sampled is not None and sampled.status is CheckStatus.WAITING
+    assert sampled is not None and sampled.status is CheckStatus.WAITING and sampled.reason is None
     assert sampled.hold_until_ms - sampled.completed_at_ms == WINDOW_S * 1000
 
 

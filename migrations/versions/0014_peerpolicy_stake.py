@@ -1,14 +1,14 @@
 """A node's stake is read on every receipt: its held credits, by node and credit state
 (coordinator/verification/store.py node_exposure, economics.py).
 
-Revision ID: 0013_peerpolicy_stake
-Revises: 0012_model_catalog
+Revision ID: 0014_peerpolicy_stake
+Revises: 0013_peercheck_peer_checks
 """
 
 from alembic import op
 
-revision = "0013_peerpolicy_stake"
-down_revision = "0012_model_catalog"
+revision = "0014_peerpolicy_stake"
+down_revision = "0013_peercheck_peer_checks"
 branch_labels = None
 depends_on = None
 
