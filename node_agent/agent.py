@@ -124,7 +124,10 @@ class NodeAgent:
                 self.untrusted = error
                 self.stop()
             except CoordinatorUnavailable as error:
-                self._check_trust()  # a changed certificate only shows as UNAVAILABLE
+                if len(self._client.addresses) == 1:
+                    # Its channel reconnects by itself, and a changed certificate only shows as
+                    # UNAVAILABLE (with several, each new channel checks the certificate).
+                    self._check_trust()
                 if self.stopping.is_set():
                     break
                 # Back off while every try fails at once (coordinators restarting, a cut link

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from contracts.ids import NodeId
 from contracts.logprobs import logprobs_from_json, logprobs_to_json
 from coordinator.model import ACTIVE_STATUSES, JobRecord, JobStatus, TokenChunk
-from coordinator.storage.tables import job_assignments, job_tokens, jobs
+from coordinator.storage.tables import job_assignments, job_tokens, jobs, nodes
 
 _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "max_tokens",
                 "temperature", "top_p", "seed", "min_decode_tokens_per_s", "context_tokens",
@@ -229,6 +229,19 @@ def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, Comm
     for start in range(0, len(node_ids), 500):
         committed.update(_commitments(session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})))
     return committed
+
+
+_SILENT_NODES_HOLDING_JOBS = (
+    select(job_assignments.c.node_id).distinct()
+    .join(nodes, nodes.c.node_id == job_assignments.c.node_id)
+    .where(job_assignments.c.active.is_(True), nodes.c.last_heartbeat_ms < bindparam("before_ms"))
+    .order_by(job_assignments.c.node_id))
+
+
+def silent_nodes_holding_jobs(session: Session, heartbeat_before_ms: int) -> list[str]:
+    """Nodes last heard from before heartbeat_before_ms that still hold an active assignment:
+    one query, however many silent nodes there are (most hold none)."""
+    return list(session.execute(_SILENT_NODES_HOLDING_JOBS, {"before_ms": heartbeat_before_ms}).scalars())
 
 
 def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:

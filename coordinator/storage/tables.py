@@ -45,6 +45,9 @@ nodes = Table(
     # [[jobs in one batch, their tokens/s in all], ...] from that benchmark (0014_batching_shared_memory).
     Column("batch_decode_json", Text, nullable=False, server_default="[]"),
     Column("left_at_ms", BigInteger, nullable=True),  # set by Leave, cleared by Register
+    # Why the latest challenge benchmark did not fit the claim; a passed one clears it, a fresh
+    # self-benchmark does not (0015_strangers_checks).
+    Column("challenge_flag", Text, nullable=True),
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
 
@@ -67,7 +70,7 @@ jobs = Table(
     Column("explanation_json", Text, nullable=True),
     Column("attempt", Integer, nullable=False, default=0),
     Column("prompt_tokens", Integer, nullable=False, default=0),
-    # Of those, reused from the node's prompt cache (0014_batching_shared_memory): usage's cached_tokens.
+    # Of those, reused from the node's prompt cache (0017_batching_cached_prompt_tokens): usage's cached_tokens.
     Column("cached_prompt_tokens", Integer, nullable=False, server_default="0", default=0),
     Column("completion_tokens", Integer, nullable=False, default=0),
     Column("receipt_body", LargeBinary, nullable=True),
@@ -202,4 +205,30 @@ model_catalog = Table(
     Column("source", String(16), nullable=False),  # coordinator or node
     Column("bound_by", String(128), nullable=False),  # the node id, or who pinned it
     Column("bound_at_ms", BigInteger, nullable=False),
+)
+
+# Registration nonces (RegisterChallenge), in the shared database so any coordinator may redeem
+# one another issued; a redeem deletes its row, so of two racing coordinators one wins
+# (0015_strangers_checks). Expired rows are purged as new ones are issued.
+registration_nonces = Table(
+    "registration_nonces", metadata,
+    Column("nonce_sha256", String(64), primary_key=True),
+    Column("public_key", LargeBinary(32), nullable=False),
+    Column("expires_at_ms", BigInteger, nullable=False, index=True),
+)
+
+# Challenge benchmarks the coordinator sent a verified Mac at a random time, with its own random
+# prompt and seed (coordinator/nodes/spot_benchmarks.py), and how each ended (0015_strangers_checks).
+node_challenges = Table(
+    "node_challenges", metadata,
+    Column("challenge_id", String(64), primary_key=True),
+    Column("node_id", String(64), ForeignKey("nodes.node_id"), nullable=False, index=True),
+    Column("model_id", String(1024), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("seed", BigInteger, nullable=False),
+    Column("decode_tokens", Integer, nullable=False),
+    Column("issued_at_ms", BigInteger, nullable=False),
+    Column("sent_at_ms", BigInteger, nullable=True),  # first handed to the node's stream
+    Column("answered_at_ms", BigInteger, nullable=True),
+    Column("outcome", Text, nullable=True),  # "passed", or why the answer does not fit the claim
 )
