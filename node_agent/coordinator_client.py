@@ -171,7 +171,9 @@ def _benchmark_pb(result: BenchmarkResult) -> node_pb2.Benchmark:
         decode_tokens_per_s=result.decode_tokens_per_s,
         prefill_tokens_per_s=result.prefill_tokens_per_s, reference_model=result.reference_model,
         reference_weights_bytes=result.reference_weights_bytes,
-        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms)
+        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms,
+        batch_decode=[node_pb2.BatchDecode(batch_size=size, tokens_per_s=rate)
+                      for size, rate in result.batch_decode_tokens_per_s])
 
 
 def _pod_pb(pod: PodDeclaration) -> node_pb2.PodDeclaration:
