@@ -169,7 +169,8 @@ def _reasoning_item(job_id: str, text: str, status: str = "completed") -> dict:
 
 def _usage(job: JobRecord, streamed: int, reasoning_tokens: int = 0) -> dict:
     counts = job_usage(job, streamed)
-    return {"input_tokens": counts["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": counts["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": counts["prompt_tokens_details"]["cached_tokens"]},
             "output_tokens": counts["completion_tokens"],
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": counts["total_tokens"]}

@@ -185,6 +185,11 @@ class NodeSessions:
         self._core.notifier.notify(job_topic(job_id))
         return stored
 
+    def note_cached_prompt(self, node: NodeRecord, job_id: str, cached_prompt_tokens: int, attempt: int = 0) -> None:
+        """The node reused part of the job's prompt from its prompt cache: usage reports it."""
+        with self._core.db.transaction(durable=False) as session:  # a figure for the consumer, no money
+            results.note_cached_prompt(session, node, job_id, cached_prompt_tokens, attempt)
+
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
                        signature: bytes, attempt: int = 0) -> results.AcceptedResult:
         context = self._core.check_context()

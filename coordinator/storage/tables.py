@@ -70,6 +70,8 @@ jobs = Table(
     Column("explanation_json", Text, nullable=True),
     Column("attempt", Integer, nullable=False, default=0),
     Column("prompt_tokens", Integer, nullable=False, default=0),
+    # Of those, reused from the node's prompt cache (0014_batching_shared_memory): usage's cached_tokens.
+    Column("cached_prompt_tokens", Integer, nullable=False, server_default="0", default=0),
     Column("completion_tokens", Integer, nullable=False, default=0),
     Column("receipt_body", LargeBinary, nullable=True),
     Column("receipt_signature", LargeBinary, nullable=True),
