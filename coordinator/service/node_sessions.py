@@ -23,15 +23,20 @@ from coordinator.model import (
 )
 from contracts.models import ModelSpec
 from coordinator.nodes import catalog, registry, reports
+from coordinator.nodes.liveness import Beat, LivenessBook
+from coordinator.nodes.session_cache import SessionCache
+from coordinator.nodes.uptime import UptimeBook
 from coordinator.errors import RateLimited
 from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import job_rows, liveness_rows, node_rows
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
+ORPHANS_PER_PASS_MAX = 1_000  # nodes of a dead coordinator handed back per sweep; the rest next one
+EXPIRE_INTERVAL_MS = 3600 * 1000  # silent nodes expire after days: looking once an hour is enough
 
 class NodeSessions:
     """What node agents tell the network, behind the gRPC edge."""
@@ -48,6 +53,15 @@ class NodeSessions:
                                              limits.buckets_max)
         self._operator_buckets = TokenBuckets(limits.per_operator_burst, limits.per_operator_per_minute,
                                               limits.buckets_max)
+        config = core.config
+        # Liveness in memory, written in batches and on change (flush_liveness); see nodes.liveness.
+        self.liveness = LivenessBook(config.node_offline_after_ms)
+        # A signed heartbeat proves the node online until it would count as offline (the
+        # epochs' heartbeat credit, server.py), so spans break on longer gaps.
+        self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
+        self.sessions = SessionCache(config.session_cache_ttl_ms)
+        self._orphans_swept_at_ms: int | None = None
+        self._expired_at_ms: int | None = None
 
     def challenge(self, public_key: bytes, source_address: str | None = None) -> tuple[bytes, int]:
         """A single-use nonce the node signs into its next registration, and its expiry.
@@ -69,6 +83,9 @@ class NodeSessions:
             node = node_rows.node_by_id(session, node_id)
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
+        self.sessions.drop(node_id)
+        self.sessions.put(registry.token_sha256(token), node, node.registered_at_ms)
+        self.liveness.adopt(node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
@@ -87,19 +104,75 @@ class NodeSessions:
                      pinned_by)
 
     def authenticate(self, token: str | None) -> NodeRecord:
+        """The session's node: from the session cache, else one read (then cached)."""
+        now = self._core.clock.now_ms()
+        token_sha256 = registry.token_sha256(token) if token else ""
+        cached = self.sessions.get(token_sha256, now) if token else None
+        if cached is not None:
+            return cached
         with self._core.db.read_transaction() as session:
-            return registry.authenticate(session, token)
+            node = registry.authenticate(session, token)
+        self.sessions.put(token_sha256, node, now)
+        return node
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
                   report: reports.HeartbeatReport | None = None) -> int:
+        """Note the heartbeat in memory. The database hears of it now only when placement must
+        (the node came back, or its terms changed), then with one scheduling pass; otherwise the
+        next liveness batch writes what changed, and nothing else runs."""
         now = self._core.clock.now_ms()
-        with self._core.db.transaction() as session:
-            reports.accept_heartbeat(
-                session, node, report or reports.HeartbeatReport(running_jobs), now)
-        self._core.fleet.note_changed([node.node_id])
+        report = report or reports.HeartbeatReport(running_jobs)
+        reports.check_report(node, report)
+        if report.signature:
+            self._note_signed(node, report, now)
+        if not self.liveness.knows(node.node_id):
+            self.liveness.adopt(node.node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
+        outcome = self.liveness.beat(Beat(node.node_id, now, report.running_jobs, report.lending,
+                                          report.warm_models))
         self._core.metrics.heartbeat()
+        if not outcome.schedulable and report.benchmark is None:
+            return now
+        write = self.liveness.current_write(node.node_id)
+        with self._core.db.transaction() as session:
+            node_rows.record_heartbeat(session, node.node_id, write.last_heartbeat_ms,
+                                       write.running_jobs, report.lending, report.warm_models)
+            if report.benchmark is not None:
+                reports.accept_benchmark(session, node, report.benchmark, now)
+        self.liveness.stored([write])
+        self._core.fleet.note_changed([node.node_id])
         self._core.run_scheduler()
         return now
+
+    def _note_signed(self, node: NodeRecord, report: reports.HeartbeatReport, now_ms: int) -> None:
+        """Verify a signed heartbeat and add it to the node's uptime span (a replay is not)."""
+        heartbeat = reports.verified_heartbeat(node, report, now_ms)
+        if not self.uptime.knows(node.node_id):  # first heard by this process: continue its span
+            with self._core.db.read_transaction() as session:
+                span, last_sent_at_ms = liveness_rows.latest_span(session, node.node_id)
+            self.uptime.resume(node.node_id, span, last_sent_at_ms)
+        assert report.lending is not None, "verified_heartbeat refuses a heartbeat without terms"
+        if not self.uptime.record(node.node_id, report.lending.mode.value, heartbeat.sent_at_ms,
+                                  now_ms, report.signature):
+            log.warning("node %s re-sent a heartbeat from %d; not counted", node.node_id,
+                        heartbeat.sent_at_ms)
+
+    def flush_liveness(self, everything: bool = False) -> int:
+        """Write what changed since the last batch, in one transaction; rows written (none: no
+        transaction). everything: every span's unwritten end too (a coordinator stopping)."""
+        now = self._core.clock.now_ms()
+        leases = self.liveness.due_writes(now)
+        spans = self.uptime.due_writes(now, everything)
+        if not leases and not spans:
+            return 0
+        # Spans are what Ultra seats are paid from: their batch commits durably.
+        with self._core.db.transaction(durable=bool(spans)) as session:
+            liveness_rows.write_leases(session, leases)
+            liveness_rows.save_spans(session, spans)
+        self.liveness.stored(leases)
+        self.uptime.stored([span for span, _ in spans])
+        # The placement index learns the new leases without re-reading the nodes.
+        self._core.fleet.note_leases({w.node_id: w.last_heartbeat_ms for w in leases})
+        return len(leases) + len(spans)
 
     def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:
         """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
@@ -113,6 +186,8 @@ class NodeSessions:
         """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
         with self._core.db.transaction() as session:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
+        self.liveness.forget(node.node_id)
+        self.uptime.forget(node.node_id)
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
         self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
@@ -206,26 +281,55 @@ class NodeSessions:
 
         A lease, not a guess: a node is gone only once the offline limit has passed since its
         last heartbeat and since this coordinator started, so after a restart every node has
-        the full limit to reconnect, and a node that does keeps its jobs."""
+        the full limit to reconnect, and a node that does keeps its jobs.
+
+        Incremental: the nodes this process heard stop are known from memory, and are handed
+        back only if no other coordinator renewed their lease. Nodes nobody hears (a dead
+        coordinator's) are swept with one read every orphan_sweep_interval_ms. A pass where
+        nothing went offline opens no transaction."""
         now = self._core.clock.now_ms()
-        offline_after = self._core.config.node_offline_after_ms
+        config = self._core.config
+        offline_after = config.node_offline_after_ms
         if now - self._core.started_at_ms <= offline_after:
             return []  # the restart grace: nobody can have missed a heartbeat to this process
+        gone = self.liveness.gone_offline(now)
+        sweep = self._due(self._orphans_swept_at_ms, config.orphan_sweep_interval_ms, now)
+        expire = self._due(self._expired_at_ms, EXPIRE_INTERVAL_MS, now)
+        if not gone and not sweep and not expire:
+            return []
         touched: list[str] = []
+        stale_before = now - offline_after
         with self._core.db.transaction() as session:
-            reports.prune_heartbeats_now_and_then(session, now)
-            for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > offline_after:
-                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
-                                                      self._core.check_context())
-            expired = node_rows.expire_silent(
-                session, now - self._core.config.registration_limits.node_expire_after_ms,
-                NODES_EXPIRED_PER_PASS_MAX)
+            stopped = liveness_rows.stale_among(session, gone, stale_before) if gone else []
+            if sweep:
+                stopped += [n for n in liveness_rows.stale_nodes_with_work(
+                    session, stale_before, ORPHANS_PER_PASS_MAX) if n not in stopped]
+            for node_id in stopped:
+                touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
+                                                  self._core.check_context())
+            expired: list[str] = []
+            if expire:
+                reports.prune_heartbeats_now_and_then(session, now)
+                expired = node_rows.expire_silent(
+                    session, now - config.registration_limits.node_expire_after_ms,
+                    NODES_EXPIRED_PER_PASS_MAX)
+        if sweep:
+            self._orphans_swept_at_ms = now
+        if expire:
+            self._expired_at_ms = now
+        for node_id in expired:
+            self.liveness.forget(node_id)
+            self.sessions.drop(node_id)
+        if gone or expired:
+            self._core.fleet.note_changed([*gone, *expired])
         if expired:
-            self._core.fleet.note_changed(expired)
             log.info("%d silent nodes expired (marked left)", len(expired))
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
             self._core.record_ended(touched)
             self._core.run_scheduler()
         return touched
+
+    @staticmethod
+    def _due(last_ms: int | None, interval_ms: int, now_ms: int) -> bool:
+        return last_ms is None or now_ms - last_ms >= interval_ms
