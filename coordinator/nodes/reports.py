@@ -115,10 +115,14 @@ def leave(session: Session, node: NodeRecord, reason: str, now_ms: int) -> list[
     return touched
 
 
+def prune_due(now_ms: int) -> bool:
+    return now_ms - _last_prune_ms >= HEARTBEAT_PRUNE_INTERVAL_MS
+
+
 def prune_heartbeats_now_and_then(session: Session, now_ms: int) -> int:
-    """Drop heartbeats past retention, at most once an hour per process."""
+    """Drop heartbeats and spans past retention, at most once an hour per process."""
     global _last_prune_ms
-    if now_ms - _last_prune_ms < HEARTBEAT_PRUNE_INTERVAL_MS:
+    if not prune_due(now_ms):
         return 0
     _last_prune_ms = now_ms
     before_ms = now_ms - HEARTBEAT_RETENTION_MS

@@ -36,7 +36,6 @@ from coordinator.storage import job_rows, liveness_rows, node_rows
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
 ORPHANS_PER_PASS_MAX = 1_000  # nodes of a dead coordinator handed back per sweep; the rest next one
-EXPIRE_INTERVAL_MS = 3600 * 1000  # silent nodes expire after days: looking once an hour is enough
 
 class NodeSessions:
     """What node agents tell the network, behind the gRPC edge."""
@@ -61,7 +60,7 @@ class NodeSessions:
         self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
         self.sessions = SessionCache(config.session_cache_ttl_ms)
         self._orphans_swept_at_ms: int | None = None
-        self._expired_at_ms: int | None = None
+        self._expiry_due_ms: int | None = None  # no node can expire before (None: look now)
 
     def challenge(self, public_key: bytes, source_address: str | None = None) -> tuple[bytes, int]:
         """A single-use nonce the node signs into its next registration, and its expiry.
@@ -294,8 +293,9 @@ class NodeSessions:
             return []  # the restart grace: nobody can have missed a heartbeat to this process
         gone = self.liveness.gone_offline(now)
         sweep = self._due(self._orphans_swept_at_ms, config.orphan_sweep_interval_ms, now)
-        expire = self._due(self._expired_at_ms, EXPIRE_INTERVAL_MS, now)
-        if not gone and not sweep and not expire:
+        expire = self._expiry_due_ms is None or now >= self._expiry_due_ms
+        prune = reports.prune_due(now)
+        if not gone and not sweep and not expire and not prune:
             return []
         touched: list[str] = []
         stale_before = now - offline_after
@@ -307,16 +307,17 @@ class NodeSessions:
             for node_id in stopped:
                 touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
                                                   self._core.check_context())
+            reports.prune_heartbeats_now_and_then(session, now)
             expired: list[str] = []
             if expire:
-                reports.prune_heartbeats_now_and_then(session, now)
-                expired = node_rows.expire_silent(
-                    session, now - config.registration_limits.node_expire_after_ms,
-                    NODES_EXPIRED_PER_PASS_MAX)
+                expire_after = config.registration_limits.node_expire_after_ms
+                expired = node_rows.expire_silent(session, now - expire_after, NODES_EXPIRED_PER_PASS_MAX)
+                oldest = liveness_rows.oldest_lease(session)
+                expiry_due = now + expire_after if oldest is None else oldest + expire_after + 1
         if sweep:
             self._orphans_swept_at_ms = now
         if expire:
-            self._expired_at_ms = now
+            self._expiry_due_ms = expiry_due
         for node_id in expired:
             self.liveness.forget(node_id)
             self.sessions.drop(node_id)

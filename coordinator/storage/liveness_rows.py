@@ -104,6 +104,15 @@ def prune_spans(session: Session, before_ms: int) -> int:
         node_uptime_spans.c.last_received_ms < before_ms)).rowcount
 
 
+_OLDEST_LEASE = select(func.min(nodes.c.last_heartbeat_ms)).where(nodes.c.left_at_ms.is_(None))
+
+
+def oldest_lease(session: Session) -> int | None:
+    """The oldest lease of a node that has not left (None: none): no node can expire before it
+    (leases only move forward), so the reaper need not look again until then."""
+    return session.execute(_OLDEST_LEASE).scalar_one()
+
+
 _STALE_AMONG = select(nodes.c.node_id).where(
     nodes.c.node_id.in_(bindparam("node_ids", expanding=True)),
     nodes.c.last_heartbeat_ms < bindparam("before_ms"))
