@@ -113,9 +113,14 @@ class SimulatedMac:
         self.stream = stream
         await stream.wait_for_connection()
         opened.set()
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
-            async for assignment in stream:
-                await self._run(assignment)
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                async for assignment in stream:
+                    await self._run(assignment)
+            except grpc.aio.AioRpcError as error:
+                if error.code() is not grpc.StatusCode.CANCELLED:
+                    log.error("node %s: %s %s", self.identity.node_id, error.code().name, error.details())
+                    raise
 
     async def _run(self, assignment: node_pb2.ReceiveAssignmentsResponse) -> None:
         token_ids, started = (7,), time.time_ns() // 1_000_000
@@ -132,7 +137,7 @@ class SimulatedMac:
             assignment.model.weights_digest, prompt_digest(assignment.prompt),
             assignment.sampling.temperature, assignment.sampling.top_p, assignment.sampling.seed,
             assignment.sampling.max_tokens, output_digest(token_ids), 2, len(token_ids), started, now,
-            well_formed_commitment(len(token_ids)), FinishReason.MAX_TOKENS, now))
+            well_formed_commitment(len(token_ids)), FinishReason.LENGTH, now))
         await self.stub.ReportResult(node_pb2.ReportResultRequest(
             job_id=assignment.job_id, attempt=assignment.attempt,
             receipt=common_pb2.SignedReceipt(body=body, signature=self.identity.sign(body))),
@@ -244,6 +249,9 @@ async def _jobs(address: str, api_key: str, count: int, meter: Meter,
 
         await _bounded([(lambda i=i: submit(i)) for i in range(count)], 16)
         while sum(m.jobs_done for m in macs) - done_before < count:
+            failed = [t for m in macs for t in m.tasks if t.done() and not t.cancelled() and t.exception()]
+            if failed:
+                raise RuntimeError("a simulated Mac failed") from failed[0].exception()
             await asyncio.sleep(0.05)
         wall = time.perf_counter() - wall_0
         cpu_1, _ = meter.read()
