@@ -273,7 +273,9 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
                               heartbeat_interval_ms=args.heartbeat_interval_ms,
                               trust_simulated_hardware=True, extra_args=(
                                   "--registrations-per-address-burst", limits,
-                                  "--registrations-per-address-per-minute", limits))
+                                  "--registrations-per-address-per-minute", limits,
+                                  "--registrations-per-operator-burst", limits,
+                                  "--registrations-per-operator-per-minute", limits))
     meter = Meter(child.process.pid, admin, url.rsplit("/", 1)[1])
     address = child.extra["address"]
     try:
@@ -295,9 +297,13 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             beats = args.heartbeat_rounds * len(macs)
             figures.heartbeat_cpu_ms = (cpu_1 - cpu_0) * 1e3 / beats
             figures.heartbeat_transactions = (commits_1 - commits_0) / beats
+            log.info("idle: %.4f of a core, %.2f transactions/s; heartbeats: %.3f ms CPU, %.4f "
+                     "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
+                     figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
         if args.jobs:
             jobs_s, cpu_ms = await _jobs(address, api_key, args.jobs, meter, macs)
             figures.jobs_s[mode], figures.job_cpu_ms[mode] = jobs_s, cpu_ms
+            log.info("%s operators: %.1f jobs/s wall, %.2f ms CPU per job", mode, jobs_s, cpu_ms)
         await _close(macs, channels)
     finally:
         meter.close()
