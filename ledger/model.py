@@ -53,6 +53,7 @@ class TransferKind(StrEnum):
     SEAT_REWARD = "seat_reward"  # bonus pool -> operator: availability reward per seat-hour
     SEAT_JOB_BONUS = "seat_job_bonus"  # bonus pool -> operator: the Ultra-seat multiplier on job credits
     EPOCH_PAYOUT = "epoch_payout"  # operator -> on-chain payouts at an epoch's close
+    CHECK_FEE = "check_fee"  # the network -> a peer's operator, for replaying another node's job
 
 
 class ResultCode(StrEnum):

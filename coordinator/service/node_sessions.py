@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
+from coordinator.live.notifier import Wait, fleet_topic, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -22,6 +22,7 @@ from coordinator.model import (
     TokenChunk,
 )
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
 from coordinator.nodes import catalog, registry, reports
 from coordinator.nodes.liveness import Beat, LivenessBook
 from coordinator.nodes.session_cache import SessionCache
@@ -32,10 +33,10 @@ from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, liveness_rows, node_rows
+from coordinator.verification import peer_checks
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
-ORPHANS_PER_PASS_MAX = 1_000  # nodes of a dead coordinator handed back per sweep; the rest next one
 
 class NodeSessions:
     """What node agents tell the network, behind the gRPC edge."""
@@ -46,7 +47,7 @@ class NodeSessions:
         # Called after a registration commits, with (node id, operator, the region the node
         # publishes); MLX World stores it for its map (coordinator.world.world).
         self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
-        self.challenges = ChallengeBook()
+        self.challenges = ChallengeBook(core.db)
         limits = core.config.registration_limits
         self._address_buckets = TokenBuckets(limits.per_address_burst, limits.per_address_per_minute,
                                              limits.buckets_max)
@@ -75,10 +76,10 @@ class NodeSessions:
         return self.challenges.issue(public_key, now)
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
+        node_id = registry.admit(registration, self._core.clock.now_ms(), self.challenges)
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
-                                               self._core.check_context(), self.challenges,
-                                               self._operator_buckets)
+            node_id, token = registry.register(session, registration, node_id, self._core.clock.now_ms(),
+                                               self._core.check_context(), self._operator_buckets)
             node = node_rows.node_by_id(session, node_id)
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
@@ -86,6 +87,7 @@ class NodeSessions:
         self.sessions.put(registry.token_sha256(token), node, node.registered_at_ms)
         self.liveness.adopt(node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
+        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
             for listener in list(self.region_listeners):
@@ -189,7 +191,8 @@ class NodeSessions:
         self.uptime.forget(node.node_id)
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
-        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id),
+                                   fleet_topic(node.node_id))
         self._core.run_scheduler()
         return len(touched)
 
@@ -200,16 +203,17 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             return node_rows.pod_assignment(session, job)
 
-    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
-        """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
+    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord | CheckJob]:
+        """Jobs assigned to the node and not yet started, and check jobs it is to run for its
+        peers (prefill-only replays), each sent once; waits on this thread."""
         return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
-    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
         """assignments' steps, with a Wait wherever it would wait."""
         with self._core.metrics.stream_open(STREAM_NODE):
             yield from self._assignment_steps(node)
 
-    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -220,8 +224,13 @@ class NodeSessions:
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                    checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances)
                 for job in self._unsent(jobs, sent):
                     yield job
+                for check in checks:
+                    if check.check_id not in sent:
+                        sent.add(check.check_id)
+                        yield check
                 yield Wait(topic, seen, self._core.poll_interval_s())
 
     @staticmethod
@@ -301,9 +310,9 @@ class NodeSessions:
         stale_before = now - offline_after
         with self._core.db.transaction() as session:
             stopped = liveness_rows.stale_among(session, gone, stale_before) if gone else []
-            if sweep:
-                stopped += [n for n in liveness_rows.stale_nodes_with_work(
-                    session, stale_before, ORPHANS_PER_PASS_MAX) if n not in stopped]
+            if sweep:  # one query, however many silent nodes there are (most hold no job)
+                stopped += [n for n in job_rows.silent_nodes_holding_jobs(session, stale_before)
+                            if n not in stopped]
             for node_id in stopped:
                 touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
                                                   self._core.check_context())

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from contracts.lending import LendingMode
 from coordinator.model import LeaseWrite, UptimeSpan
-from coordinator.storage.tables import job_assignments, node_heartbeats, node_uptime_spans, nodes
+from coordinator.storage.tables import node_heartbeats, node_uptime_spans, nodes
 
 # A lease only moves forward: another coordinator may have written a newer one.
 _WRITE_LEASE = (update(nodes).where(nodes.c.node_id == bindparam("b_node_id"),
@@ -125,13 +125,3 @@ def stale_among(session: Session, node_ids: Sequence[str], before_ms: int) -> li
         found += session.execute(_STALE_AMONG, {"node_ids": list(node_ids[start:start + 500]),
                                                 "before_ms": before_ms}).scalars()
     return found
-
-
-def stale_nodes_with_work(session: Session, before_ms: int, limit: int) -> list[str]:
-    """Nodes holding active assignments whose lease nobody renewed since before_ms: those of a
-    coordinator that died, which no process hears any more. Reads active assignments only."""
-    query = (select(job_assignments.c.node_id).distinct()
-             .join(nodes, nodes.c.node_id == job_assignments.c.node_id)
-             .where(job_assignments.c.active.is_(True), nodes.c.last_heartbeat_ms < before_ms)
-             .order_by(job_assignments.c.node_id).limit(limit))
-    return list(session.execute(query).scalars())

@@ -41,6 +41,7 @@ class CheckContext:
     policy: TrustPolicy
     draw: float  # uniform in [0, 1), never seen by the node
     replayable: frozenset[tuple[str, str]]  # (model id, weights digest) a verifier holds
+    peers: bool = False  # peer nodes check what no verifier holds (verification/peer_checks.py)
 
 
 def open_check(session: Session, job: JobRecord, node: NodeRecord, weights_digest: str,
@@ -49,7 +50,7 @@ def open_check(session: Session, job: JobRecord, node: NodeRecord, weights_diges
     rate = check_rate(trust.record, context.policy)
     sampled = should_check(rate, context.draw)
     replayable = (job.model_id, weights_digest) in context.replayable
-    if sampled and replayable:
+    if sampled and (replayable or context.peers):  # peers replay what no verifier here holds
         status, reason = CheckStatus.WAITING, None
     elif sampled:
         status, reason = CheckStatus.UNCHECKED, f"sampled, but no verifier holds {job.model_id}"

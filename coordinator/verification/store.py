@@ -23,7 +23,7 @@ job_checks = Table(
     Column("job_id", String(64), primary_key=True),  # references jobs.job_id
     Column("node_id", String(64), nullable=False),
     Column("operator_id", String(128), nullable=False),
-    Column("status", String(16), nullable=False),  # waiting/passed/failed/unchecked
+    Column("status", String(16), nullable=False),  # waiting/peer/passed/failed/unchecked/quarantined
     Column("check_rate", Float, nullable=False),
     Column("sampled", Boolean, nullable=False),
     Column("operator_credit", BigInteger, nullable=False),  # base units held for the operator
@@ -60,6 +60,7 @@ class CheckStatus(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     UNCHECKED = "unchecked"  # not sampled, or nothing can replay it: paid when the window closes
+    PEER = "peer"  # sampled: a peer node replays it (verification/peer_checks.py); credit held
     # Its replay crashed or gave no verdict: never retried (not even at start-up), and its
     # credit stays held; a crash is not evidence either way, and "cannot check" is not "paid".
     QUARANTINED = "quarantined"

@@ -142,14 +142,23 @@ def test_an_unsampled_jobs_credit_is_held_until_its_window_closes(service: Coord
     assert service.money.release_due_credits() == []
 
 
-def test_a_sampled_job_nobody_can_replay_is_paid_at_window_close(service: CoordinatorService,
-                                                                 tmp_path: Path) -> None:
+def test_a_sampled_job_the_coordinator_cannot_replay_goes_to_peers_and_stays_held(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    """Issue 32: "cannot check" is not "paid". With no other operator's node serving the model
+    the check waits for a peer, says why, and the credit is not released at the window's close."""
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     job_id = _complete(service, alice, draw=0.0)
     check = service.checks.of_job(job_id)
-    assert check is not None and check.sampled and check.status is CheckStatus.UNCHECKED
-    assert check.reason == "sampled, but no verifier holds small"
+    assert check is not None and check.sampled and check.status is CheckStatus.WAITING
+    service.peers.dispatch()
+    check = service.checks.of_job(job_id)
+    assert check is not None and check.status is CheckStatus.PEER
+    assert check.reason is not None and "no peer can check small" in check.reason
+    assert "1 the checked node" in check.reason
+    service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+    assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0
+    assert service.checks.of_job(job_id).credit_state is CreditState.PENDING  # type: ignore[union-attr]
 
 
 def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: CoordinatorService,
