@@ -309,10 +309,12 @@ class NodeSessions:
         touched: list[str] = []
         stale_before = now - offline_after
         with self._core.db.transaction() as session:
-            stopped = liveness_rows.stale_among(session, gone, stale_before) if gone else []
-            if sweep:  # one query, however many silent nodes there are (most hold no job)
-                stopped += [n for n in job_rows.silent_nodes_holding_jobs(session, stale_before)
-                            if n not in stopped]
+            # One query either way, however many silent nodes there are (most hold no job); the
+            # sweep's finds every silent node holding jobs, those this process heard stop too.
+            if sweep:
+                stopped = job_rows.silent_nodes_holding_jobs(session, stale_before)
+            else:
+                stopped = liveness_rows.stale_holding_jobs_among(session, gone, stale_before) if gone else []
             for node_id in stopped:
                 touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
                                                   self._core.check_context())

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from contracts.lending import LendingMode
 from coordinator.model import LeaseWrite, UptimeSpan
-from coordinator.storage.tables import node_heartbeats, node_uptime_spans, nodes
+from coordinator.storage.tables import job_assignments, node_heartbeats, node_uptime_spans, nodes
 
 # A lease only moves forward: another coordinator may have written a newer one.
 _WRITE_LEASE = (update(nodes).where(nodes.c.node_id == bindparam("b_node_id"),
@@ -113,15 +113,20 @@ def oldest_lease(session: Session) -> int | None:
     return session.execute(_OLDEST_LEASE).scalar_one()
 
 
-_STALE_AMONG = select(nodes.c.node_id).where(
-    nodes.c.node_id.in_(bindparam("node_ids", expanding=True)),
-    nodes.c.last_heartbeat_ms < bindparam("before_ms"))
+_STALE_HOLDING_JOBS_AMONG = (
+    select(job_assignments.c.node_id).distinct()
+    .join(nodes, nodes.c.node_id == job_assignments.c.node_id)
+    .where(job_assignments.c.active.is_(True),
+           job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True)),
+           nodes.c.last_heartbeat_ms < bindparam("before_ms"))
+    .order_by(job_assignments.c.node_id))
 
 
-def stale_among(session: Session, node_ids: Sequence[str], before_ms: int) -> list[str]:
-    """Of these nodes, those whose stored lease is older than before_ms (no coordinator renewed it)."""
+def stale_holding_jobs_among(session: Session, node_ids: Sequence[str], before_ms: int) -> list[str]:
+    """Of these nodes, those that hold jobs and whose stored lease is older than before_ms (no
+    coordinator renewed it): one statement per 500 nodes, whatever most of them hold."""
     found: list[str] = []
     for start in range(0, len(node_ids), 500):
-        found += session.execute(_STALE_AMONG, {"node_ids": list(node_ids[start:start + 500]),
-                                                "before_ms": before_ms}).scalars()
+        found += session.execute(_STALE_HOLDING_JOBS_AMONG, {
+            "node_ids": list(node_ids[start:start + 500]), "before_ms": before_ms}).scalars()
     return found
