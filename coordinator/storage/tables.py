@@ -50,7 +50,7 @@ nodes = Table(
     Column("challenge_flag", Text, nullable=True),
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
-# Expiring silent nodes reads the oldest leases first (0016_beats_uptime_spans).
+# Expiring silent nodes reads the oldest leases first (0017_beats_uptime_spans).
 Index("ix_nodes_left_heartbeat", nodes.c.left_at_ms, nodes.c.last_heartbeat_ms)
 
 jobs = Table(
@@ -136,7 +136,7 @@ job_assignments = Table(
     Column("shared_memory_bytes", BigInteger, nullable=False, server_default="0"),
 )
 Index("ix_job_assignments_node_active", job_assignments.c.node_id, job_assignments.c.active)
-# The reaper's sweep for nodes nobody hears from that still hold work (0016_beats_uptime_spans).
+# The reaper's sweep for nodes nobody hears from that still hold work (0017_beats_uptime_spans).
 Index("ix_job_assignments_active_node", job_assignments.c.active, job_assignments.c.node_id)
 
 # Streamed tokens; the (job, first_index) key makes a re-sent chunk a no-op.
@@ -165,7 +165,7 @@ node_heartbeats = Table(
 )
 Index("ix_node_heartbeats_received", node_heartbeats.c.node_id, node_heartbeats.c.received_at_ms)
 
-# Signed heartbeats aggregated (0016_beats_uptime_spans): one row per run of heartbeats of one
+# Signed heartbeats aggregated (0017_beats_uptime_spans): one row per run of heartbeats of one
 # mode with no gap longer than the heartbeat credit; it proves [first, last + credit) online as
 # its beats' rows did (coordinator/nodes/uptime.py). node_heartbeats keeps the older rows.
 node_uptime_spans = Table(
