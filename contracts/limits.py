@@ -38,6 +38,9 @@ MODELS_PER_NODE_MAX = 256
 GPU_CORES_MAX = 1_024
 CONCURRENT_JOBS_MAX = 256
 RECEIPT_BYTES_MAX = 2 * MIB
+# A peer's signed check result: 192 (index, value) pairs per 32 tokens plus 18 bytes a token,
+# about 115 bytes a token, so this holds a 32k-token job's answer (and gRPC's 4 MiB message limit).
+CHECK_RESULT_BYTES_MAX = 4 * MIB
 TOKENS_PER_CHUNK_MAX = 65_536
 HTTP_BODY_BYTES_MAX = 4 * MIB  # as gRPC's message limit; a 1 MiB prompt fits with JSON escapes
 HTTP_HEADER_BYTES_MAX = 16 * KIB  # the request line and headers together
@@ -177,6 +180,9 @@ FIELD_LIMITS: dict[str, Limit] = {
     "Benchmark.reference_weights_bytes": _range(0, BYTES_MAX),
     "Benchmark.measured_at_ms": _range(0, MS_MAX),
     "Benchmark.run_time_ms": _range(0, MS_MAX),
+    "Benchmark.batch_decode": _items(16),
+    "BatchDecode.batch_size": _range(1, CONCURRENT_JOBS_MAX),
+    "BatchDecode.tokens_per_s": _range(TOKENS_PER_S_MIN, TOKENS_PER_S_MAX),
     "PodLink.a": _text(NODE_ID_CHARS_MAX),
     "PodLink.b": _text(NODE_ID_CHARS_MAX),
     "PodLink.kind": _text(32),
@@ -205,6 +211,10 @@ FIELD_LIMITS: dict[str, Limit] = {
     "StreamTokensRequest.prompt_tokens": _range(0, TOKENS_MAX),
     "ReportResultRequest.job_id": _text(JOB_ID_CHARS_MAX),
     "ReportResultRequest.failure_reason": _text(REASON_CHARS_MAX, multiline=True),
+    "ReportCheckRequest.check_id": _text(JOB_ID_CHARS_MAX),
+    "ReportCheckRequest.failure_reason": _text(REASON_CHARS_MAX, multiline=True),
+    "SignedCheckResult.body": _text(CHECK_RESULT_BYTES_MAX),
+    "SignedCheckResult.signature": _text(128),
     "LeaveRequest.reason": _text(REASON_CHARS_MAX),
 }
 

@@ -5,6 +5,7 @@
     credits     posts held credits whose check window closed
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
     verifier    replays sampled jobs, when this coordinator holds a verifier
+    peers       hands sampled jobs to peer nodes to check, and lapsed checks to other peers
     epochs      closes each ledger epoch once it ends and anchors its root
 
 A loop's pass that fails (the database is away, or a bug) never ends its thread: the loop
@@ -83,11 +84,29 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_due_credits, every(interval_s)),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
-        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer), stopping),
+        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
+                                 service.config.chain.confirmations), stopping),
     ]
     if service.checks.verifier is not None:
         loops.append(_verifier_loop(service, stopping))
+    if service.config.peer_checks.enabled:
+        loops.append(_peers_loop(service, stopping, interval_s))
     return loops
+
+
+def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval_s: float) -> Loop:
+    """Wakes when a check is opened or disputed, and each heartbeat interval for deadlines."""
+    seen = [service.notifier.version(VERIFICATION_TOPIC)]
+
+    def step() -> None:
+        seen[0] = service.notifier.version(VERIFICATION_TOPIC)
+        service.peers.dispatch()
+
+    def pause() -> None:
+        if not stopping.is_set():
+            service.notifier.wait(VERIFICATION_TOPIC, seen[0], interval_s)
+
+    return Loop("peers", step, pause)
 
 
 def _verifier_loop(service: CoordinatorService, stopping: threading.Event) -> Loop:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.verification.policy import TrustPolicy
+from ledger.api import ChainSettings
 from coordinator.verification.tolerances import Tolerances
 
 
@@ -56,6 +58,8 @@ class CoordinatorConfig:
     trust: TrustPolicy = field(default_factory=TrustPolicy)
     tolerances: Tolerances = field(default_factory=Tolerances)
     credits_released_per_pass_max: int = 500
+    # Checks by peers: who may check whom, their deadline, the checker's fee (verification.peers).
+    peer_checks: PeerCheckPolicy = field(default_factory=PeerCheckPolicy)
     # How fast nodes may register, per source address and per operator, and when a silent
     # node expires (coordinator.nodes.admission).
     registration_limits: RegistrationLimits = field(default_factory=RegistrationLimits)
@@ -68,6 +72,9 @@ class CoordinatorConfig:
     # Where the coordinator's own anvil keeps its state and contract addresses (ledger.anvil), when
     # MLXNET_PAYOUT_RPC_URL names no chain. None: an in-process chain that ends with the process (tests).
     chain_dir: Path | None = None
+    # Where roots are anchored and how (`--chain-*` flags): a real network's RPC URL, chain id,
+    # distributor and publisher key, the confirmations an anchor waits for, and the gas caps.
+    chain: ChainSettings = field(default_factory=ChainSettings)
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max

@@ -11,6 +11,9 @@ from contracts.ids import NodeId
 from contracts.lending import LendingMode, LendingState
 from contracts.logprobs import TOP_LOGPROBS_MAX, TokenLogprob, TopLogprob
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
+from contracts.limits import CHECK_RESULT_BYTES_MAX
+from contracts.signing import SIGNATURE_BYTES
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
 from coordinator.jobs import answers, chat_options
@@ -88,11 +91,12 @@ def benchmark_from_pb(message: node_pb2.Benchmark) -> BenchmarkResult:
             prefill_tokens_per_s=message.prefill_tokens_per_s,
             reference_model=message.reference_model,
             reference_weights_bytes=message.reference_weights_bytes,
-            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms)
+            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms,
+            batch_decode_tokens_per_s=tuple((point.batch_size, point.tokens_per_s) for point in message.batch_decode))
     except AssertionError as error:
         raise InvalidRequest("benchmark needs positive bandwidth, tokens/s, reference weight "
-                             "bytes and times, and a reference model name under 256 "
-                             "characters") from error
+                             "bytes and times, a reference model name under 256 "
+                             "characters, and batch_decode sizes ascending with positive tokens/s") from error
 
 
 def pod_from_pb(message: node_pb2.PodDeclaration) -> PodDeclaration:
@@ -181,6 +185,28 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         message.layer_split.extend(layers)
         message.pod_id, message.pod_leader_node_id = declaration.pod_id, declaration.leader
     return message
+
+
+def check_assignment_to_pb(check: CheckJob, spec: ModelSpec) -> node_pb2.ReceiveAssignmentsResponse:
+    """A check job in the assignment stream: the checked job's prompt, sampling and claimed output."""
+    return node_pb2.ReceiveAssignmentsResponse(
+        job_id=check.check_id, model=model_spec_to_pb(spec), prompt=check.prompt,
+        sampling=common_pb2.SamplingParams(max_tokens=0, temperature=check.temperature,
+                                           top_p=check.top_p, seed=check.seed),
+        strategy="single",
+        check=node_pb2.PeerCheckJob(checked_job_id=check.job_id, output_ids=list(check.output_ids),
+                                    finish_reason=int(check.finish_reason),
+                                    logit_slack=check.slack.logit_slack, mass_slack=check.slack.mass_slack))
+
+
+def check_result_from_pb(request: node_pb2.ReportCheckRequest) -> tuple[bytes, bytes]:
+    """(body, signature) of a check's signed result, bounded before anything reads it."""
+    body, signature = request.result.body, request.result.signature
+    if len(body) > CHECK_RESULT_BYTES_MAX:
+        raise InvalidRequest(f"result.body is {len(body)} bytes; at most {CHECK_RESULT_BYTES_MAX}")
+    if len(signature) != SIGNATURE_BYTES:
+        raise InvalidRequest(f"result.signature must be {SIGNATURE_BYTES} bytes")
+    return body, signature
 
 
 def partial_receipt_from_pb(

@@ -8,6 +8,7 @@ import time
 import grpc
 
 from contracts import hop_trace
+from contracts.peer_checks import CheckJob
 from coordinator.errors import InvalidRequest
 from coordinator.model import NodeRecord
 from coordinator.nodes.admission import address_of_peer
@@ -72,7 +73,10 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                                 self._streams.limits.assignment_streams_per_node):
             async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
                 spec = node.model(job.model_id)
-                assert spec is not None, "jobs are only placed on nodes serving their model"
+                assert spec is not None, "jobs and checks only go to nodes serving their model"
+                if isinstance(job, CheckJob):
+                    yield convert.check_assignment_to_pb(job, spec)
+                    continue
                 pod = await self._offload.step(self._service.nodes.pod_assignment, job)
                 yield convert.assignment_to_pb(job, spec, pod)
 
@@ -116,6 +120,23 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         result = self._service.nodes.accept_receipt(node, request.job_id, request.receipt.body,
                                                     request.receipt.signature, request.attempt)
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
+
+    @translate_errors
+    async def ReportCheck(self, request, context):  # noqa: N802
+        return await self._offload.call(self._report_check, _session_token(context), request)
+
+    def _report_check(self, token: str | None, request):  # type: ignore[no-untyped-def]
+        node = self._node(token)
+        if not request.check_id or len(request.check_id) > 64:
+            raise InvalidRequest("check_id must be 1-64 characters")
+        if request.failure_reason:
+            accepted = self._service.peers.accept_failure(node, request.check_id, request.failure_reason[:1000])
+            return node_pb2.ReportCheckResponse(accepted=accepted)
+        if not request.HasField("result"):
+            raise InvalidRequest("ReportCheck needs a result or a failure_reason")
+        body, signature = convert.check_result_from_pb(request)
+        outcome = self._service.peers.accept_result(node, request.check_id, body, signature)
+        return node_pb2.ReportCheckResponse(accepted=outcome.accepted)
 
     @translate_errors
     async def Leave(self, request, context):  # noqa: N802

@@ -48,7 +48,7 @@ class LiveFleet:
         self._index: FleetIndex | None = None
         self._rebuilt_this_pass = False
         self._rebuild_at_ms = 0
-        self._committed: dict[str, tuple[int, int]] = {}  # as last read, plus our own commits
+        self._committed: dict[str, job_rows.Commitment] = {}  # as last read, plus our own commits
         self._heartbeats: dict[str, int] = {}  # indexed node -> the last heartbeat it was read with
         self._offline_due: list[tuple[int, str]] = []  # heap: (first ms the node counts offline, node)
         self._declared: dict[str, NodeRecord] = {}  # every node, quarantined too: the model catalog's input
@@ -178,9 +178,8 @@ class LiveFleet:
         assert self._pass_lock.locked() and self._index is not None
         assert self._index.try_commit(placement), "the commit re-check saw these Macs as the index does"
         self._commits_this_pass += 1
-        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
-            memory, running = self._committed.get(node_id, (0, 0))
-            self._committed[node_id] = (memory + share, running + 1)
+        for node_id in placement.node_ids:  # as the database now reads it (a model's shared memory once)
+            self._committed[node_id] = self._index.commitment(node_id)
 
     # -- keeping up ------------------------------------------------------------------------
 

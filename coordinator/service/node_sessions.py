@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
+from coordinator.live.notifier import Wait, fleet_topic, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -22,6 +22,7 @@ from coordinator.model import (
     TokenChunk,
 )
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
 from coordinator.nodes import catalog, registry, reports
 from coordinator.errors import RateLimited
 from coordinator.nodes.admission import TokenBuckets
@@ -29,6 +30,7 @@ from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import job_rows, node_rows
+from coordinator.verification import peer_checks
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
@@ -42,7 +44,7 @@ class NodeSessions:
         # Called after a registration commits, with (node id, operator, the region the node
         # publishes); MLX World stores it for its map (coordinator.world.world).
         self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
-        self.challenges = ChallengeBook()
+        self.challenges = ChallengeBook(core.db)
         limits = core.config.registration_limits
         self._address_buckets = TokenBuckets(limits.per_address_burst, limits.per_address_per_minute,
                                              limits.buckets_max)
@@ -62,14 +64,15 @@ class NodeSessions:
         return self.challenges.issue(public_key, now)
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
+        node_id = registry.admit(registration, self._core.clock.now_ms(), self.challenges)
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
-                                               self._core.check_context(), self.challenges,
-                                               self._operator_buckets)
+            node_id, token = registry.register(session, registration, node_id, self._core.clock.now_ms(),
+                                               self._core.check_context(), self._operator_buckets)
             node = node_rows.node_by_id(session, node_id)
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
+        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
             for listener in list(self.region_listeners):
@@ -115,7 +118,8 @@ class NodeSessions:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
-        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id),
+                                   fleet_topic(node.node_id))
         self._core.run_scheduler()
         return len(touched)
 
@@ -126,16 +130,17 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             return node_rows.pod_assignment(session, job)
 
-    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
-        """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
+    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord | CheckJob]:
+        """Jobs assigned to the node and not yet started, and check jobs it is to run for its
+        peers (prefill-only replays), each sent once; waits on this thread."""
         return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
-    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
         """assignments' steps, with a Wait wherever it would wait."""
         with self._core.metrics.stream_open(STREAM_NODE):
             yield from self._assignment_steps(node)
 
-    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -146,8 +151,13 @@ class NodeSessions:
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                    checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances)
                 for job in self._unsent(jobs, sent):
                     yield job
+                for check in checks:
+                    if check.check_id not in sent:
+                        sent.add(check.check_id)
+                        yield check
                 yield Wait(topic, seen, self._core.poll_interval_s())
 
     @staticmethod
@@ -214,10 +224,11 @@ class NodeSessions:
         touched: list[str] = []
         with self._core.db.transaction() as session:
             reports.prune_heartbeats_now_and_then(session, now)
-            for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > offline_after:
-                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
-                                                      self._core.check_context())
+            # Only silent nodes that hold jobs: a silent node is visited once, not every pass, so
+            # a stranger's thousand idle sessions do not hold the write lock from honest heartbeats.
+            for node_id in job_rows.silent_nodes_holding_jobs(session, now - offline_after):
+                touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
+                                                  self._core.check_context())
             expired = node_rows.expire_silent(
                 session, now - self._core.config.registration_limits.node_expire_after_ms,
                 NODES_EXPIRED_PER_PASS_MAX)

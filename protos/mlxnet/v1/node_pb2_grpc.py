@@ -71,6 +71,11 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.FromString,
                 _registered_method=True)
+        self.ReportCheck = channel.unary_unary(
+                '/mlxnet.v1.NodeService/ReportCheck',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -125,6 +130,13 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportCheck(self, request, context):
+        """The signed result of a check job (an assignment with `check` set), or why it failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +174,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.Leave,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.SerializeToString,
+            ),
+            'ReportCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCheck,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +372,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/Leave',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/ReportCheck',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,
