@@ -438,6 +438,15 @@ class CoordinatorClient:
             raise _translate(error) from error
         return response.credited_base_units
 
+    def report_prompt_cache(self, job_id: str, cached_prompt_tokens: int) -> None:
+        """Of the running job's prompt, how many tokens came from the prompt cache (the consumer's usage)."""
+        request = node_pb2.ReportPromptCacheRequest(job_id=job_id, cached_prompt_tokens=cached_prompt_tokens,
+                                                    attempt=self._attempts.get(job_id, 0))
+        try:
+            self._stub.ReportPromptCache(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+
     def report_failure(self, job_id: str, reason: str, handed_back: bool = False,
                        prompt_too_long: bool = False) -> None:
         """The job failed here; with handed_back it is unfinished and goes to another Mac."""
