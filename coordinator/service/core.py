@@ -10,6 +10,8 @@ import logging
 import random
 from collections.abc import Callable
 
+from sqlalchemy.orm import Session
+
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
@@ -19,6 +21,7 @@ from coordinator.live.notifier import Notifier, fleet_changes, job_topic, node_t
 from coordinator.metrics import readings, timing
 from coordinator.metrics.recorder import CoordinatorMetrics
 from coordinator.model import TERMINAL_STATUSES, JobStatus, TokenChunk
+from coordinator.nodes.catalog import PeerCheckablePairs
 from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
 from coordinator.storage import job_rows
@@ -46,13 +49,16 @@ class ServiceCore:
         self.draws = draws or random.SystemRandom()
         # The (model id, weights digest) pairs this coordinator's verifier replays (service.checks).
         self.replayable: Callable[[], frozenset[tuple[str, str]]] = frozenset
+        # The pairs nodes of two or more operators serve, so a peer can check them, read in the
+        # receipt's session (nodes.catalog). Sampled jobs of no such pair are held longer.
+        self.peer_checkable: Callable[[Session], frozenset[tuple[str, str]]] = PeerCheckablePairs(clock.now_ms)
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
         self.metrics.watch(readings.NetworkCollector(self.read_network))
 
     def check_context(self) -> CheckContext:
         """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
         return CheckContext(self.config.trust, self.draws.random(), self.replayable(),
-                            self.config.peer_checks.enabled)
+                            self.config.peer_checks.enabled, self.peer_checkable)
 
     def poll_interval_s(self) -> float:
         """How long a stream or a waiter goes without news before it reads the database anyway."""
