@@ -32,7 +32,8 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int 
 def job_usage(job: JobRecord, streamed_tokens: int, reasoning_tokens: int | None = None) -> dict:
     """Counts from the receipt once completed; before that, what the node reported and streamed.
     A thinking model's answer also counts its reasoning tokens."""
-    counts = usage(job.prompt_tokens, job.completion_tokens or streamed_tokens, job.cached_prompt_tokens)
+    counts = usage(job.prompt_tokens, job.completion_tokens or streamed_tokens,
+                   job.cached_prompt_tokens)
     if reasoning_tokens is not None:
         counts["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return counts

@@ -279,21 +279,21 @@ class CompletionRequest(_Generation):
 
 # --- responses -------------------------------------------------------------
 
-class PromptTokensDetails(BaseModel):
-    cached_tokens: int = Field(description="prompt tokens the node reused from its prompt cache")
-
-
 class CompletionTokensDetails(BaseModel):
     reasoning_tokens: int = Field(description="tokens of the reasoning block (chunks that began "
                                   "inside it)")
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="prompt tokens the node reused from its prompt cache")
 
 
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-    prompt_tokens_details: PromptTokensDetails | None = None
     completion_tokens_details: CompletionTokensDetails | None = None
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class TopLogprobOut(BaseModel):

@@ -71,6 +71,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         node = await self._offload.call(self._node, _session_token(context))
         with self._streams.hold("ReceiveAssignments", f"node {node.node_id}",
                                 self._streams.limits.assignment_streams_per_node):
+            # Headers now, not with the first job: the node knows it is listening.
+            await context.send_initial_metadata(())
             async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
                 spec = node.model(job.model_id)
                 assert spec is not None, "jobs and checks only go to nodes serving their model"
