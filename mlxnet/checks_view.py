@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.storage.database import Database, default_sqlite_url
-from coordinator.verification import store
+from coordinator.verification import peer_store, store
 from coordinator.verification.policy import TrustPolicy, check_rate, reputation
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 
@@ -76,6 +76,13 @@ def _show_job(db: Database, job_id: str) -> int:
     print(f"  {render_check(check)}")
     if check.evidence_json:
         print("  evidence: " + json.dumps(json.loads(check.evidence_json), indent=2).replace("\n", "\n  "))
+    with db.transaction() as session:
+        peer_checks = peer_store.of_job(session, job_id)
+    for row in peer_checks:
+        found = {None: "", True: ", found it matched", False: ", found it differs"}[row.passed]
+        fee = f"; paid {row.fee_base_units} base units" if row.fee_transfer_id else ""
+        print(f"  {row.role} by {row.checker_node_id or 'no peer yet'} ({row.status}{found}{fee}): "
+              f"{row.reason or ''}")
     return 0
 
 

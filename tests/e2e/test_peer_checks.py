@@ -10,6 +10,8 @@ oscar; no check ever pairs a node with its own operator's node.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -152,6 +154,13 @@ def test_peers_check_sampled_jobs_catch_a_cheat_and_a_lying_checker(
     # Every answer that stands was paid: one CHECK_FEE transfer per check job, in integer base units.
     assert fees and all(t is not None and t.kind is TransferKind.CHECK_FEE and isinstance(t.amount, int)
                         and t.amount > 0 for t in fees.values())
+    # What the operator reads: who checked the job, what each found, the fee each earned.
+    lie = lies[0]
+    shown = subprocess.run([sys.executable, "-m", "mlxnet.cli", "checks", "--job", lie.job_id,
+                            "--database-url", coordinator.extra["database_url"]],
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"check by {oscar} (answered, found it differs)" in shown
+    assert "referee by" in shown and "found it matched; paid" in shown and "check passed" in shown
     # The lying checker's trust fell like a cheater's.
     assert trust(oscar).checks_failed >= 1 and trust(node_id["bob"]).checks_failed == 0
     assert trust(node_id["alice"]).checks_failed == 0 == trust(node_id["alice2"]).checks_failed
