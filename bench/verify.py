@@ -166,13 +166,13 @@ def _report_peer_checks(model_dir: Path, count: int, max_tokens: int) -> None:
 def _caught_at(outcome, values: int) -> bool:  # type: ignore[no-untyped-def]
     """Whether a cheat job is still caught if each chunk committed `values` values, not 128.
 
-    Caught by its tokens: unchanged (no proof bytes). Caught only by its activations: estimated
+    Caught by its tokens or counts: unchanged (no proof bytes). Caught only by its activations: estimated
     from the measured share of values each failing chunk put off, against the per-chunk
     mismatch limit scaled to `values` (8 of 128 -> 4 of 64)."""
     if outcome.stage != "replay" or outcome.verdict is None:
         return outcome.caught
-    if outcome.verdict.bad_tokens or any("output" in r for r in outcome.verdict.reasons):
-        return True
+    if any("committed activations differ" not in r for r in outcome.verdict.reasons):
+        return True  # its tokens, its end or its counts give it away: no committed value needed
     limit = -(-8 * values // 128)
     return any(c.mismatched / c.compared * values > limit for c in outcome.verdict.chunks if c.compared)
 
@@ -206,7 +206,7 @@ def _report_detection(per_job: int) -> None:
         replayed = [o for o in every if o.stage == "replay"]
         by_tokens = sum(_caught_at(o, 0) for o in replayed)
         print(f"\nproof bytes per token at fewer committed values ({len(replayed)} cheat jobs caught by replay; "
-              f"{by_tokens} of them by the seeded tokens alone, at zero proof bytes):")
+              f"{by_tokens} of them by the seeded tokens and the counts alone, at zero proof bytes):")
         for values in (128, 64, 32, 16):
             per_token = (1 + 2 * values) / 32
             caught = sum(_caught_at(o, values) for o in every)

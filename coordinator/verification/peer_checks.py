@@ -42,7 +42,7 @@ from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus
 from coordinator.verification.policy import TrustPolicy, is_quarantined
 from coordinator.verification.store import CheckStatus, NodeTrust
 from coordinator.verification.tolerances import Tolerances
-from ledger.api import JobStep, TransferState, get_transfer, job_transfer_id, pay_check_fee
+from ledger.api import JobStep, ResultCode, TransferState, get_transfer, job_transfer_id, pay_check_fee
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +314,10 @@ def _pay_fees(session: Session, rows: list[PeerCheckRecord], decided: Ruling, jo
             continue
         result = pay_check_fee(session, row.check_id, check.job_id, row.checker_operator_id, amount,
                                from_fees=fee_kept, now_us=now_ms * 1000)
+        if result is not None and fee_kept and result.code is ResultCode.EXCEEDS_CREDITS:
+            # The treasury is short (fees refunded meanwhile): the network pays, as for anonymous jobs.
+            result = pay_check_fee(session, row.check_id, check.job_id, row.checker_operator_id, amount,
+                                   from_fees=False, now_us=now_ms * 1000)
         if result is None:
             continue
         assert result.ok, f"ledger refused the fee of check {row.check_id}: {result.code}"

@@ -10,6 +10,7 @@ oscar; no check ever pairs a node with its own operator's node.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -30,6 +31,7 @@ from mlxnet.consumer import JobClient
 from mlxnet.processes import Child, spawn_node, start_coordinator, start_nodes, wait_until_registered
 from node_agent.tiny_model import build_tiny_model
 from protos.mlxnet.v1 import job_pb2
+from tests.conftest import fresh_postgres_database
 
 pytestmark = pytest.mark.e2e
 MODEL_ID = "test/tiny-llama"
@@ -46,13 +48,21 @@ def _eventually(what: str, found: Callable[[], bool], timeout_s: float = WAIT_S)
         pause.wait(POLL_S)
 
 
-@pytest.fixture
-def network(tmp_path: Path, tiny_model_dir: Path) -> Iterator[tuple[Child, list[Child], Database]]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def network(request: pytest.FixtureRequest, tmp_path: Path,
+            tiny_model_dir: Path) -> Iterator[tuple[Child, list[Child], Database]]:
+    with contextlib.ExitStack() as stack:
+        database_url = (f"sqlite:///{tmp_path / 'coordinator.db'}" if request.param == "sqlite"
+                        else stack.enter_context(fresh_postgres_database()))
+        yield from _network(tmp_path, tiny_model_dir, database_url)
+
+
+def _network(tmp_path: Path, tiny_model_dir: Path,
+             database_url: str) -> Iterator[tuple[Child, list[Child], Database]]:
     from tests.adversarial.models import quantized_copy
 
     q4 = quantized_copy(tiny_model_dir, tmp_path / "q4", 4)
     other = build_tiny_model(tmp_path / "other-seed", seed=1)
-    database_url = f"sqlite:///{tmp_path / 'coordinator.db'}"
     coordinator = start_coordinator(tmp_path, database_url=database_url, heartbeat_interval_ms=500,
                                     allow_anonymous=True)  # no --verify-model: it holds no model
     nodes: list[Child] = []
