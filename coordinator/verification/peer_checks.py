@@ -157,7 +157,7 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
     for row in waiting:
         receipt = _receipt(session, row.job_id)
         found = choose_checker(_request(session, row, receipt), candidates, pairings, context.policy,
-                               context.draws)
+                               context.draws, now_ms)
         if isinstance(found, Chosen):
             if peer_store.update_peer_check(session, row.check_id, _WAITING, status=PeerCheckStatus.ASSIGNED,
                                             checker_node_id=found.node_id, checker_operator_id=found.operator_id,

@@ -63,8 +63,9 @@ def _network(tmp_path: Path, tiny_model_dir: Path,
 
     q4 = quantized_copy(tiny_model_dir, tmp_path / "q4", 4)
     other = build_tiny_model(tmp_path / "other-seed", seed=1)
+    # No --verify-model: it holds no model. Five nodes of four operators: pairs repeat soon.
     coordinator = start_coordinator(tmp_path, database_url=database_url, heartbeat_interval_ms=500,
-                                    allow_anonymous=True)  # no --verify-model: it holds no model
+                                    allow_anonymous=True, extra_args=("--peer-pair-cooldown-s", "1"))
     nodes: list[Child] = []
     try:
         model = [f"{MODEL_ID}={tiny_model_dir}"]
