@@ -84,7 +84,8 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_due_credits, every(interval_s)),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
-        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer), stopping),
+        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
+                                 service.config.chain.confirmations), stopping),
     ]
     if service.checks.verifier is not None:
         loops.append(_verifier_loop(service, stopping))

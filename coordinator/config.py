@@ -7,6 +7,7 @@ from pathlib import Path
 
 from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.verification.policy import TrustPolicy
+from ledger.api import ChainSettings
 from coordinator.verification.tolerances import Tolerances
 
 
@@ -71,6 +72,9 @@ class CoordinatorConfig:
     # Where the coordinator's own anvil keeps its state and contract addresses (ledger.anvil), when
     # MLXNET_PAYOUT_RPC_URL names no chain. None: an in-process chain that ends with the process (tests).
     chain_dir: Path | None = None
+    # Where roots are anchored and how (`--chain-*` flags): a real network's RPC URL, chain id,
+    # distributor and publisher key, the confirmations an anchor waits for, and the gas caps.
+    chain: ChainSettings = field(default_factory=ChainSettings)
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max

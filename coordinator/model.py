@@ -60,6 +60,8 @@ class NodeRecord:
     warm_models: tuple[str, ...] = ()
     measured_bandwidth_gb_s: float | None = None  # from the latest self-benchmark
     benchmark_flag: str | None = None  # why that benchmark does not fit the claimed chip
+    # (jobs in one batch, their tokens/s in all) from that benchmark; empty until measured
+    batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
     left_at_ms: int | None = None  # the node left the network (Leave) and is not placed on
 
     def model(self, model_id: str) -> ModelSpec | None:

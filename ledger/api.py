@@ -13,15 +13,16 @@ this module only, so the ledger can move its insides without touching them.
     reads for the pages     transfers of a job or an account's window, seat results, anchors
     audits and proofs       audit (with signed heads and kept statements), operator statements
                             (signed_statement), proof bundles
-    the payout chain        anchor_epochs, embedded_chain (an anvil process), connect_chain,
-                            in_process_chain (eth-tester, for tests); web3 loads lazily
+    the payout chain        anchor_epochs/anchor_pass, embedded_chain (an anvil process), connect_chain,
+                            in_process_chain (eth-tester, for tests); web3 loads lazily;
+                            chain_settings (flags checked), publisher_key (env or keystore)
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ledger.anchoring import AnchorMismatchError, PayoutChainLike, anchor_epochs, check_anchors
+from ledger.anchoring import AnchorMismatchError, AnchorPass, PayoutChainLike, anchor_epochs, anchor_pass, check_anchors
 from ledger.anvil import AnvilProcess, anvil_binary, embedded_chain
 from ledger.book import (
     JobStep,
@@ -42,7 +43,16 @@ from ledger.epochs import (
     epoch_tree,
     set_payout_address,
 )
-from ledger.errors import ChainError, LedgerError, LedgerNotInstalledError
+from ledger.chain_settings import (
+    CONFIRMATIONS_MAX,
+    KEYSTORE_PASSWORD_ENV_DEFAULT,
+    PUBLISHER_KEY_ENV_DEFAULT,
+    ChainSettings,
+    GasCaps,
+    chain_settings,
+    deploy_settings,
+)
+from ledger.errors import ChainError, ChainSettingsError, LedgerError, LedgerNotInstalledError
 from ledger.full_audit import AuditReport, Difference, ExpectedCredit, audit
 from ledger.head_signatures import HeadSigner, head_message, signature_valid
 from ledger.job_batches import (
@@ -114,8 +124,10 @@ if TYPE_CHECKING:
     from ledger.anchor import PayoutChain
 
 __all__ = [
-    "BASE_UNITS_PER_MLX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
-    "AccountKind", "AnchorMismatchError", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
+    "BASE_UNITS_PER_MLX", "CONFIRMATIONS_MAX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
+    "KEYSTORE_PASSWORD_ENV_DEFAULT", "PUBLISHER_KEY_ENV_DEFAULT",
+    "AccountKind", "AnchorMismatchError", "AnchorPass", "ChainSettings", "ChainSettingsError", "GasCaps",
+    "anchor_pass", "chain_settings", "deploy_chain", "deploy_settings", "publisher_key", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
     "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "HeadSigner", "JobCompletion",
     "JobPayment",
     "JobPrice", "JobReservation", "JobStep", "LedgerError", "LedgerNotInstalledError", "PayoutChainLike",
@@ -143,8 +155,28 @@ def in_process_chain() -> PayoutChain:
     return Chain.in_process()
 
 
-def connect_chain(rpc_url: str, distributor_address: str, private_key: str | None = None) -> PayoutChain:
-    """The deployed distributor at a JSON-RPC URL; ChainError when it cannot be used."""
+def connect_chain(rpc_url: str, distributor_address: str, private_key: str | None = None, *,
+                  chain_id: int | None = None, gas: GasCaps = GasCaps(),
+                  receipt_timeout_s: float = 120.0) -> PayoutChain:
+    """The deployed distributor at a JSON-RPC URL; ChainError when it cannot be used, ChainSettingsError
+    when the node serves another chain than chain_id or has no distributor there."""
     from ledger.anchor import PayoutChain as Chain  # web3 loads only when a chain is used
 
-    return Chain.connect(rpc_url, distributor_address, private_key)
+    return Chain.connect(rpc_url, distributor_address, private_key, chain_id=chain_id, gas=gas,
+                         receipt_timeout_s=receipt_timeout_s)
+
+
+def deploy_chain(settings: ChainSettings, private_key: str) -> PayoutChain:
+    """Deploy the token and the distributor on a real network from the publisher's key."""
+    from ledger.anchor import PayoutChain as Chain  # web3 loads only when a chain is used
+
+    assert settings.rpc_url is not None
+    return Chain.deploy(settings.rpc_url, private_key, chain_id=settings.chain_id, gas=settings.gas,
+                        receipt_timeout_s=settings.receipt_timeout_s)
+
+
+def publisher_key(settings: ChainSettings) -> str | None:
+    """The publisher's key from its environment variable or keystore (None for the own anvil)."""
+    from ledger.publisher_key import publisher_key as load  # eth-account loads only for a real network
+
+    return load(settings)

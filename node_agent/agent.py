@@ -15,7 +15,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import hop_trace
@@ -51,14 +52,13 @@ from node_agent.token_sender import SenderThreads, TokenSender
 log = logging.getLogger(__name__)
 
 QUEUED_ASSIGNMENTS_MAX = 64
-RECONNECT_DELAY_S_MIN = 0.1  # between attempts to reach the coordinator (reports retry apart)
-RECONNECT_DELAY_S_MAX = 5.0
+RECONNECT_DELAY_S_MAX = 5.0  # a stream that stayed up longer starts the next backoff afresh
 LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    coordinator: str
+    coordinator: str  # HOST:PORT, or several coordinators sharing one database, comma-separated
     identity: Identity
     hardware: HardwareReport
     models: tuple[tuple[ModelSpec, Path], ...]  # each served model and its directory
@@ -67,8 +67,11 @@ class AgentSettings:
     max_concurrent_jobs: int = 1
     operator_key: str = ""  # mlxo_...: proves operator_id to the coordinator
     trust: CoordinatorTrust = CoordinatorTrust()  # how the coordinator's certificate is checked
-    on_first_use: Callable[[str], None] | None = None  # remembers a fingerprint trusted on first use
+    # on_first_use(address, fingerprint) remembers a certificate trusted on first use.
+    on_first_use: Callable[[str, str], None] | None = None
     region: str = ""  # published on MLX World's map; empty: not shown there
+    # Per coordinator address, when they do not share one certificate (trust is for the rest).
+    trust_by_address: Mapping[str, CoordinatorTrust] = field(default_factory=dict)
 
 
 class NodeAgent:
@@ -79,7 +82,10 @@ class NodeAgent:
         self._engine = engine
         self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
         self._heartbeat_wake = threading.Event()
-        self._client = CoordinatorClient(settings.coordinator, settings.trust, settings.on_first_use)
+        # Nodes given the same coordinators start at different ones (by node id): a fleet spreads.
+        self._client = CoordinatorClient(settings.coordinator, settings.trust, settings.on_first_use,
+                                         settings.trust_by_address,
+                                         start_at=int(settings.identity.node_id[-8:], 16))
         self.stopping = threading.Event()
         self._reports = JobReports(self._client, settings.identity, self._hooks.job_finished,
                                    self.stopping)
@@ -104,7 +110,6 @@ class NodeAgent:
         """Run until stop() is called."""
         threading.Thread(target=self._work_forever, name="mlx-worker", daemon=True).start()
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
-        delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
             opened = time.monotonic()
             try:
@@ -119,15 +124,25 @@ class NodeAgent:
                 self.untrusted = error
                 self.stop()
             except CoordinatorUnavailable as error:
-                # Back off while every try fails at once (a coordinator restarting, a cut link
+                if len(self._client.addresses) == 1:
+                    # Its channel reconnects by itself, and a changed certificate only shows as
+                    # UNAVAILABLE (with several, each new channel checks the certificate).
+                    self._check_trust()
+                if self.stopping.is_set():
+                    break
+                # Back off while every try fails at once (coordinators restarting, a cut link
                 # that accepts and drops): only a stream that stayed up starts again from the
                 # shortest delay, so a fleet does not hammer a coordinator as it comes back.
                 if time.monotonic() - opened > RECONNECT_DELAY_S_MAX:
-                    delay_s = RECONNECT_DELAY_S_MIN
-                log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
+                    self._client.connected()
+                failed = self._client.address
+                delay_s = self._client.fail_over()
+                # The session stays valid at the next coordinator (one shared database), so
+                # jobs running here go on and report there; one that refuses it says
+                # SessionExpired, and the node registers again.
+                log.warning("coordinator %s unavailable (%s); trying %s in %.2fs", failed, error,
+                            self._client.address, delay_s)
                 self.stopping.wait(delay_s)
-                delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
-                self._check_trust()  # a changed certificate only shows as UNAVAILABLE
         self._client.close()
 
     def _check_trust(self) -> None:
@@ -312,9 +327,12 @@ class NodeAgent:
             metrics.prompt_counted(job_id, tokens)
             sender.note_prompt_tokens(tokens)
 
+        def on_prompt_cache(prompt_tokens: int, reused_tokens: int) -> None:
+            metrics.prompt_cache_looked_up(job_id, prompt_tokens, reused_tokens)
+
         sink = JobSink(on_token, on_prompt, sender.note_logprob, on_end=sender.finish,
                        on_done=lambda job: self._generated(assignment, timeline, sender, job),
-                       on_proven=sender.note_proven)
+                       on_proven=sender.note_proven, on_prompt_cache=on_prompt_cache)
         try:
             # The commitment is arithmetic over recorded values: the reporter makes it.
             self._batches.add(request, assignment.model.max_context_tokens, sink, commit=False)

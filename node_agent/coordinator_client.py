@@ -11,15 +11,20 @@ gRPC failures are translated here, once:
 The channel is TLS (protos.wire.channel), opened at the first call: the certificate is then
 checked against the pin, the system's CAs, or (a node's first join) trusted on first use
 and reported through on_first_use so the agent remembers it.
+
+Given several coordinators (they share one database: contracts/failover.py), the client holds
+one channel at a time; fail_over() moves it to the next address. The session, and each job's
+attempt, stay valid there: sessions live in the shared database.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -28,6 +33,7 @@ from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import HardwareReport
 from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
+from contracts.failover import Rotation, after_failure, after_success, parse_addresses
 from contracts.models import ModelSpec
 from contracts.peer_checks import CheckJob
 from contracts.receipts import FinishReason
@@ -165,7 +171,9 @@ def _benchmark_pb(result: BenchmarkResult) -> node_pb2.Benchmark:
         decode_tokens_per_s=result.decode_tokens_per_s,
         prefill_tokens_per_s=result.prefill_tokens_per_s, reference_model=result.reference_model,
         reference_weights_bytes=result.reference_weights_bytes,
-        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms)
+        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms,
+        batch_decode=[node_pb2.BatchDecode(batch_size=size, tokens_per_s=rate)
+                      for size, rate in result.batch_decode_tokens_per_s])
 
 
 def _pod_pb(pod: PodDeclaration) -> node_pb2.PodDeclaration:
@@ -209,11 +217,18 @@ def register_request(identity: Identity, nonce: bytes, hardware: HardwareReport,
 
 class CoordinatorClient:
     def __init__(self, address: str, trust: CoordinatorTrust = CoordinatorTrust(),
-                 on_first_use: Callable[[str], None] | None = None) -> None:
-        """on_first_use(fingerprint): a certificate was trusted on first use; remember it."""
-        self._address = address
-        self._trust = trust
+                 on_first_use: Callable[[str, str], None] | None = None,
+                 trust_by_address: Mapping[str, CoordinatorTrust] | None = None,
+                 start_at: int = 0) -> None:
+        """address: HOST:PORT, or several separated by commas (tried in turn from start_at).
+
+        trust applies to every address not in trust_by_address (a pin per coordinator).
+        on_first_use(address, fingerprint): a certificate was trusted on first use; remember it.
+        """
+        self._rotation = Rotation(parse_addresses(address)).starting_at(start_at)
+        self._trusts = {a: (trust_by_address or {}).get(a, trust) for a in self._rotation.addresses}
         self._on_first_use = on_first_use
+        self._draws = random.Random()
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub_value: node_pb2_grpc.NodeServiceStub | None = None
@@ -226,7 +241,40 @@ class CoordinatorClient:
 
     @property
     def trust(self) -> CoordinatorTrust:
-        return self._trust
+        """How the current coordinator's certificate is checked."""
+        return self._trusts[self._address]
+
+    @property
+    def _address(self) -> str:
+        return self._rotation.address
+
+    @property
+    def address(self) -> str:
+        """The coordinator this client talks to now."""
+        return self._rotation.address
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self._rotation.addresses
+
+    def fail_over(self) -> float:
+        """The current coordinator failed: close its channel and take the next address.
+
+        Returns the seconds to wait before trying it (contracts.failover: a jitter within a
+        round, the backoff once every address failed in a row). Calls in flight on the old
+        channel end as CoordinatorUnavailable; reports retry them on the new one.
+        """
+        with self._lock:
+            self._rotation, wait_s = after_failure(self._rotation, self._draws.random())
+            if len(self._rotation.addresses) > 1 and self._channel is not None:
+                self._channel.close()
+                self._channel, self._stub_value = None, None
+            return wait_s
+
+    def connected(self) -> None:
+        """The connection held (a stream stayed open): the next failure starts a new round."""
+        with self._lock:
+            self._rotation = after_success(self._rotation)
 
     @property
     def session_token(self) -> str:
@@ -244,20 +292,21 @@ class CoordinatorClient:
             return self._stub_value
 
     def _open(self) -> None:
+        address = self._address
         try:
-            channel, decision = open_channel(self._address, self._trust)
+            channel, decision = open_channel(address, self._trusts[address])
         except TransportRefused as error:
             raise CoordinatorUntrusted(str(error)) from error
         except (OSError, ValueError) as error:
-            raise CoordinatorUnavailable(f"cannot reach {self._address}: {error}") from error
+            raise CoordinatorUnavailable(f"cannot reach {address}: {error}") from error
         if decision.basis == "first use":
             log.warning("trusting the coordinator at %s on first use: certificate fingerprint "
-                        "%s; from now on only this certificate is accepted", self._address,
+                        "%s; from now on only this certificate is accepted", address,
                         decision.fingerprint)
-            self._trust = dataclasses.replace(self._trust, fingerprint=decision.fingerprint,
-                                              trust_on_first_use=False)
+            self._trusts[address] = dataclasses.replace(
+                self._trusts[address], fingerprint=decision.fingerprint, trust_on_first_use=False)
             if self._on_first_use is not None:
-                self._on_first_use(decision.fingerprint)
+                self._on_first_use(address, decision.fingerprint)
         self._channel = channel
         self._stub_value = node_pb2_grpc.NodeServiceStub(channel)
 
@@ -267,8 +316,9 @@ class CoordinatorClient:
         For after a broken connection: a channel pinned to the old certificate only says
         UNAVAILABLE, and this says why. An unreachable coordinator has nothing to check yet.
         """
+        address = self._address
         try:
-            decide(self._address, self._trust)
+            decide(address, self._trusts[address])
         except TransportRefused as error:
             raise CoordinatorUntrusted(str(error)) from error
         except (OSError, ValueError):

@@ -48,11 +48,12 @@ class LiveFleet:
         self._index: FleetIndex | None = None
         self._rebuilt_this_pass = False
         self._rebuild_at_ms = 0
-        self._committed: dict[str, tuple[int, int]] = {}  # as last read, plus our own commits
+        self._committed: dict[str, job_rows.Commitment] = {}  # as last read, plus our own commits
         self._heartbeats: dict[str, int] = {}  # indexed node -> the last heartbeat it was read with
         self._offline_due: list[tuple[int, str]] = []  # heap: (first ms the node counts offline, node)
         self._declared: dict[str, NodeRecord] = {}  # every node, quarantined too: the model catalog's input
         self._catalog: dict[str, ModelSpec] | None = None
+        self._last_catalog: dict[str, ModelSpec] = {}  # read without the pass lock
         self._first_registered: dict[str, int] = {}  # made with the catalog
         self._commits_this_pass = 0
         self._read_this_pass: set[str] = set()  # nodes re-read in this pass's transaction
@@ -124,12 +125,18 @@ class LiveFleet:
         assert self._pass_lock.locked()
         if self._catalog is None:
             self._catalog = model_catalog(self._declared.values())
+            self._last_catalog = self._catalog
             self._first_registered = {}
             for node in self._declared.values():
                 for spec in node.models:
                     earliest = self._first_registered.get(spec.model_id, node.registered_at_ms)
                     self._first_registered[spec.model_id] = min(earliest, node.registered_at_ms)
         return self._catalog
+
+    def last_catalog(self) -> dict[str, ModelSpec]:
+        """The catalog as a pass last built it, read without the lock: for what may be a pass
+        old (a submit's answer reading the spec its own pass checked)."""
+        return self._last_catalog
 
     def first_registered_ms(self) -> dict[str, int]:
         """Each model in the catalog: when the first node serving it registered (kept with it)."""
@@ -171,9 +178,8 @@ class LiveFleet:
         assert self._pass_lock.locked() and self._index is not None
         assert self._index.try_commit(placement), "the commit re-check saw these Macs as the index does"
         self._commits_this_pass += 1
-        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
-            memory, running = self._committed.get(node_id, (0, 0))
-            self._committed[node_id] = (memory + share, running + 1)
+        for node_id in placement.node_ids:  # as the database now reads it (a model's shared memory once)
+            self._committed[node_id] = self._index.commitment(node_id)
 
     # -- keeping up ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
 from coordinator.live.chunks import LiveChunks
 from coordinator.live.health import HealthBoard
-from coordinator.live.notifier import Notifier, job_topic, node_topic
+from coordinator.live.notifier import Notifier, fleet_changes, job_topic, node_topic
 from coordinator.metrics import readings, timing
 from coordinator.metrics.recorder import CoordinatorMetrics
 from coordinator.model import TERMINAL_STATUSES, JobStatus
@@ -75,6 +75,15 @@ class ServiceCore:
                     continue
                 streamed = job_rows.token_count(session, job_id) if job.status is JobStatus.FAILED else 0
                 self.metrics.request_finished(timing.finished_request(job, streamed))
+
+    def hear_relayed(self, *topics: str) -> None:
+        """News from another coordinator on the same database (live.pg_relay): wake our
+        waiters, and re-read nodes that registered or left there into our placement index,
+        so a job submitted here may go to a Mac connected there at once."""
+        changed = fleet_changes(topics)
+        if changed:
+            self.fleet.note_changed(changed, pods=True)
+        self.notifier.notify_local(*topics)
 
     def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
         """After commit: readers of these jobs, and streams of these nodes, look again."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
+from coordinator.live.notifier import Wait, fleet_topic, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -44,7 +44,7 @@ class NodeSessions:
         # Called after a registration commits, with (node id, operator, the region the node
         # publishes); MLX World stores it for its map (coordinator.world.world).
         self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
-        self.challenges = ChallengeBook()
+        self.challenges = ChallengeBook(core.db)
         limits = core.config.registration_limits
         self._address_buckets = TokenBuckets(limits.per_address_burst, limits.per_address_per_minute,
                                              limits.buckets_max)
@@ -64,14 +64,15 @@ class NodeSessions:
         return self.challenges.issue(public_key, now)
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
+        node_id = registry.admit(registration, self._core.clock.now_ms(), self.challenges)
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
-                                               self._core.check_context(), self.challenges,
-                                               self._operator_buckets)
+            node_id, token = registry.register(session, registration, node_id, self._core.clock.now_ms(),
+                                               self._core.check_context(), self._operator_buckets)
             node = node_rows.node_by_id(session, node_id)
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
+        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
             for listener in list(self.region_listeners):
@@ -117,7 +118,8 @@ class NodeSessions:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
-        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id),
+                                   fleet_topic(node.node_id))
         self._core.run_scheduler()
         return len(touched)
 
@@ -222,10 +224,11 @@ class NodeSessions:
         touched: list[str] = []
         with self._core.db.transaction() as session:
             reports.prune_heartbeats_now_and_then(session, now)
-            for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > offline_after:
-                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
-                                                      self._core.check_context())
+            # Only silent nodes that hold jobs: a silent node is visited once, not every pass, so
+            # a stranger's thousand idle sessions do not hold the write lock from honest heartbeats.
+            for node_id in job_rows.silent_nodes_holding_jobs(session, now - offline_after):
+                touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
+                                                  self._core.check_context())
             expired = node_rows.expire_silent(
                 session, now - self._core.config.registration_limits.node_expire_after_ms,
                 NODES_EXPIRED_PER_PASS_MAX)

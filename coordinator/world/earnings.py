@@ -171,6 +171,33 @@ class ChainRoot:
     block_number: int | None = None
 
 
+@dataclass(frozen=True)
+class ChainRead:
+    """What the chain said about an epoch's root just now (all None: no chain to ask)."""
+
+    root: str | None  # 0x-hex; None: not on chain (or not asked)
+    chain_id: int | None
+    distributor: str | None
+    unreachable: bool = False
+
+
+def chain_check(read: ChainRead, ledger_root: str) -> str:
+    """How the chain's root compares with the ledger's: matches, differs, not_on_chain, unreachable,
+    or no_chain (nothing to ask: the page can show only what the coordinator recorded)."""
+    if read.unreachable:
+        return "unreachable"
+    if read.chain_id is None:
+        return "no_chain"
+    if read.root is None:
+        return "not_on_chain"
+    return "matches" if read.root == ledger_root else "differs"
+
+
+def chain_check_json(read: ChainRead, ledger_root: str) -> dict[str, object]:
+    return {"check": chain_check(read, ledger_root), "root": read.root, "chain_id": read.chain_id,
+            "distributor": read.distributor}
+
+
 def proof_json(leaf: PayoutLeaf, proof: Sequence[bytes], root: ChainRoot) -> dict[str, object]:
     """Everything a browser needs to recompute the leaf and fold the proof up to the root."""
     return {

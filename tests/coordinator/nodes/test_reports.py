@@ -132,7 +132,7 @@ def test_lending_state_reaches_the_placement_snapshot(
     benchmark = BenchmarkResult(memory_bandwidth_gb_s=230.0, decode_tokens_per_s=400.0,
                                 prefill_tokens_per_s=5000.0, reference_model="tiny",
                                 reference_weights_bytes=12_000_000, measured_at_ms=1,
-                                run_time_ms=900)
+                                run_time_ms=900, batch_decode_tokens_per_s=((1, 400.0), (2, 610.5), (4, 900.0)))
     back = NodeStatus(LendingState(owner_active=True, accepting_jobs=False,
                                    reason="the owner is using this Mac", memory_cap_bytes=8 << 30),
                       benchmark=benchmark)
@@ -143,6 +143,8 @@ def test_lending_state_reaches_the_placement_snapshot(
     (mac,) = fleet.macs
     assert mac.owner_active and mac.memory_cap_bytes == 8 << 30
     assert mac.measured_bandwidth_gb_s == 230.0 and mac.warm_models == frozenset()
+    # The batch figures placement counts a busy Mac's speed by: sent, stored, read back.
+    assert mac.batch_decode_tokens_per_s == ((1, 400.0), (2, 610.5), (4, 900.0))
     assert [b.flag for b in stored] == [None] and stored[0].result == benchmark
     assert _node(coordinator, identity).lending.reason == "the owner is using this Mac"
     client.close()
