@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import statistics
 import tempfile
 import threading
@@ -38,9 +39,12 @@ from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from mlxnet.consumer import JobClient, StreamedTokens
 from mlxnet.processes import Child, operator_key, start_coordinator
-from node_agent.coordinator_client import Assignment, Chunk, CoordinatorClient
+from node_agent.coordinator_client import (
+    Assignment, Chunk, CoordinatorCallError, CoordinatorClient, NodeStatus,
+)
 from node_agent.identity import Identity, load_or_create_identity
 
+log = logging.getLogger("bench.scale_cross")
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MODEL = ModelSpec(model_id="bench/model", weights_bytes=10_000_000, parameter_count=2_500_000,
                   num_layers=4, num_attention_heads=4, num_kv_heads=2, head_dim=32,
@@ -73,9 +77,21 @@ class SimulatedNode:
     def __init__(self, client: CoordinatorClient, identity: Identity, interval_s: float) -> None:
         self._client, self._identity, self._interval_s = client, identity, interval_s
 
-    def serve(self) -> None:
-        for assignment in self._client.assignments():
-            threading.Thread(target=self._run, args=(assignment,), daemon=True).start()
+    def serve(self, stopping: threading.Event) -> None:
+        try:
+            for assignment in self._client.assignments():
+                threading.Thread(target=self._run, args=(assignment,), daemon=True).start()
+        except CoordinatorCallError:
+            if not stopping.is_set():  # at the end the bench closes the stream itself
+                raise
+
+    def beat(self, interval_s: float, stopping: threading.Event) -> None:
+        """Signed heartbeats, as an agent sends them: without them the node counts as offline."""
+        while not stopping.wait(interval_s):
+            try:
+                self._client.heartbeat(0, NodeStatus())
+            except CoordinatorCallError:
+                log.exception("the simulated node's heartbeat failed")
 
     def _chunks(self, tokens: tuple[int, ...]) -> Iterator[Chunk]:
         for index, token in enumerate(tokens):
@@ -84,6 +100,12 @@ class SimulatedNode:
             yield Chunk(index, (token,), "x", prompt_tokens=3 if index == 0 else 0)
 
     def _run(self, assignment: Assignment) -> None:
+        try:
+            self._answer(assignment)
+        except CoordinatorCallError:
+            log.exception("the simulated node could not finish job %s", assignment.job_id)
+
+    def _answer(self, assignment: Assignment) -> None:
         tokens = tuple(range(10, 10 + assignment.max_tokens - 1))
         started_ms = time.time_ns() // 1_000_000
         self._client.stream_tokens(assignment.job_id, self._chunks(tokens))
@@ -133,6 +155,7 @@ def _metrics(child: Child) -> str:
 def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
     postgres = SharedPostgres(POSTGRES_URL)
     children: list[Child] = []
+    stopping = threading.Event()
     try:
         a = start_coordinator(work / "a", database_url=postgres.url, allow_anonymous=True)
         children.append(a)
@@ -140,9 +163,12 @@ def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
         children.append(b)
         identity = load_or_create_identity(work / "node" / "identity.pem")
         node = CoordinatorClient(b.extra["address"], b.trust)
-        node.register(identity, HARDWARE, (MODEL,), "bench", "bench-node", 64,
-                      operator_key=operator_key(b.extra["address"], "bench") or "")
-        threading.Thread(target=SimulatedNode(node, identity, interval_s).serve, daemon=True).start()
+        interval_ms = node.register(identity, HARDWARE, (MODEL,), "bench", "bench-node", 64,
+                                    operator_key=operator_key(b.extra["address"], "bench") or "")
+        simulated = SimulatedNode(node, identity, interval_s)
+        threading.Thread(target=simulated.serve, args=(stopping,), daemon=True).start()
+        threading.Thread(target=simulated.beat, args=(interval_ms / 1000, stopping),
+                         daemon=True).start()
         clients = {"across (consumer on A, node on B)": JobClient(a.extra["address"], "bench", trust=a.trust),
                    "same (consumer on B, node on B)": JobClient(b.extra["address"], "bench", trust=b.trust)}
         figures = {name: PathFigures(name) for name in clients}
@@ -167,10 +193,12 @@ def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
         total_b = cpu_seconds(b.process.pid) - total_b
         lag_after = _lag(_metrics(a))
         _print(figures, tokens, interval_s, wall_s, total_a, total_b, bench_cpu_s, lag_before, lag_after)
+        stopping.set()
         for client in clients.values():
             client.close()
         node.close()
     finally:
+        stopping.set()
         for child in children:
             with contextlib.suppress(Exception):
                 child.stop()
@@ -208,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--chunk-interval-ms", type=float, default=25.0)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory(prefix="scale-cross-") as work:
         run(args.jobs, args.tokens, args.chunk_interval_ms / 1000, Path(work))
     return 0

@@ -1,5 +1,6 @@
 """The coordinator's background loops, each supervised.
 
+    liveness    writes node liveness and uptime spans in batches, only what changed (nodes.liveness)
     reaper      hands back the jobs of nodes whose heartbeats stopped (after the restart grace)
     billing     resolves the reservations of jobs that ended without closing them
     credits     posts held credits whose check window closed
@@ -80,6 +81,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         return lambda: stopping.wait(seconds)
 
     loops = [
+        Loop("liveness", service.nodes.flush_liveness, every(service.config.liveness_flush_ms / 1000)),
         Loop("reaper", service.nodes.reap_offline, every(interval_s)),
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_due_credits, every(interval_s)),

@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2
 
 from contracts.keyfile import signer_from_file
 from coordinator.background import coordinator_loops, start_loops
+from coordinator.errors import DatabaseUnavailable
 from coordinator.clock import SystemClock
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.server import RunningGateway, start_gateway
@@ -50,9 +51,18 @@ class RunningCoordinator:
         self.server.stop(grace_s).wait()
         for loop in self.loops:  # a pass under way finishes before its database goes
             loop.join(LOOP_STOP_WAIT_S)
+        self._flush_liveness()
         if self.chains is not None:  # the coordinator's own anvil, if it started one
             self.chains.close()
         self.service.db.dispose()
+
+    def _flush_liveness(self) -> None:
+        """Write what the liveness batches have not yet (uptime credit above all), so a
+        restart loses none of it; a database that is away loses only this last batch."""
+        try:
+            self.service.nodes.flush_liveness(everything=True)
+        except DatabaseUnavailable as error:
+            log.warning("stopping: the last liveness batch could not be written: %s", error)
 
 
 def _follow_health(service: CoordinatorService, server: GrpcServer) -> None:

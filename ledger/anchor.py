@@ -66,22 +66,26 @@ class PayoutChain:
         return cls._deployed(w3, w3.eth.accounts[0])
 
     @classmethod
-    def deploy(cls, rpc_url: str, *, gas: GasCaps = GasCaps(),
-               receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> PayoutChain:
-        """Deploy both contracts on a JSON-RPC node from its first (unlocked) account, as on anvil."""
+    def deploy(cls, rpc_url: str, private_key: str | None = None, *, chain_id: int | None = None,
+               gas: GasCaps = GasCaps(), receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> PayoutChain:
+        """Deploy both contracts over JSON-RPC, from the key's account (which then publishes roots)
+        or, without one, from the node's first unlocked account, as on anvil."""
         w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": RPC_TIMEOUT_S}))
         try:
-            sender = w3.eth.accounts[0]
-            return cls._deployed(w3, sender, gas=gas, receipt_timeout_s=receipt_timeout_s)
+            if chain_id is not None and int(w3.eth.chain_id) != chain_id:
+                raise ChainSettingsError(f"the RPC at {rpc_url} serves chain {int(w3.eth.chain_id)}, not the "
+                                         f"--chain-id {chain_id} given: nothing deployed")
+            sender = EthAccount.from_key(private_key).address if private_key else w3.eth.accounts[0]
+            return cls._deployed(w3, sender, private_key, gas=gas, receipt_timeout_s=receipt_timeout_s)
         except (Web3Exception, OSError, ValueError, IndexError) as error:
             raise ChainError(f"cannot deploy the payout contracts at {rpc_url}: {error}") from error
 
     @classmethod
-    def _deployed(cls, w3: Web3, sender: str, *, gas: GasCaps = GasCaps(),
+    def _deployed(cls, w3: Web3, sender: str, private_key: str | None = None, *, gas: GasCaps = GasCaps(),
                   receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> PayoutChain:
-        token = _deploy(w3, sender, "MLXToken")
-        distributor = _deploy(w3, sender, "MerklePayoutDistributor", token)
-        chain = cls(w3, distributor, sender, gas=gas, receipt_timeout_s=receipt_timeout_s)
+        token = _deploy(w3, sender, private_key, "MLXToken")
+        distributor = _deploy(w3, sender, private_key, "MerklePayoutDistributor", token)
+        chain = cls(w3, distributor, sender, private_key, gas=gas, receipt_timeout_s=receipt_timeout_s)
         contract = w3.eth.contract(address=token, abi=_artifact("MLXToken")["abi"])
         chain._send(contract.functions.setMinter(distributor))
         return chain
@@ -215,10 +219,14 @@ class PayoutChain:
                             int(receipt["gasUsed"]))
 
 
-def _deploy(w3: Web3, sender: str, name: str, *args: Any) -> str:
+def _deploy(w3: Web3, sender: str, private_key: str | None, name: str, *args: Any) -> str:
     artifact = _artifact(name)
-    factory = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"])
-    tx_hash = factory.constructor(*args).transact({"from": sender})
+    constructor = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"]).constructor(*args)
+    if private_key is None:
+        tx_hash = constructor.transact({"from": sender})
+    else:
+        tx = constructor.build_transaction({"from": sender, "nonce": w3.eth.get_transaction_count(sender, "latest")})
+        tx_hash = w3.eth.send_raw_transaction(w3.eth.account.sign_transaction(tx, private_key).raw_transaction)
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
     log.info("deployed %s at %s (gas %d)", name, receipt["contractAddress"], receipt["gasUsed"])
     return str(receipt["contractAddress"])

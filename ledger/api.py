@@ -52,6 +52,7 @@ from ledger.chain_settings import (
     ChainSettings,
     GasCaps,
     chain_settings,
+    deploy_settings,
 )
 from ledger.errors import ChainError, ChainSettingsError, LedgerError, LedgerNotInstalledError
 from ledger.full_audit import AuditReport, Difference, ExpectedCredit, audit
@@ -128,7 +129,7 @@ __all__ = [
     "BASE_UNITS_PER_MLX", "CONFIRMATIONS_MAX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
     "KEYSTORE_PASSWORD_ENV_DEFAULT", "PUBLISHER_KEY_ENV_DEFAULT",
     "AccountKind", "AnchorMismatchError", "ClawBack", "AnchorPass", "ChainSettings", "ChainSettingsError", "GasCaps",
-    "anchor_pass", "chain_settings", "publisher_key", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
+    "anchor_pass", "chain_settings", "deploy_chain", "deploy_settings", "publisher_key", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
     "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "HeadSigner", "JobCompletion",
     "JobPayment",
     "JobPrice", "JobReservation", "JobStep", "LedgerError", "LedgerNotInstalledError", "PayoutChainLike",
@@ -165,6 +166,15 @@ def connect_chain(rpc_url: str, distributor_address: str, private_key: str | Non
 
     return Chain.connect(rpc_url, distributor_address, private_key, chain_id=chain_id, gas=gas,
                          receipt_timeout_s=receipt_timeout_s)
+
+
+def deploy_chain(settings: ChainSettings, private_key: str) -> PayoutChain:
+    """Deploy the token and the distributor on a real network from the publisher's key."""
+    from ledger.anchor import PayoutChain as Chain  # web3 loads only when a chain is used
+
+    assert settings.rpc_url is not None
+    return Chain.deploy(settings.rpc_url, private_key, chain_id=settings.chain_id, gas=settings.gas,
+                        receipt_timeout_s=settings.receipt_timeout_s)
 
 
 def publisher_key(settings: ChainSettings) -> str | None:

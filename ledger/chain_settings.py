@@ -65,7 +65,8 @@ class ChainSettings:
 
     def __post_init__(self) -> None:
         assert 1 <= self.confirmations <= CONFIRMATIONS_MAX and self.receipt_timeout_s > 0
-        assert (self.rpc_url is None) == (self.chain_id is None) == (self.distributor is None)
+        assert (self.rpc_url is None) == (self.chain_id is None)
+        assert self.distributor is None or self.rpc_url is not None  # none only to deploy (deploy_settings)
 
     @property
     def embedded(self) -> bool:
@@ -143,13 +144,26 @@ def chain_settings(*, rpc_url: str | None = None, chain_id: str | None = None, d
     if not distributor or not _ADDRESS.fullmatch(distributor.strip()):
         raise ChainSettingsError("--chain-distributor must be the payout distributor's address, 0x and 40 hex "
                                  "digits (deployed once on that network)")
+    key_env, keystore_path, password_env = _key_source(key_env, keystore, keystore_password_env)
+    return ChainSettings(url, number, distributor.strip().lower(), count, gas, key_env=key_env,
+                         keystore_path=keystore_path, keystore_password_env=password_env,
+                         receipt_timeout_s=receipt_timeout_s)
+
+
+def deploy_settings(*, rpc_url: str, chain_id: str | None, key_env: str | None = None, keystore: str | None = None,
+                    keystore_password_env: str | None = None) -> ChainSettings:
+    """A real network to deploy the contracts on (`mlxnet ledger deploy`): no distributor yet."""
+    key_env, keystore_path, password_env = _key_source(key_env, keystore, keystore_password_env)
+    return ChainSettings(_rpc_url(rpc_url), _chain_id(chain_id), key_env=key_env, keystore_path=keystore_path,
+                         keystore_password_env=password_env)
+
+
+def _key_source(key_env: str | None, keystore: str | None,
+                keystore_password_env: str | None) -> tuple[str | None, Path | None, str | None]:
+    """(the key's variable, or the keystore file and its password's variable)."""
     if key_env and keystore:
         raise ChainSettingsError("give the publisher's key one way: --chain-key-env or --chain-keystore, not both")
-    keystore_path = Path(keystore).expanduser() if keystore else None
-    return ChainSettings(
-        url, number, distributor.strip().lower(), count, gas,
-        key_env=None if keystore_path else _env_name(key_env or PUBLISHER_KEY_ENV_DEFAULT, "--chain-key-env"),
-        keystore_path=keystore_path,
-        keystore_password_env=(_env_name(keystore_password_env or KEYSTORE_PASSWORD_ENV_DEFAULT,
-                                          "--chain-keystore-password-env") if keystore_path else None),
-        receipt_timeout_s=receipt_timeout_s)
+    if keystore:
+        return None, Path(keystore).expanduser(), _env_name(keystore_password_env or KEYSTORE_PASSWORD_ENV_DEFAULT,
+                                                            "--chain-keystore-password-env")
+    return _env_name(key_env or PUBLISHER_KEY_ENV_DEFAULT, "--chain-key-env"), None, None

@@ -51,7 +51,10 @@ def _registration_limits(args: argparse.Namespace):  # type: ignore[no-untyped-d
     return RegistrationLimits(
         per_address_burst=args.registrations_per_address_burst or defaults.per_address_burst,
         per_address_per_minute=(args.registrations_per_address_per_minute
-                                or defaults.per_address_per_minute))
+                                or defaults.per_address_per_minute),
+        per_operator_burst=args.registrations_per_operator_burst or defaults.per_operator_burst,
+        per_operator_per_minute=(args.registrations_per_operator_per_minute
+                                 or defaults.per_operator_per_minute))
 
 
 def _add_chain_flags(parser: argparse.ArgumentParser) -> None:
@@ -205,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "behind one NAT needs one per Mac); then the per-minute rate")
     coordinator.add_argument("--registrations-per-address-per-minute", type=int, metavar="N",
                              help="registrations one address may make a minute after its burst (default 30)")
+    coordinator.add_argument("--registrations-per-operator-burst", type=int, metavar="N",
+                             help="registrations one operator's nodes may make at once (default 200; "
+                             "a farm of Macs joining together needs one per Mac); then the per-minute rate")
+    coordinator.add_argument("--registrations-per-operator-per-minute", type=int, metavar="N",
+                             help="registrations one operator's nodes may make a minute after its "
+                             "burst (default 60)")
     coordinator.add_argument("--trust-simulated-hardware", action="store_true",
                              help="demos only: place nodes declaring a simulated Mac (--profile) by "
                              "the chip they declare; other claims wait for a benchmark that fits")

@@ -286,7 +286,7 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
     enabled = args.benchmark or config.benchmark.enabled
     benchmark = None
     if enabled == "on" or (enabled == "auto" and not settings.hardware.simulated):
-        benchmark = _benchmark_runner(args.data_dir / "reference-model")
+        benchmark = _benchmark_runner(args.data_dir / "reference-model", args.max_concurrent_jobs)
     pod, pod_runner = None, None
     if config.pod is not None:
         from node_agent.pods.runner import pod_declaration, pod_job_runner
@@ -299,14 +299,14 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
                          config.benchmark.interval_minutes * 60, pod, pod_runner)
 
 
-def _benchmark_runner(reference_dir: Path):  # type: ignore[no-untyped-def]
+def _benchmark_runner(reference_dir: Path, slots: int):  # type: ignore[no-untyped-def]
     def run_once():  # type: ignore[no-untyped-def]
         from node_agent.inference.benchmark import run_benchmark
         from node_agent.tiny_model import build_tiny_model
 
         if not (reference_dir / "config.json").exists():
             build_tiny_model(reference_dir)  # the same bytes on every node: a fair yardstick
-        return run_benchmark(reference_dir, REFERENCE_MODEL_ID)
+        return run_benchmark(reference_dir, REFERENCE_MODEL_ID, slots=slots)  # batches up to its slots
     return run_once
 
 

@@ -124,7 +124,10 @@ class NodeAgent:
                 self.untrusted = error
                 self.stop()
             except CoordinatorUnavailable as error:
-                self._check_trust()  # a changed certificate only shows as UNAVAILABLE
+                if len(self._client.addresses) == 1:
+                    # Its channel reconnects by itself, and a changed certificate only shows as
+                    # UNAVAILABLE (with several, each new channel checks the certificate).
+                    self._check_trust()
                 if self.stopping.is_set():
                     break
                 # Back off while every try fails at once (coordinators restarting, a cut link
@@ -324,9 +327,13 @@ class NodeAgent:
             metrics.prompt_counted(job_id, tokens)
             sender.note_prompt_tokens(tokens)
 
+        def on_prompt_cache(prompt_tokens: int, reused_tokens: int) -> None:
+            metrics.prompt_cache_looked_up(job_id, prompt_tokens, reused_tokens)
+            sender.note_cached_prompt_tokens(reused_tokens)
+
         sink = JobSink(on_token, on_prompt, sender.note_logprob, on_end=sender.finish,
                        on_done=lambda job: self._generated(assignment, timeline, sender, job),
-                       on_proven=sender.note_proven)
+                       on_proven=sender.note_proven, on_prompt_cache=on_prompt_cache)
         try:
             # The commitment is arithmetic over recorded values: the reporter makes it.
             self._batches.add(request, assignment.model.max_context_tokens, sink, commit=False)

@@ -171,7 +171,9 @@ def _benchmark_pb(result: BenchmarkResult) -> node_pb2.Benchmark:
         decode_tokens_per_s=result.decode_tokens_per_s,
         prefill_tokens_per_s=result.prefill_tokens_per_s, reference_model=result.reference_model,
         reference_weights_bytes=result.reference_weights_bytes,
-        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms)
+        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms,
+        batch_decode=[node_pb2.BatchDecode(batch_size=size, tokens_per_s=rate)
+                      for size, rate in result.batch_decode_tokens_per_s])
 
 
 def _pod_pb(pod: PodDeclaration) -> node_pb2.PodDeclaration:
@@ -435,6 +437,15 @@ class CoordinatorClient:
         except grpc.RpcError as error:
             raise _translate(error) from error
         return response.credited_base_units
+
+    def report_prompt_cache(self, job_id: str, cached_prompt_tokens: int) -> None:
+        """Of the running job's prompt, how many tokens came from the prompt cache (the consumer's usage)."""
+        request = node_pb2.ReportPromptCacheRequest(job_id=job_id, cached_prompt_tokens=cached_prompt_tokens,
+                                                    attempt=self._attempts.get(job_id, 0))
+        try:
+            self._stub.ReportPromptCache(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
 
     def report_failure(self, job_id: str, reason: str, handed_back: bool = False,
                        prompt_too_long: bool = False) -> None:

@@ -114,6 +114,8 @@ def _location(loc: tuple) -> str:
     for part in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif str(part).startswith("type="):
+            continue  # a discriminated union's tag (schemas.format_tag): not a field
         elif str(part).isidentifier():
             text += f".{part}" if text else str(part)
         else:

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from contracts.hardware import ChipTier
 from contracts.lending import LendingMode
 from coordinator.model import JobStatus
-from coordinator.storage import node_rows
+from coordinator.storage import liveness_rows, node_rows
 from coordinator.storage.database import Database
 from coordinator.storage.tables import job_assignments, jobs
 from ledger.api import (
@@ -96,8 +96,9 @@ def gather_seats(session: Session, number: int, settings: EpochSettings) -> list
     end_ms = start_ms + settings.length_s * 1_000
     seats = []
     for node in node_rows.all_nodes(session):
-        times = node_rows.heartbeat_times(session, node.node_id, start_ms, end_ms,
-                                        modes=frozenset({LendingMode.ULTRA_SEAT}))
+        times = liveness_rows.proof_times(session, node.node_id, start_ms, end_ms,
+                                          settings.heartbeat_credit_ms,
+                                          modes=frozenset({LendingMode.ULTRA_SEAT}))
         if node.lending.mode is not LendingMode.ULTRA_SEAT and not times:
             continue
         # Only a measured Ultra: a claim without a benchmark that fits the chip earns no bonus.

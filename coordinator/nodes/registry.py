@@ -54,7 +54,9 @@ def token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _validate(registration: Registration, now_ms: int, challenges: ChallengeBook) -> NodeId:
+def admit(registration: Registration, now_ms: int, challenges: ChallengeBook) -> NodeId:
+    """The node whose key signed the whole request over a nonce issued for it, which this
+    uses up (in a transaction of its own: call it before register's)."""
     if len(registration.public_key) != PUBLIC_KEY_BYTES:
         raise InvalidRequest("public_key must be a raw 32-byte Ed25519 key")
     node_id = node_id_from_public_key(registration.public_key)
@@ -65,22 +67,26 @@ def _validate(registration: Registration, now_ms: int, challenges: ChallengeBook
                               registration.signature):
         raise PermissionDenied("registration signature does not verify over the request with the "
                                "given public key (it must cover every field and the nonce)")
+    _check_sizes(registration)
     refused = challenges.redeem(registration.public_key, registration.nonce, now_ms)
     if refused is not None:
         raise PermissionDenied(refused)
+    return node_id
+
+
+def _check_sizes(registration: Registration) -> None:
     if not 1 <= registration.max_concurrent_jobs <= 64:
         raise InvalidRequest("max_concurrent_jobs must be between 1 and 64")
     if len(registration.models) > MODELS_PER_NODE_MAX:
         raise InvalidRequest(f"a node may serve at most {MODELS_PER_NODE_MAX} models")
     if len(registration.operator_id) > NAME_CHARS_MAX:
         raise InvalidRequest(f"operator_id must be at most {NAME_CHARS_MAX} characters")
-    return node_id
 
 
-def register(session: Session, registration: Registration, now_ms: int, context: CheckContext,
-             challenges: ChallengeBook, operator_buckets: TokenBuckets | None = None) -> tuple[NodeId, str]:
-    """Record the node and open a new session; jobs of the node's previous run are handed back."""
-    node_id = _validate(registration, now_ms, challenges)
+def register(session: Session, registration: Registration, node_id: NodeId, now_ms: int,
+             context: CheckContext, operator_buckets: TokenBuckets | None = None) -> tuple[NodeId, str]:
+    """Record the node admit() let in and open a new session; jobs of the node's previous run
+    are handed back."""
     operator_id = proven_operator(session, node_id, registration.operator_id, registration.operator_key)
     if operator_buckets is not None and not operator_buckets.take(operator_id, now_ms):
         wait_s = operator_buckets.seconds_until_next(operator_id, now_ms)

@@ -71,6 +71,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         node = await self._offload.call(self._node, _session_token(context))
         with self._streams.hold("ReceiveAssignments", f"node {node.node_id}",
                                 self._streams.limits.assignment_streams_per_node):
+            # Headers now, not with the first job: the node knows it is listening.
+            await context.send_initial_metadata(())
             async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
                 spec = node.model(job.model_id)
                 assert spec is not None, "jobs and checks only go to nodes serving their model"
@@ -120,6 +122,15 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         result = self._service.nodes.accept_receipt(node, request.job_id, request.receipt.body,
                                                     request.receipt.signature, request.attempt)
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
+
+    @translate_errors
+    async def ReportPromptCache(self, request, context):  # noqa: N802
+        await self._offload.call(self._report_prompt_cache, _session_token(context), request)
+        return node_pb2.ReportPromptCacheResponse()
+
+    def _report_prompt_cache(self, token: str | None, request) -> None:  # type: ignore[no-untyped-def]
+        self._service.nodes.note_cached_prompt(self._node(token), request.job_id, request.cached_prompt_tokens,
+                                               request.attempt)
 
     @translate_errors
     async def ReportCheck(self, request, context):  # noqa: N802

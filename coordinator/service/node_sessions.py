@@ -24,12 +24,15 @@ from coordinator.model import (
 from contracts.models import ModelSpec
 from contracts.peer_checks import CheckJob
 from coordinator.nodes import catalog, registry, reports
+from coordinator.nodes.liveness import Beat, LivenessBook
+from coordinator.nodes.session_cache import SessionCache
+from coordinator.nodes.uptime import UptimeBook
 from coordinator.errors import RateLimited
 from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import job_rows, liveness_rows, node_rows
 from coordinator.verification import peer_checks
 
 log = logging.getLogger(__name__)
@@ -44,12 +47,21 @@ class NodeSessions:
         # Called after a registration commits, with (node id, operator, the region the node
         # publishes); MLX World stores it for its map (coordinator.world.world).
         self.region_listeners: list[Callable[[NodeId, str, str], None]] = []
-        self.challenges = ChallengeBook()
+        self.challenges = ChallengeBook(core.db)
         limits = core.config.registration_limits
         self._address_buckets = TokenBuckets(limits.per_address_burst, limits.per_address_per_minute,
                                              limits.buckets_max)
         self._operator_buckets = TokenBuckets(limits.per_operator_burst, limits.per_operator_per_minute,
                                               limits.buckets_max)
+        config = core.config
+        # Liveness in memory, written in batches and on change (flush_liveness); see nodes.liveness.
+        self.liveness = LivenessBook(config.node_offline_after_ms)
+        # A signed heartbeat proves the node online until it would count as offline (the
+        # epochs' heartbeat credit, server.py), so spans break on longer gaps.
+        self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
+        self.sessions = SessionCache(config.session_cache_ttl_ms)
+        self._orphans_swept_at_ms: int | None = None
+        self._expiry_due_ms: int | None = None  # no node can expire before (None: look now)
 
     def challenge(self, public_key: bytes, source_address: str | None = None) -> tuple[bytes, int]:
         """A single-use nonce the node signs into its next registration, and its expiry.
@@ -64,13 +76,16 @@ class NodeSessions:
         return self.challenges.issue(public_key, now)
 
     def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
+        node_id = registry.admit(registration, self._core.clock.now_ms(), self.challenges)
         with self._core.db.transaction() as session:
-            node_id, token = registry.register(session, registration, self._core.clock.now_ms(),
-                                               self._core.check_context(), self.challenges,
-                                               self._operator_buckets)
+            node_id, token = registry.register(session, registration, node_id, self._core.clock.now_ms(),
+                                               self._core.check_context(), self._operator_buckets)
             node = node_rows.node_by_id(session, node_id)
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
+        self.sessions.drop(node_id)
+        self.sessions.put(registry.token_sha256(token), node, node.registered_at_ms)
+        self.liveness.adopt(node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
@@ -90,19 +105,75 @@ class NodeSessions:
                      pinned_by)
 
     def authenticate(self, token: str | None) -> NodeRecord:
+        """The session's node: from the session cache, else one read (then cached)."""
+        now = self._core.clock.now_ms()
+        token_sha256 = registry.token_sha256(token) if token else ""
+        cached = self.sessions.get(token_sha256, now) if token else None
+        if cached is not None:
+            return cached
         with self._core.db.read_transaction() as session:
-            return registry.authenticate(session, token)
+            node = registry.authenticate(session, token)
+        self.sessions.put(token_sha256, node, now)
+        return node
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
                   report: reports.HeartbeatReport | None = None) -> int:
+        """Note the heartbeat in memory. The database hears of it now only when placement must
+        (the node came back, or its terms changed), then with one scheduling pass; otherwise the
+        next liveness batch writes what changed, and nothing else runs."""
         now = self._core.clock.now_ms()
-        with self._core.db.transaction() as session:
-            reports.accept_heartbeat(
-                session, node, report or reports.HeartbeatReport(running_jobs), now)
-        self._core.fleet.note_changed([node.node_id])
+        report = report or reports.HeartbeatReport(running_jobs)
+        reports.check_report(node, report)
+        if report.signature:
+            self._note_signed(node, report, now)
+        if not self.liveness.knows(node.node_id):
+            self.liveness.adopt(node.node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
+        outcome = self.liveness.beat(Beat(node.node_id, now, report.running_jobs, report.lending,
+                                          report.warm_models))
         self._core.metrics.heartbeat()
+        if not outcome.schedulable and report.benchmark is None:
+            return now
+        write = self.liveness.current_write(node.node_id)
+        with self._core.db.transaction() as session:
+            node_rows.record_heartbeat(session, node.node_id, write.last_heartbeat_ms,
+                                       write.running_jobs, report.lending, report.warm_models)
+            if report.benchmark is not None:
+                reports.accept_benchmark(session, node, report.benchmark, now)
+        self.liveness.stored([write])
+        self._core.fleet.note_changed([node.node_id])
         self._core.run_scheduler()
         return now
+
+    def _note_signed(self, node: NodeRecord, report: reports.HeartbeatReport, now_ms: int) -> None:
+        """Verify a signed heartbeat and add it to the node's uptime span (a replay is not)."""
+        heartbeat = reports.verified_heartbeat(node, report, now_ms)
+        if not self.uptime.knows(node.node_id):  # first heard by this process: continue its span
+            with self._core.db.read_transaction() as session:
+                span, last_sent_at_ms = liveness_rows.latest_span(session, node.node_id)
+            self.uptime.resume(node.node_id, span, last_sent_at_ms)
+        assert report.lending is not None, "verified_heartbeat refuses a heartbeat without terms"
+        if not self.uptime.record(node.node_id, report.lending.mode.value, heartbeat.sent_at_ms,
+                                  now_ms, report.signature):
+            log.warning("node %s re-sent a heartbeat from %d; not counted", node.node_id,
+                        heartbeat.sent_at_ms)
+
+    def flush_liveness(self, everything: bool = False) -> int:
+        """Write what changed since the last batch, in one transaction; rows written (none: no
+        transaction). everything: every span's unwritten end too (a coordinator stopping)."""
+        now = self._core.clock.now_ms()
+        leases = self.liveness.due_writes(now)
+        spans = self.uptime.due_writes(now, everything)
+        if not leases and not spans:
+            return 0
+        # Spans are what Ultra seats are paid from: their batch commits durably.
+        with self._core.db.transaction(durable=bool(spans)) as session:
+            liveness_rows.write_leases(session, leases)
+            liveness_rows.save_spans(session, spans)
+        self.liveness.stored(leases)
+        self.uptime.stored([span for span, _ in spans])
+        # The placement index learns the new leases without re-reading the nodes.
+        self._core.fleet.note_leases({w.node_id: w.last_heartbeat_ms for w in leases})
+        return len(leases) + len(spans)
 
     def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:
         """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
@@ -116,6 +187,8 @@ class NodeSessions:
         """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
         with self._core.db.transaction() as session:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
+        self.liveness.forget(node.node_id)
+        self.uptime.forget(node.node_id)
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
         self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id),
@@ -185,6 +258,11 @@ class NodeSessions:
         self._core.notifier.notify(job_topic(job_id))
         return stored
 
+    def note_cached_prompt(self, node: NodeRecord, job_id: str, cached_prompt_tokens: int, attempt: int = 0) -> None:
+        """The node reused part of the job's prompt from its prompt cache: usage reports it."""
+        with self._core.db.transaction(durable=False) as session:  # a figure for the consumer, no money
+            results.note_cached_prompt(session, node, job_id, cached_prompt_tokens, attempt)
+
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
                        signature: bytes, attempt: int = 0) -> results.AcceptedResult:
         context = self._core.check_context()
@@ -216,26 +294,59 @@ class NodeSessions:
 
         A lease, not a guess: a node is gone only once the offline limit has passed since its
         last heartbeat and since this coordinator started, so after a restart every node has
-        the full limit to reconnect, and a node that does keeps its jobs."""
+        the full limit to reconnect, and a node that does keeps its jobs.
+
+        Incremental: the nodes this process heard stop are known from memory, and are handed
+        back only if no other coordinator renewed their lease. Nodes nobody hears (a dead
+        coordinator's) are swept with one read every orphan_sweep_interval_ms. A pass where
+        nothing went offline opens no transaction."""
         now = self._core.clock.now_ms()
-        offline_after = self._core.config.node_offline_after_ms
+        config = self._core.config
+        offline_after = config.node_offline_after_ms
         if now - self._core.started_at_ms <= offline_after:
             return []  # the restart grace: nobody can have missed a heartbeat to this process
+        gone = self.liveness.gone_offline(now)
+        sweep = self._due(self._orphans_swept_at_ms, config.orphan_sweep_interval_ms, now)
+        expire = self._expiry_due_ms is None or now >= self._expiry_due_ms
+        prune = reports.prune_due(now)
+        if not gone and not sweep and not expire and not prune:
+            return []
         touched: list[str] = []
+        stale_before = now - offline_after
         with self._core.db.transaction() as session:
+            # One query either way, however many silent nodes there are (most hold no job); the
+            # sweep's finds every silent node holding jobs, those this process heard stop too.
+            if sweep:
+                stopped = job_rows.silent_nodes_holding_jobs(session, stale_before)
+            else:
+                stopped = liveness_rows.stale_holding_jobs_among(session, gone, stale_before) if gone else []
+            for node_id in stopped:
+                touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
+                                                  self._core.check_context())
             reports.prune_heartbeats_now_and_then(session, now)
-            for node in node_rows.all_nodes(session):
-                if now - node.last_heartbeat_ms > offline_after:
-                    touched += handback.hand_back_jobs(session, node.node_id, "heartbeats stopped", now,
-                                                      self._core.check_context())
-            expired = node_rows.expire_silent(
-                session, now - self._core.config.registration_limits.node_expire_after_ms,
-                NODES_EXPIRED_PER_PASS_MAX)
+            expired: list[str] = []
+            if expire:
+                expire_after = config.registration_limits.node_expire_after_ms
+                expired = node_rows.expire_silent(session, now - expire_after, NODES_EXPIRED_PER_PASS_MAX)
+                oldest = liveness_rows.oldest_lease(session)
+                expiry_due = now + expire_after if oldest is None else oldest + expire_after + 1
+        if sweep:
+            self._orphans_swept_at_ms = now
+        if expire:
+            self._expiry_due_ms = expiry_due
+        for node_id in expired:
+            self.liveness.forget(node_id)
+            self.sessions.drop(node_id)
+        if gone or expired:
+            self._core.fleet.note_changed([*gone, *expired])
         if expired:
-            self._core.fleet.note_changed(expired)
             log.info("%d silent nodes expired (marked left)", len(expired))
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
             self._core.record_ended(touched)
             self._core.run_scheduler()
         return touched
+
+    @staticmethod
+    def _due(last_ms: int | None, interval_ms: int, now_ms: int) -> bool:
+        return last_ms is None or now_ms - last_ms >= interval_ms

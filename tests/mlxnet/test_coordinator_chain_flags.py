@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger.api import connect_chain
 from ledger.anvil import anvil_binary, embedded_chain
 from mlxnet import cli
 
@@ -58,3 +59,21 @@ def test_an_rpc_on_another_chain_is_refused_at_start_up(tmp_path: Path, anvil: t
                         "--chain-distributor", distributor) == 2
     assert "serves chain 31337, not the configured --chain-id 8453" in caplog.text
     assert json.loads((tmp_path / "anvil" / "contracts.json").read_text())["distributor"] == distributor
+
+
+def test_deploy_on_a_network_then_run_the_coordinator_on_it(tmp_path: Path, anvil: tuple[str, str],
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mlxnet ledger deploy` from a key (anvil standing in for a real network), refused on the wrong chain."""
+    rpc_url, _ = anvil
+    monkeypatch.setenv("DEPLOYER_KEY", ANVIL_KEY)
+    assert cli.main(["ledger", "deploy", "--rpc-url", rpc_url, "--chain-id", "10", "--key-env", "DEPLOYER_KEY"]) == 2
+    assert "serves chain 31337, not the --chain-id 10 given: nothing deployed" in capsys.readouterr().err
+    assert cli.main(["ledger", "deploy", "--rpc-url", rpc_url, "--chain-id", "31337", "--key-env", "DEPLOYER_KEY"]) == 0
+    printed = capsys.readouterr().out
+    distributor = next(line.split()[1] for line in printed.splitlines() if line.startswith("distributor "))
+    assert "publisher 0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266" in printed
+    assert f"--chain-distributor {distributor} --chain-key-env DEPLOYER_KEY" in printed
+    chain = connect_chain(rpc_url, distributor, ANVIL_KEY, chain_id=31337)  # refused if no code were there
+    assert chain.epoch_root(1) is None
+    assert chain.publish(1, b"\x01" * 32, 5, b"\x02" * 32).gas_used > 0  # the key's account publishes

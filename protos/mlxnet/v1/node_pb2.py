@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from protos.mlxnet.v1 import common_pb2 as protos_dot_mlxnet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bprotos/mlxnet/v1/node.proto\x12\tmlxnet.v1\x1a\x1dprotos/mlxnet/v1/common.proto\"\xca\x01\n\x0fThunderboltLink\x12\x0c\n\x04port\x18\x01 \x01(\t\x12\x12\n\nspeed_gbps\x18\x02 \x01(\x05\x12\x1b\n\x13thunderbolt_version\x18\x03 \x01(\x05\x12\x1d\n\x15peer_model_identifier\x18\x04 \x01(\t\x12\x11\n\tpeer_name\x18\x05 \x01(\t\x12\x10\n\x08peer_uid\x18\x06 \x01(\t\x12\x19\n\x11peer_rdma_capable\x18\x07 \x01(\x08\x12\x19\n\x11local_domain_uuid\x18\x08 \x01(\t\"\xb2\x02\n\x08Hardware\x12\x0c\n\x04\x63hip\x18\x01 \x01(\t\x12\x13\n\x0b\x63hip_family\x18\x02 \x01(\t\x12\x11\n\tchip_tier\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x1d\n\x15gpu_working_set_bytes\x18\x05 \x01(\x03\x12\x11\n\tgpu_cores\x18\x06 \x01(\x05\x12\x1d\n\x15memory_bandwidth_gb_s\x18\x07 \x01(\x01\x12\x0f\n\x07os_name\x18\x08 \x01(\t\x12\x18\n\x10model_identifier\x18\t \x01(\t\x12\x35\n\x11thunderbolt_links\x18\n \x03(\x0b\x32\x1a.mlxnet.v1.ThunderboltLink\x12\x14\n\x0crdma_enabled\x18\x0b \x01(\x08\x12\x11\n\tsimulated\x18\x0c \x01(\x08\"t\n\x0cLendingState\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x14\n\x0cowner_active\x18\x02 \x01(\x08\x12\x16\n\x0e\x61\x63\x63\x65pting_jobs\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10memory_cap_bytes\x18\x05 \x01(\x03\"\xcc\x01\n\tBenchmark\x12\x1d\n\x15memory_bandwidth_gb_s\x18\x01 \x01(\x01\x12\x1b\n\x13\x64\x65\x63ode_tokens_per_s\x18\x02 \x01(\x01\x12\x1c\n\x14prefill_tokens_per_s\x18\x03 \x01(\x01\x12\x17\n\x0freference_model\x18\x04 \x01(\t\x12\x1f\n\x17reference_weights_bytes\x18\x05 \x01(\x03\x12\x16\n\x0emeasured_at_ms\x18\x06 \x01(\x03\x12\x13\n\x0brun_time_ms\x18\x07 \x01(\x03\"=\n\x07PodLink\x12\t\n\x01\x61\x18\x01 \x01(\t\x12\t\n\x01\x62\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x63\x61\x62les\x18\x04 \x01(\x05\"\\\n\x0ePodDeclaration\x12\x0e\n\x06pod_id\x18\x01 \x01(\t\x12\x17\n\x0fmember_node_ids\x18\x02 \x03(\t\x12!\n\x05links\x18\x03 \x03(\x0b\x32\x12.mlxnet.v1.PodLink\".\n\x18RegisterChallengeRequest\x12\x12\n\npublic_key\x18\x01 \x01(\x0c\"A\n\x19RegisterChallengeResponse\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x15\n\rexpires_at_ms\x18\x02 \x01(\x03\"\xbf\x03\n\x0fRegisterRequest\x12\x12\n\npublic_key\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12%\n\x08hardware\x18\x04 \x01(\x0b\x32\x13.mlxnet.v1.Hardware\x12$\n\x06models\x18\x05 \x03(\x0b\x32\x14.mlxnet.v1.ModelSpec\x12\x13\n\x0boperator_id\x18\x06 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x07 \x01(\t\x12\x1b\n\x13max_concurrent_jobs\x18\x08 \x01(\x05\x12\x15\n\ragent_version\x18\t \x01(\t\x12(\n\x07lending\x18\n \x01(\x0b\x32\x17.mlxnet.v1.LendingState\x12\'\n\tbenchmark\x18\x0b \x01(\x0b\x32\x14.mlxnet.v1.Benchmark\x12\x13\n\x0bwarm_models\x18\x0c \x03(\t\x12&\n\x03pod\x18\r \x01(\x0b\x32\x19.mlxnet.v1.PodDeclaration\x12\r\n\x05nonce\x18\x14 \x01(\x0c\x12\x14\n\x0coperator_key\x18\x15 \x01(\t\x12\x0e\n\x06region\x18( \x01(\t\"Y\n\x10RegisterResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x03 \x01(\x05\"\xb7\x01\n\x10HeartbeatRequest\x12\x14\n\x0crunning_jobs\x18\x01 \x01(\x05\x12\x12\n\nsent_at_ms\x18\x02 \x01(\x03\x12(\n\x07lending\x18\x03 \x01(\x0b\x32\x17.mlxnet.v1.LendingState\x12\x13\n\x0bwarm_models\x18\x04 \x03(\t\x12\'\n\tbenchmark\x18\x05 \x01(\x0b\x32\x14.mlxnet.v1.Benchmark\x12\x11\n\tsignature\x18\x06 \x01(\x0c\"+\n\x11HeartbeatResponse\x12\x16\n\x0eserver_time_ms\x18\x01 \x01(\x03\"\x1b\n\x19ReceiveAssignmentsRequest\"\xf0\x02\n\x1aReceiveAssignmentsResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12#\n\x05model\x18\x02 \x01(\x0b\x32\x14.mlxnet.v1.ModelSpec\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12+\n\x08sampling\x18\x04 \x01(\x0b\x32\x19.mlxnet.v1.SamplingParams\x12\x16\n\x0e\x63ontext_tokens\x18\x05 \x01(\x05\x12\x10\n\x08strategy\x18\x06 \x01(\t\x12\x14\n\x0cpod_node_ids\x18\x07 \x03(\t\x12\x13\n\x0blayer_split\x18\x08 \x03(\x05\x12\x0e\n\x06pod_id\x18\t \x01(\t\x12\x1a\n\x12pod_leader_node_id\x18\n \x01(\t\x12\x10\n\x08logprobs\x18\x0b \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x0c \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x14 \x01(\x05\x12&\n\x05\x63heck\x18\x32 \x01(\x0b\x32\x17.mlxnet.v1.PeerCheckJob\"z\n\x0cPeerCheckJob\x12\x16\n\x0e\x63hecked_job_id\x18\x01 \x01(\t\x12\x12\n\noutput_ids\x18\x02 \x03(\r\x12\x15\n\rfinish_reason\x18\x03 \x01(\x05\x12\x13\n\x0blogit_slack\x18\x04 \x01(\x01\x12\x12\n\nmass_slack\x18\x05 \x01(\x01\"4\n\x11SignedCheckResult\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"l\n\x12ReportCheckRequest\x12\x10\n\x08\x63heck_id\x18\x01 \x01(\t\x12,\n\x06result\x18\x02 \x01(\x0b\x32\x1c.mlxnet.v1.SignedCheckResult\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\"\'\n\x13ReportCheckResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\xe1\x01\n\x13StreamTokensRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66irst_index\x18\x02 \x01(\x05\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12)\n\x08logprobs\x18\x05 \x03(\x0b\x32\x17.mlxnet.v1.TokenLogprob\x12\x15\n\rprompt_tokens\x18\x06 \x01(\x05\x12\x31\n\x0fpartial_receipt\x18\x14 \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x0f\n\x07\x61ttempt\x18\x15 \x01(\x05\"/\n\x14StreamTokensResponse\x12\x17\n\x0ftokens_accepted\x18\x01 \x01(\x05\"\xe9\x01\n\x13ReportResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x07receipt\x18\x02 \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\x12\x13\n\x0bhanded_back\x18\x04 \x01(\x08\x12&\n\x07\x66\x61ilure\x18\x05 \x01(\x0e\x32\x15.mlxnet.v1.JobFailure\x12\x31\n\x0fpartial_receipt\x18\x14 \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x0f\n\x07\x61ttempt\x18\x15 \x01(\x05\"3\n\x14ReportResultResponse\x12\x1b\n\x13\x63redited_base_units\x18\x01 \x01(\x03\"\x1e\n\x0cLeaveRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\")\n\rLeaveResponse\x12\x18\n\x10jobs_handed_back\x18\x01 \x01(\x05*J\n\nJobFailure\x12\x1b\n\x17JOB_FAILURE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bJOB_FAILURE_PROMPT_TOO_LONG\x10\x01\x32\x8d\x05\n\x0bNodeService\x12^\n\x11RegisterChallenge\x12#.mlxnet.v1.RegisterChallengeRequest\x1a$.mlxnet.v1.RegisterChallengeResponse\x12\x43\n\x08Register\x12\x1a.mlxnet.v1.RegisterRequest\x1a\x1b.mlxnet.v1.RegisterResponse\x12\x46\n\tHeartbeat\x12\x1b.mlxnet.v1.HeartbeatRequest\x1a\x1c.mlxnet.v1.HeartbeatResponse\x12\x63\n\x12ReceiveAssignments\x12$.mlxnet.v1.ReceiveAssignmentsRequest\x1a%.mlxnet.v1.ReceiveAssignmentsResponse0\x01\x12Q\n\x0cStreamTokens\x12\x1e.mlxnet.v1.StreamTokensRequest\x1a\x1f.mlxnet.v1.StreamTokensResponse(\x01\x12O\n\x0cReportResult\x12\x1e.mlxnet.v1.ReportResultRequest\x1a\x1f.mlxnet.v1.ReportResultResponse\x12:\n\x05Leave\x12\x17.mlxnet.v1.LeaveRequest\x1a\x18.mlxnet.v1.LeaveResponse\x12L\n\x0bReportCheck\x12\x1d.mlxnet.v1.ReportCheckRequest\x1a\x1e.mlxnet.v1.ReportCheckResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bprotos/mlxnet/v1/node.proto\x12\tmlxnet.v1\x1a\x1dprotos/mlxnet/v1/common.proto\"\xca\x01\n\x0fThunderboltLink\x12\x0c\n\x04port\x18\x01 \x01(\t\x12\x12\n\nspeed_gbps\x18\x02 \x01(\x05\x12\x1b\n\x13thunderbolt_version\x18\x03 \x01(\x05\x12\x1d\n\x15peer_model_identifier\x18\x04 \x01(\t\x12\x11\n\tpeer_name\x18\x05 \x01(\t\x12\x10\n\x08peer_uid\x18\x06 \x01(\t\x12\x19\n\x11peer_rdma_capable\x18\x07 \x01(\x08\x12\x19\n\x11local_domain_uuid\x18\x08 \x01(\t\"\xb2\x02\n\x08Hardware\x12\x0c\n\x04\x63hip\x18\x01 \x01(\t\x12\x13\n\x0b\x63hip_family\x18\x02 \x01(\t\x12\x11\n\tchip_tier\x18\x03 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x1d\n\x15gpu_working_set_bytes\x18\x05 \x01(\x03\x12\x11\n\tgpu_cores\x18\x06 \x01(\x05\x12\x1d\n\x15memory_bandwidth_gb_s\x18\x07 \x01(\x01\x12\x0f\n\x07os_name\x18\x08 \x01(\t\x12\x18\n\x10model_identifier\x18\t \x01(\t\x12\x35\n\x11thunderbolt_links\x18\n \x03(\x0b\x32\x1a.mlxnet.v1.ThunderboltLink\x12\x14\n\x0crdma_enabled\x18\x0b \x01(\x08\x12\x11\n\tsimulated\x18\x0c \x01(\x08\"t\n\x0cLendingState\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x14\n\x0cowner_active\x18\x02 \x01(\x08\x12\x16\n\x0e\x61\x63\x63\x65pting_jobs\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10memory_cap_bytes\x18\x05 \x01(\x03\"\xfa\x01\n\tBenchmark\x12\x1d\n\x15memory_bandwidth_gb_s\x18\x01 \x01(\x01\x12\x1b\n\x13\x64\x65\x63ode_tokens_per_s\x18\x02 \x01(\x01\x12\x1c\n\x14prefill_tokens_per_s\x18\x03 \x01(\x01\x12\x17\n\x0freference_model\x18\x04 \x01(\t\x12\x1f\n\x17reference_weights_bytes\x18\x05 \x01(\x03\x12\x16\n\x0emeasured_at_ms\x18\x06 \x01(\x03\x12\x13\n\x0brun_time_ms\x18\x07 \x01(\x03\x12,\n\x0c\x62\x61tch_decode\x18\x14 \x03(\x0b\x32\x16.mlxnet.v1.BatchDecode\"7\n\x0b\x42\x61tchDecode\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\x12\x14\n\x0ctokens_per_s\x18\x02 \x01(\x01\"=\n\x07PodLink\x12\t\n\x01\x61\x18\x01 \x01(\t\x12\t\n\x01\x62\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x63\x61\x62les\x18\x04 \x01(\x05\"\\\n\x0ePodDeclaration\x12\x0e\n\x06pod_id\x18\x01 \x01(\t\x12\x17\n\x0fmember_node_ids\x18\x02 \x03(\t\x12!\n\x05links\x18\x03 \x03(\x0b\x32\x12.mlxnet.v1.PodLink\".\n\x18RegisterChallengeRequest\x12\x12\n\npublic_key\x18\x01 \x01(\x0c\"A\n\x19RegisterChallengeResponse\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x15\n\rexpires_at_ms\x18\x02 \x01(\x03\"\xbf\x03\n\x0fRegisterRequest\x12\x12\n\npublic_key\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12%\n\x08hardware\x18\x04 \x01(\x0b\x32\x13.mlxnet.v1.Hardware\x12$\n\x06models\x18\x05 \x03(\x0b\x32\x14.mlxnet.v1.ModelSpec\x12\x13\n\x0boperator_id\x18\x06 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x07 \x01(\t\x12\x1b\n\x13max_concurrent_jobs\x18\x08 \x01(\x05\x12\x15\n\ragent_version\x18\t \x01(\t\x12(\n\x07lending\x18\n \x01(\x0b\x32\x17.mlxnet.v1.LendingState\x12\'\n\tbenchmark\x18\x0b \x01(\x0b\x32\x14.mlxnet.v1.Benchmark\x12\x13\n\x0bwarm_models\x18\x0c \x03(\t\x12&\n\x03pod\x18\r \x01(\x0b\x32\x19.mlxnet.v1.PodDeclaration\x12\r\n\x05nonce\x18\x14 \x01(\x0c\x12\x14\n\x0coperator_key\x18\x15 \x01(\t\x12\x0e\n\x06region\x18( \x01(\t\"Y\n\x10RegisterResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x15\n\rsession_token\x18\x02 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x03 \x01(\x05\"\xb7\x01\n\x10HeartbeatRequest\x12\x14\n\x0crunning_jobs\x18\x01 \x01(\x05\x12\x12\n\nsent_at_ms\x18\x02 \x01(\x03\x12(\n\x07lending\x18\x03 \x01(\x0b\x32\x17.mlxnet.v1.LendingState\x12\x13\n\x0bwarm_models\x18\x04 \x03(\t\x12\'\n\tbenchmark\x18\x05 \x01(\x0b\x32\x14.mlxnet.v1.Benchmark\x12\x11\n\tsignature\x18\x06 \x01(\x0c\"+\n\x11HeartbeatResponse\x12\x16\n\x0eserver_time_ms\x18\x01 \x01(\x03\"\x1b\n\x19ReceiveAssignmentsRequest\"\xf0\x02\n\x1aReceiveAssignmentsResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12#\n\x05model\x18\x02 \x01(\x0b\x32\x14.mlxnet.v1.ModelSpec\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12+\n\x08sampling\x18\x04 \x01(\x0b\x32\x19.mlxnet.v1.SamplingParams\x12\x16\n\x0e\x63ontext_tokens\x18\x05 \x01(\x05\x12\x10\n\x08strategy\x18\x06 \x01(\t\x12\x14\n\x0cpod_node_ids\x18\x07 \x03(\t\x12\x13\n\x0blayer_split\x18\x08 \x03(\x05\x12\x0e\n\x06pod_id\x18\t \x01(\t\x12\x1a\n\x12pod_leader_node_id\x18\n \x01(\t\x12\x10\n\x08logprobs\x18\x0b \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x0c \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x14 \x01(\x05\x12&\n\x05\x63heck\x18\x32 \x01(\x0b\x32\x17.mlxnet.v1.PeerCheckJob\"z\n\x0cPeerCheckJob\x12\x16\n\x0e\x63hecked_job_id\x18\x01 \x01(\t\x12\x12\n\noutput_ids\x18\x02 \x03(\r\x12\x15\n\rfinish_reason\x18\x03 \x01(\x05\x12\x13\n\x0blogit_slack\x18\x04 \x01(\x01\x12\x12\n\nmass_slack\x18\x05 \x01(\x01\"4\n\x11SignedCheckResult\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"l\n\x12ReportCheckRequest\x12\x10\n\x08\x63heck_id\x18\x01 \x01(\t\x12,\n\x06result\x18\x02 \x01(\x0b\x32\x1c.mlxnet.v1.SignedCheckResult\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\"\'\n\x13ReportCheckResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\"\xe1\x01\n\x13StreamTokensRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0b\x66irst_index\x18\x02 \x01(\x05\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12)\n\x08logprobs\x18\x05 \x03(\x0b\x32\x17.mlxnet.v1.TokenLogprob\x12\x15\n\rprompt_tokens\x18\x06 \x01(\x05\x12\x31\n\x0fpartial_receipt\x18\x14 \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x0f\n\x07\x61ttempt\x18\x15 \x01(\x05\"/\n\x14StreamTokensResponse\x12\x17\n\x0ftokens_accepted\x18\x01 \x01(\x05\"\xe9\x01\n\x13ReportResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x07receipt\x18\x02 \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x16\n\x0e\x66\x61ilure_reason\x18\x03 \x01(\t\x12\x13\n\x0bhanded_back\x18\x04 \x01(\x08\x12&\n\x07\x66\x61ilure\x18\x05 \x01(\x0e\x32\x15.mlxnet.v1.JobFailure\x12\x31\n\x0fpartial_receipt\x18\x14 \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x0f\n\x07\x61ttempt\x18\x15 \x01(\x05\"Y\n\x18ReportPromptCacheRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1c\n\x14\x63\x61\x63hed_prompt_tokens\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\x1b\n\x19ReportPromptCacheResponse\"3\n\x14ReportResultResponse\x12\x1b\n\x13\x63redited_base_units\x18\x01 \x01(\x03\"\x1e\n\x0cLeaveRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\")\n\rLeaveResponse\x12\x18\n\x10jobs_handed_back\x18\x01 \x01(\x05*J\n\nJobFailure\x12\x1b\n\x17JOB_FAILURE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bJOB_FAILURE_PROMPT_TOO_LONG\x10\x01\x32\xed\x05\n\x0bNodeService\x12^\n\x11RegisterChallenge\x12#.mlxnet.v1.RegisterChallengeRequest\x1a$.mlxnet.v1.RegisterChallengeResponse\x12\x43\n\x08Register\x12\x1a.mlxnet.v1.RegisterRequest\x1a\x1b.mlxnet.v1.RegisterResponse\x12\x46\n\tHeartbeat\x12\x1b.mlxnet.v1.HeartbeatRequest\x1a\x1c.mlxnet.v1.HeartbeatResponse\x12\x63\n\x12ReceiveAssignments\x12$.mlxnet.v1.ReceiveAssignmentsRequest\x1a%.mlxnet.v1.ReceiveAssignmentsResponse0\x01\x12Q\n\x0cStreamTokens\x12\x1e.mlxnet.v1.StreamTokensRequest\x1a\x1f.mlxnet.v1.StreamTokensResponse(\x01\x12O\n\x0cReportResult\x12\x1e.mlxnet.v1.ReportResultRequest\x1a\x1f.mlxnet.v1.ReportResultResponse\x12^\n\x11ReportPromptCache\x12#.mlxnet.v1.ReportPromptCacheRequest\x1a$.mlxnet.v1.ReportPromptCacheResponse\x12:\n\x05Leave\x12\x17.mlxnet.v1.LeaveRequest\x1a\x18.mlxnet.v1.LeaveResponse\x12L\n\x0bReportCheck\x12\x1d.mlxnet.v1.ReportCheckRequest\x1a\x1e.mlxnet.v1.ReportCheckResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.mlxnet.v1.node_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBFAILURE']._serialized_start=3326
-  _globals['_JOBFAILURE']._serialized_end=3400
+  _globals['_JOBFAILURE']._serialized_start=3549
+  _globals['_JOBFAILURE']._serialized_end=3623
   _globals['_THUNDERBOLTLINK']._serialized_start=74
   _globals['_THUNDERBOLTLINK']._serialized_end=276
   _globals['_HARDWARE']._serialized_start=279
@@ -41,47 +41,53 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LENDINGSTATE']._serialized_start=587
   _globals['_LENDINGSTATE']._serialized_end=703
   _globals['_BENCHMARK']._serialized_start=706
-  _globals['_BENCHMARK']._serialized_end=910
-  _globals['_PODLINK']._serialized_start=912
-  _globals['_PODLINK']._serialized_end=973
-  _globals['_PODDECLARATION']._serialized_start=975
-  _globals['_PODDECLARATION']._serialized_end=1067
-  _globals['_REGISTERCHALLENGEREQUEST']._serialized_start=1069
-  _globals['_REGISTERCHALLENGEREQUEST']._serialized_end=1115
-  _globals['_REGISTERCHALLENGERESPONSE']._serialized_start=1117
-  _globals['_REGISTERCHALLENGERESPONSE']._serialized_end=1182
-  _globals['_REGISTERREQUEST']._serialized_start=1185
-  _globals['_REGISTERREQUEST']._serialized_end=1632
-  _globals['_REGISTERRESPONSE']._serialized_start=1634
-  _globals['_REGISTERRESPONSE']._serialized_end=1723
-  _globals['_HEARTBEATREQUEST']._serialized_start=1726
-  _globals['_HEARTBEATREQUEST']._serialized_end=1909
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1911
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1954
-  _globals['_RECEIVEASSIGNMENTSREQUEST']._serialized_start=1956
-  _globals['_RECEIVEASSIGNMENTSREQUEST']._serialized_end=1983
-  _globals['_RECEIVEASSIGNMENTSRESPONSE']._serialized_start=1986
-  _globals['_RECEIVEASSIGNMENTSRESPONSE']._serialized_end=2354
-  _globals['_PEERCHECKJOB']._serialized_start=2356
-  _globals['_PEERCHECKJOB']._serialized_end=2478
-  _globals['_SIGNEDCHECKRESULT']._serialized_start=2480
-  _globals['_SIGNEDCHECKRESULT']._serialized_end=2532
-  _globals['_REPORTCHECKREQUEST']._serialized_start=2534
-  _globals['_REPORTCHECKREQUEST']._serialized_end=2642
-  _globals['_REPORTCHECKRESPONSE']._serialized_start=2644
-  _globals['_REPORTCHECKRESPONSE']._serialized_end=2683
-  _globals['_STREAMTOKENSREQUEST']._serialized_start=2686
-  _globals['_STREAMTOKENSREQUEST']._serialized_end=2911
-  _globals['_STREAMTOKENSRESPONSE']._serialized_start=2913
-  _globals['_STREAMTOKENSRESPONSE']._serialized_end=2960
-  _globals['_REPORTRESULTREQUEST']._serialized_start=2963
-  _globals['_REPORTRESULTREQUEST']._serialized_end=3196
-  _globals['_REPORTRESULTRESPONSE']._serialized_start=3198
-  _globals['_REPORTRESULTRESPONSE']._serialized_end=3249
-  _globals['_LEAVEREQUEST']._serialized_start=3251
-  _globals['_LEAVEREQUEST']._serialized_end=3281
-  _globals['_LEAVERESPONSE']._serialized_start=3283
-  _globals['_LEAVERESPONSE']._serialized_end=3324
-  _globals['_NODESERVICE']._serialized_start=3403
-  _globals['_NODESERVICE']._serialized_end=4056
+  _globals['_BENCHMARK']._serialized_end=956
+  _globals['_BATCHDECODE']._serialized_start=958
+  _globals['_BATCHDECODE']._serialized_end=1013
+  _globals['_PODLINK']._serialized_start=1015
+  _globals['_PODLINK']._serialized_end=1076
+  _globals['_PODDECLARATION']._serialized_start=1078
+  _globals['_PODDECLARATION']._serialized_end=1170
+  _globals['_REGISTERCHALLENGEREQUEST']._serialized_start=1172
+  _globals['_REGISTERCHALLENGEREQUEST']._serialized_end=1218
+  _globals['_REGISTERCHALLENGERESPONSE']._serialized_start=1220
+  _globals['_REGISTERCHALLENGERESPONSE']._serialized_end=1285
+  _globals['_REGISTERREQUEST']._serialized_start=1288
+  _globals['_REGISTERREQUEST']._serialized_end=1735
+  _globals['_REGISTERRESPONSE']._serialized_start=1737
+  _globals['_REGISTERRESPONSE']._serialized_end=1826
+  _globals['_HEARTBEATREQUEST']._serialized_start=1829
+  _globals['_HEARTBEATREQUEST']._serialized_end=2012
+  _globals['_HEARTBEATRESPONSE']._serialized_start=2014
+  _globals['_HEARTBEATRESPONSE']._serialized_end=2057
+  _globals['_RECEIVEASSIGNMENTSREQUEST']._serialized_start=2059
+  _globals['_RECEIVEASSIGNMENTSREQUEST']._serialized_end=2086
+  _globals['_RECEIVEASSIGNMENTSRESPONSE']._serialized_start=2089
+  _globals['_RECEIVEASSIGNMENTSRESPONSE']._serialized_end=2457
+  _globals['_PEERCHECKJOB']._serialized_start=2459
+  _globals['_PEERCHECKJOB']._serialized_end=2581
+  _globals['_SIGNEDCHECKRESULT']._serialized_start=2583
+  _globals['_SIGNEDCHECKRESULT']._serialized_end=2635
+  _globals['_REPORTCHECKREQUEST']._serialized_start=2637
+  _globals['_REPORTCHECKREQUEST']._serialized_end=2745
+  _globals['_REPORTCHECKRESPONSE']._serialized_start=2747
+  _globals['_REPORTCHECKRESPONSE']._serialized_end=2786
+  _globals['_STREAMTOKENSREQUEST']._serialized_start=2789
+  _globals['_STREAMTOKENSREQUEST']._serialized_end=3014
+  _globals['_STREAMTOKENSRESPONSE']._serialized_start=3016
+  _globals['_STREAMTOKENSRESPONSE']._serialized_end=3063
+  _globals['_REPORTRESULTREQUEST']._serialized_start=3066
+  _globals['_REPORTRESULTREQUEST']._serialized_end=3299
+  _globals['_REPORTPROMPTCACHEREQUEST']._serialized_start=3301
+  _globals['_REPORTPROMPTCACHEREQUEST']._serialized_end=3390
+  _globals['_REPORTPROMPTCACHERESPONSE']._serialized_start=3392
+  _globals['_REPORTPROMPTCACHERESPONSE']._serialized_end=3419
+  _globals['_REPORTRESULTRESPONSE']._serialized_start=3421
+  _globals['_REPORTRESULTRESPONSE']._serialized_end=3472
+  _globals['_LEAVEREQUEST']._serialized_start=3474
+  _globals['_LEAVEREQUEST']._serialized_end=3504
+  _globals['_LEAVERESPONSE']._serialized_start=3506
+  _globals['_LEAVERESPONSE']._serialized_end=3547
+  _globals['_NODESERVICE']._serialized_start=3626
+  _globals['_NODESERVICE']._serialized_end=4375
 # @@protoc_insertion_point(module_scope)

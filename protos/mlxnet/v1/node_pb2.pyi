@@ -78,7 +78,7 @@ class LendingState(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., owner_active: _Optional[bool] = ..., accepting_jobs: _Optional[bool] = ..., reason: _Optional[str] = ..., memory_cap_bytes: _Optional[int] = ...) -> None: ...
 
 class Benchmark(_message.Message):
-    __slots__ = ("memory_bandwidth_gb_s", "decode_tokens_per_s", "prefill_tokens_per_s", "reference_model", "reference_weights_bytes", "measured_at_ms", "run_time_ms")
+    __slots__ = ("memory_bandwidth_gb_s", "decode_tokens_per_s", "prefill_tokens_per_s", "reference_model", "reference_weights_bytes", "measured_at_ms", "run_time_ms", "batch_decode")
     MEMORY_BANDWIDTH_GB_S_FIELD_NUMBER: _ClassVar[int]
     DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     PREFILL_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class Benchmark(_message.Message):
     REFERENCE_WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEASURED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_DECODE_FIELD_NUMBER: _ClassVar[int]
     memory_bandwidth_gb_s: float
     decode_tokens_per_s: float
     prefill_tokens_per_s: float
@@ -93,7 +94,16 @@ class Benchmark(_message.Message):
     reference_weights_bytes: int
     measured_at_ms: int
     run_time_ms: int
-    def __init__(self, memory_bandwidth_gb_s: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., prefill_tokens_per_s: _Optional[float] = ..., reference_model: _Optional[str] = ..., reference_weights_bytes: _Optional[int] = ..., measured_at_ms: _Optional[int] = ..., run_time_ms: _Optional[int] = ...) -> None: ...
+    batch_decode: _containers.RepeatedCompositeFieldContainer[BatchDecode]
+    def __init__(self, memory_bandwidth_gb_s: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., prefill_tokens_per_s: _Optional[float] = ..., reference_model: _Optional[str] = ..., reference_weights_bytes: _Optional[int] = ..., measured_at_ms: _Optional[int] = ..., run_time_ms: _Optional[int] = ..., batch_decode: _Optional[_Iterable[_Union[BatchDecode, _Mapping]]] = ...) -> None: ...
+
+class BatchDecode(_message.Message):
+    __slots__ = ("batch_size", "tokens_per_s")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    tokens_per_s: float
+    def __init__(self, batch_size: _Optional[int] = ..., tokens_per_s: _Optional[float] = ...) -> None: ...
 
 class PodLink(_message.Message):
     __slots__ = ("a", "b", "kind", "cables")
@@ -316,6 +326,20 @@ class ReportResultRequest(_message.Message):
     partial_receipt: _common_pb2.SignedReceipt
     attempt: int
     def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ReportPromptCacheRequest(_message.Message):
+    __slots__ = ("job_id", "cached_prompt_tokens", "attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    cached_prompt_tokens: int
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., cached_prompt_tokens: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ReportPromptCacheResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)

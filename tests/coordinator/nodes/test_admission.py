@@ -21,6 +21,7 @@ from coordinator.storage.database import Database, upgrade_schema
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
+from tests.coordinator.statements import statements_run, whole_fleet_reads
 from tests.coordinator.verification.test_outcomes import MODEL, FakeClock
 from tests.node_registration import register_node
 
@@ -106,3 +107,18 @@ def test_a_silent_registration_expires(service: CoordinatorService, tmp_path: Pa
         node = node_rows.node_by_id(session, identity.node_id)
     assert node is not None and node.left_at_ms is not None
     assert node.lending.reason == node_rows.EXPIRED_REASON
+
+
+def test_the_reaper_reads_silent_nodes_holding_no_jobs_in_one_statement(service: CoordinatorService,
+                                                                       tmp_path: Path) -> None:
+    """Held streams come with silent sessions: a pass over them must not walk every node's
+    jobs inside the write transaction an honest heartbeat waits for."""
+    operators = [f"op-{n}" for n in range(12)]  # one operator each: its registration limit is 2
+    for n, operator in enumerate(operators):
+        register_node(service, load_or_create_identity(tmp_path / f"{n}.pem"), MINI, (MODEL,), operator)
+    service.clock.ms += service.config.node_offline_after_ms + 1  # type: ignore[attr-defined]
+    with statements_run(service.db.engine) as seen:
+        assert service.nodes.reap_offline() == []
+    job_reads = [statement for statement in seen if "job_assignments" in statement]
+    assert len(job_reads) == 1, job_reads
+    assert whole_fleet_reads(seen) == []

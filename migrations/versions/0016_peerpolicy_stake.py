@@ -1,14 +1,14 @@
 """A node's stake is read on every receipt: its held credits, by node and credit state
 (coordinator/verification/store.py node_exposure, economics.py).
 
-Revision ID: 0014_peerpolicy_stake
-Revises: 0013_peercheck_peer_checks
+Revision ID: 0016_peerpolicy_stake
+Revises: 0015_strangers_checks
 """
 
 from alembic import op
 
-revision = "0014_peerpolicy_stake"
-down_revision = "0013_peercheck_peer_checks"
+revision = "0016_peerpolicy_stake"
+down_revision = "0015_strangers_checks"
 branch_labels = None
 depends_on = None
 
