@@ -26,7 +26,7 @@ class Wait:
 
     topic: str
     seen_version: int
-    timeout_s: float
+    timeout_s: float | None  # None: until news (a process-wide sweep is then the safety net)
 
 
 T = TypeVar("T")
@@ -74,6 +74,11 @@ class Notifier:
         other coordinators' writes, then relayed_s (a safety net)."""
         return relayed_s if self._relayed.is_set() else polling_s
 
+    @property
+    def relayed(self) -> bool:
+        """Whether other coordinators' news arrives now."""
+        return self._relayed.is_set()
+
     def wait_relayed(self, timeout_s: float) -> bool:
         """Block until the relay works (for tests and start-up checks); False on the timeout."""
         return self._relayed.wait(timeout_s)
@@ -96,7 +101,7 @@ class Notifier:
         for wake in woken:
             wake()
 
-    def wait(self, topic: str, seen_version: int, timeout_s: float) -> int:
+    def wait(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """Block until `topic` moves past `seen_version` or the timeout; return its version."""
         event = threading.Event()
         wake = event.set
@@ -105,7 +110,7 @@ class Notifier:
         event.wait(timeout_s)
         return self._leave(topic, wake)
 
-    async def wait_async(self, topic: str, seen_version: int, timeout_s: float) -> int:
+    async def wait_async(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """As wait, on an event loop: the waiting holds no thread."""
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
