@@ -104,6 +104,7 @@ class JobRecord:
     attempt: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, reused from the node's prompt cache
     receipt_body: bytes | None = None
     receipt_signature: bytes | None = None
     receipt_verified: bool = False

@@ -9,6 +9,7 @@ this module only, so the ledger can move its insides without touching them.
     accounts and balances   ensure/open accounts, balance, deposit, lock_ledger
     a job's money           reserve, complete (held credit), settle, void, release, reject,
                             and a peer's fee for checking it (pay_check_fee)
+    claw-backs              claw_back (balance first, a debt for the rest), repay_debt, operator_debt
     epochs                  close, payout addresses, epoch and payout reads, payout trees
     reads for the pages     transfers of a job or an account's window, seat results, anchors
     audits and proofs       audit (with signed heads and kept statements), operator statements
@@ -34,6 +35,7 @@ from ledger.book import (
     pending_state,
     transfers_for_job,
 )
+from ledger.clawbacks import ClawBack, claw_back, clawback_split, debt_repayment, operator_debt, repay_debt
 from ledger.epochs import (
     EPOCH_LENGTH_S_DEFAULT,
     EpochClose,
@@ -126,7 +128,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BASE_UNITS_PER_MLX", "CONFIRMATIONS_MAX", "EPOCH_LENGTH_S_DEFAULT", "JOBS_PER_CALL_MAX",
     "KEYSTORE_PASSWORD_ENV_DEFAULT", "PUBLISHER_KEY_ENV_DEFAULT",
-    "AccountKind", "AnchorMismatchError", "AnchorPass", "ChainSettings", "ChainSettingsError", "GasCaps",
+    "AccountKind", "AnchorMismatchError", "ClawBack", "AnchorPass", "ChainSettings", "ChainSettingsError", "GasCaps",
     "anchor_pass", "chain_settings", "deploy_chain", "deploy_settings", "publisher_key", "AnvilProcess", "AnchorRecord", "AuditReport", "Balance", "ChainError", "ChainHead",
     "Difference", "EpochClose", "EpochCode", "EpochRecord", "ExpectedCredit", "HeadSigner", "JobCompletion",
     "JobPayment",
@@ -134,14 +136,14 @@ __all__ = [
     "PayoutLeaf", "PayoutRecord", "PayoutTree", "ResultCode", "SeatInput", "SeatOutcome", "Statement", "Transfer",
     "TransferKind", "TransferResult", "TransferState",
     "anchor_epochs", "anchors_of_epoch", "anvil_binary", "audit", "availability_bps", "balance", "build_tree", "bundle_root",
-    "chain_head", "check_anchors", "check_fee_transfer_id", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
+    "chain_head", "check_anchors", "check_fee_transfer_id", "claw_back", "clawback_split", "debt_repayment", "close_epoch", "complete_job", "complete_jobs", "connect_chain",
     "consumer_account_id", "deposit_for_consumer", "due_epoch", "embedded_chain", "ensure_system_accounts", "epoch_payouts",
     "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "head_message", "in_process_chain",
     "job_transfer_id",
     "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata",
     "open_consumer_account", "open_operator_account", "operator_account_id", "operator_credit_totals",
-    "operator_statement", "parse_mlx", "pay_check_fee", "payout_address", "pending_state", "previous_epoch", "price_job",
-    "read_epoch", "reject_job_credit", "release_job_credit", "release_job_credits", "reserve_job",
+    "operator_debt", "operator_statement", "parse_mlx", "pay_check_fee", "payout_address", "pending_state", "previous_epoch", "price_job",
+    "read_epoch", "reject_job_credit", "repay_debt", "release_job_credit", "release_job_credits", "reserve_job",
     "reserve_jobs", "seat_outcomes", "set_payout_address", "settle_job", "signature_valid", "signed_statement",
     "statement_problem", "transfers_for_job",
     "transfers_in_window", "valid_id", "verify_proof", "void_job",

@@ -329,6 +329,7 @@ class NodeAgent:
 
         def on_prompt_cache(prompt_tokens: int, reused_tokens: int) -> None:
             metrics.prompt_cache_looked_up(job_id, prompt_tokens, reused_tokens)
+            sender.note_cached_prompt_tokens(reused_tokens)
 
         sink = JobSink(on_token, on_prompt, sender.note_logprob, on_end=sender.finish,
                        on_done=lambda job: self._generated(assignment, timeline, sender, job),

@@ -22,15 +22,18 @@ def sse(data: dict) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> dict:
+    """OpenAI's usage; cached_tokens: prompt tokens the node reused from its prompt cache."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_prompt_tokens}}
 
 
 def job_usage(job: JobRecord, streamed_tokens: int, reasoning_tokens: int | None = None) -> dict:
     """Counts from the receipt once completed; before that, what the node reported and streamed.
     A thinking model's answer also counts its reasoning tokens."""
-    counts = usage(job.prompt_tokens, job.completion_tokens or streamed_tokens)
+    counts = usage(job.prompt_tokens, job.completion_tokens or streamed_tokens,
+                   job.cached_prompt_tokens)
     if reasoning_tokens is not None:
         counts["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return counts

@@ -284,11 +284,16 @@ class CompletionTokensDetails(BaseModel):
                                   "inside it)")
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="prompt tokens the node reused from its prompt cache")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     completion_tokens_details: CompletionTokensDetails | None = None
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class TopLogprobOut(BaseModel):

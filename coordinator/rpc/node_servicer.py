@@ -127,6 +127,15 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
 
     @translate_errors
+    async def ReportPromptCache(self, request, context):  # noqa: N802
+        await self._offload.call(self._report_prompt_cache, _session_token(context), request)
+        return node_pb2.ReportPromptCacheResponse()
+
+    def _report_prompt_cache(self, token: str | None, request) -> None:  # type: ignore[no-untyped-def]
+        self._service.nodes.note_cached_prompt(self._node(token), request.job_id, request.cached_prompt_tokens,
+                                               request.attempt)
+
+    @translate_errors
     async def ReportCheck(self, request, context):  # noqa: N802
         return await self._offload.call(self._report_check, _session_token(context), request)
 

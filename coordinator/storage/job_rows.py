@@ -26,7 +26,7 @@ _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "ma
                 "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms",
                 "api_key_id", "reserved_base_units", "billing_closed_at_ms", "prompt_format",
                 "top_logprobs", "error_code", "partial_receipt_body", "partial_receipt_signature",
-                "delivery")
+                "delivery", "cached_prompt_tokens")
 
 
 # Statements on the submit and token paths are built once: a reused statement skips

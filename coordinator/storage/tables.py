@@ -50,7 +50,7 @@ nodes = Table(
     Column("challenge_flag", Text, nullable=True),
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
-# Expiring silent nodes reads the oldest leases first (0016_beats_uptime_spans).
+# Expiring silent nodes reads the oldest leases first (0017_beats_uptime_spans).
 Index("ix_nodes_left_heartbeat", nodes.c.left_at_ms, nodes.c.last_heartbeat_ms)
 
 jobs = Table(
@@ -72,6 +72,8 @@ jobs = Table(
     Column("explanation_json", Text, nullable=True),
     Column("attempt", Integer, nullable=False, default=0),
     Column("prompt_tokens", Integer, nullable=False, default=0),
+    # Of those, reused from the node's prompt cache (0014_batching_shared_memory): usage's cached_tokens.
+    Column("cached_prompt_tokens", Integer, nullable=False, server_default="0", default=0),
     Column("completion_tokens", Integer, nullable=False, default=0),
     Column("receipt_body", LargeBinary, nullable=True),
     Column("receipt_signature", LargeBinary, nullable=True),
@@ -134,7 +136,7 @@ job_assignments = Table(
     Column("shared_memory_bytes", BigInteger, nullable=False, server_default="0"),
 )
 Index("ix_job_assignments_node_active", job_assignments.c.node_id, job_assignments.c.active)
-# The reaper's sweep for nodes nobody hears from that still hold work (0016_beats_uptime_spans).
+# The reaper's sweep for nodes nobody hears from that still hold work (0017_beats_uptime_spans).
 Index("ix_job_assignments_active_node", job_assignments.c.active, job_assignments.c.node_id)
 
 # Streamed tokens; the (job, first_index) key makes a re-sent chunk a no-op.
@@ -163,7 +165,7 @@ node_heartbeats = Table(
 )
 Index("ix_node_heartbeats_received", node_heartbeats.c.node_id, node_heartbeats.c.received_at_ms)
 
-# Signed heartbeats aggregated (0016_beats_uptime_spans): one row per run of heartbeats of one
+# Signed heartbeats aggregated (0017_beats_uptime_spans): one row per run of heartbeats of one
 # mode with no gap longer than the heartbeat credit; it proves [first, last + credit) online as
 # its beats' rows did (coordinator/nodes/uptime.py). node_heartbeats keeps the older rows.
 node_uptime_spans = Table(

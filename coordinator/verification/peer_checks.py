@@ -336,3 +336,19 @@ def accept_failure(session: Session, checker: NodeRecord, check_id: str, reason:
         return False
     _ask_again(session, row, policy, now_ms, DispatchPass())
     return True
+
+
+def escalate(session: Session, job_id: str, reason: str, now_ms: int) -> bool:
+    """The coordinator's own replay gave no verdict (it crashed, overran, or refused the input):
+    a peer replays it instead, the credit held meanwhile ("cannot check" is never "paid")."""
+    check = store.check_by_job(session, job_id, for_update=True)
+    if check is None or check.status is not CheckStatus.WAITING:
+        return False
+    if not store.update_check(session, job_id, frozenset({CheckStatus.WAITING}), status=CheckStatus.PEER,
+                              reason=f"{outcomes.ESCALATED} {reason}"[:outcomes.REASON_CHARS_MAX],
+                              verifier="peers", checked_at_ms=now_ms):
+        return False
+    peer_store.insert_peer_check(session, _new_row(check, Role.CHECK, 1, now_ms,
+                                                   "waiting for a peer: the coordinator's replay gave no verdict"))
+    log.warning("check of job %s escalated to a peer, its credit held: %s", job_id, reason[:200])
+    return True

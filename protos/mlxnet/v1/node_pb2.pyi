@@ -327,6 +327,20 @@ class ReportResultRequest(_message.Message):
     attempt: int
     def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
+class ReportPromptCacheRequest(_message.Message):
+    __slots__ = ("job_id", "cached_prompt_tokens", "attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    cached_prompt_tokens: int
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., cached_prompt_tokens: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ReportPromptCacheResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)
     CREDITED_BASE_UNITS_FIELD_NUMBER: _ClassVar[int]

@@ -66,6 +66,11 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.FromString,
                 _registered_method=True)
+        self.ReportPromptCache = channel.unary_unary(
+                '/mlxnet.v1.NodeService/ReportPromptCache',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheResponse.FromString,
+                _registered_method=True)
         self.Leave = channel.unary_unary(
                 '/mlxnet.v1.NodeService/Leave',
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
@@ -122,6 +127,14 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportPromptCache(self, request, context):
+        """The node reused part of a running job's prompt from its prompt cache (a shared
+        system prompt, a chat history): the consumer's usage reports it as cached tokens.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Leave(self, request, context):
         """The node leaves the network: its jobs are handed back and it is no longer
         placed on until it registers again.
@@ -169,6 +182,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.ReportResult,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.SerializeToString,
+            ),
+            'ReportPromptCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportPromptCache,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheResponse.SerializeToString,
             ),
             'Leave': grpc.unary_unary_rpc_method_handler(
                     servicer.Leave,
@@ -345,6 +363,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/ReportResult',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportPromptCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/ReportPromptCache',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,15 +1,15 @@
 """Signed heartbeats aggregated into uptime spans (coordinator/nodes/uptime.py), and the indexes
 the incremental reaper reads by.
 
-Revision ID: 0016_beats_uptime_spans
-Revises: 0015_strangers_checks
+Revision ID: 0017_beats_uptime_spans
+Revises: 0016_peerpolicy_stake
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016_beats_uptime_spans"
-down_revision = "0015_strangers_checks"
+revision = "0017_beats_uptime_spans"
+down_revision = "0016_peerpolicy_stake"
 branch_labels = None
 depends_on = None
 
