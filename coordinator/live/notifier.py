@@ -26,7 +26,7 @@ class Wait:
 
     topic: str
     seen_version: int
-    timeout_s: float
+    timeout_s: float | None  # None: until news (a process-wide sweep is then the safety net)
 
 
 T = TypeVar("T")
@@ -102,7 +102,7 @@ class Notifier:
         for wake in woken:
             wake()
 
-    def wait(self, topic: str, seen_version: int, timeout_s: float) -> int:
+    def wait(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """Block until `topic` moves past `seen_version` or the timeout; return its version."""
         event = threading.Event()
         wake = event.set
@@ -111,7 +111,7 @@ class Notifier:
         event.wait(timeout_s)
         return self._leave(topic, wake)
 
-    async def wait_async(self, topic: str, seen_version: int, timeout_s: float) -> int:
+    async def wait_async(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """As wait, on an event loop: the waiting holds no thread."""
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
