@@ -250,12 +250,10 @@ class NodeSessions:
         with self._core.db.transaction(durable=False) as session:
             stored = results.accept_tokens(session, node, job_id, chunk, self._core.clock.now_ms(),
                                            prompt_tokens, partial, attempt)
-        if stored:  # committed: the job's live readers may have it now
-            if chunk.first_index == 0:
-                hop_trace.job_hop(job_id, "first chunk stored")
-                log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
-            self._core.live_chunks.publish(job_id, [chunk])
-        self._core.notifier.notify(job_topic(job_id))
+        if stored and chunk.first_index == 0:
+            hop_trace.job_hop(job_id, "first chunk stored")
+            log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
+        self._core.chunk_stored(job_id, chunk if stored else None)  # committed: readers may have it
         return stored
 
     def note_cached_prompt(self, node: NodeRecord, job_id: str, cached_prompt_tokens: int, attempt: int = 0) -> None:
