@@ -18,6 +18,8 @@ NEW_TABLES = {"node_heartbeats", "node_benchmarks", "pods"}
 NEW_NODE_COLUMNS = {"lending_mode", "owner_active", "accepting_jobs", "lending_reason",
                     "memory_cap_bytes", "warm_models_json", "measured_bandwidth_gb_s",
                     "benchmark_flag", "left_at_ms"}
+# Columns later migrations add to this migration's tables (each has its own migration).
+LATER_COLUMNS = {("node_benchmarks", "batch_decode_json")}  # 0014_batching_shared_memory
 
 
 def _load(name: str) -> ModuleType:
@@ -41,6 +43,8 @@ def _is_ours(difference: tuple) -> bool:  # type: ignore[type-arg]
     if kind in ("add_table", "remove_table"):
         return difference[1].name in NEW_TABLES
     if kind in ("add_column", "remove_column"):
+        if (difference[2], difference[3].name) in LATER_COLUMNS:
+            return False
         return difference[2] in NEW_TABLES or difference[3].name in NEW_NODE_COLUMNS
     if kind in ("add_index", "remove_index"):
         return difference[1].table.name in NEW_TABLES
