@@ -96,6 +96,8 @@ def _items(items_max: int, chars_max: int | None = None) -> Limit:
     return Limit(items_max=items_max, chars_max=chars_max)
 
 
+CHALLENGE_TOKENS_MAX = 4_096  # a challenge benchmark's decode, at most (coordinator/nodes/spot_benchmarks.py)
+
 # "Message.field" in package mlxnet.v1 -> its limit. Fields without an entry get the defaults.
 FIELD_LIMITS: dict[str, Limit] = {
     # common.proto
@@ -193,6 +195,9 @@ FIELD_LIMITS: dict[str, Limit] = {
     "ReportResultRequest.job_id": _text(JOB_ID_CHARS_MAX),
     "ReportResultRequest.failure_reason": _text(REASON_CHARS_MAX, multiline=True),
     "LeaveRequest.reason": _text(REASON_CHARS_MAX),
+    "AnswerChallengeRequest.challenge_id": _text(JOB_ID_CHARS_MAX),
+    "AnswerChallengeRequest.token_ids": _items(CHALLENGE_TOKENS_MAX),
+    "AnswerChallengeRequest.decode_tokens_per_s": _range(0, TOKENS_PER_S_MAX),
 }
 
 

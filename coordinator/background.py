@@ -6,6 +6,7 @@
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
     verifier    replays sampled jobs, when this coordinator holds a verifier
     epochs      closes each ledger epoch once it ends and anchors its root
+    spot-checks sends verified Macs challenge benchmarks at random times, fails unanswered ones
 
 A loop's pass that fails (the database is away, or a bug) never ends its thread: the loop
 logs it, reports itself unhealthy on the process's HealthBoard, backs off (doubling up to
@@ -84,6 +85,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("credits", service.money.release_due_credits, every(interval_s)),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
         _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer), stopping),
+        Loop("spot-checks", service.spot_checks.issue_due, every(service.config.challenge_pass_interval_s)),
     ]
     if service.checks.verifier is not None:
         loops.append(_verifier_loop(service, stopping))

@@ -24,7 +24,7 @@ from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
-    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
+    Assignment, CallRejected, Challenge, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
     SessionExpired,
 )
 from node_agent.hooks import AgentHooks
@@ -48,6 +48,7 @@ from node_agent.token_sender import SenderThreads, TokenSender
 log = logging.getLogger(__name__)
 
 QUEUED_ASSIGNMENTS_MAX = 64
+CHALLENGES_WAITING_MAX = 2  # the coordinator sends one at a time; a resend may overlap
 RECONNECT_DELAY_S_MIN = 0.1  # between attempts to reach the coordinator (reports retry apart)
 RECONNECT_DELAY_S_MAX = 5.0
 LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
@@ -82,6 +83,7 @@ class NodeAgent:
                                    self.stopping)
         self._paths = {spec.model_id: path for spec, path in settings.models}
         self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._challenges: queue.Queue[Challenge] = queue.Queue(CHALLENGES_WAITING_MAX)
         # Up to max_concurrent_jobs jobs of a model decode together in one batch; weights are
         # counted once, each job's KV cache apart, against the GPU budget the node reported.
         budget = settings.hardware.gpu_working_set_bytes or None
@@ -187,7 +189,13 @@ class NodeAgent:
             except CoordinatorUnavailable as error:
                 log.debug("heartbeat failed: %s", error)
 
-    def _accept(self, assignment: Assignment) -> None:
+    def _accept(self, assignment: Assignment | Challenge) -> None:
+        if isinstance(assignment, Challenge):
+            try:
+                self._challenges.put_nowait(assignment)
+            except queue.Full:
+                log.warning("challenge benchmark %s dropped: one is already waiting", assignment.challenge_id)
+            return
         hop_trace.job_hop(assignment.job_id, "node received")
         if not self._active.admit(assignment.job_id):
             return
@@ -198,6 +206,7 @@ class NodeAgent:
     def _work_forever(self) -> None:
         """The MLX thread: steps the batches while any job runs, and starts jobs as they arrive."""
         while not self.stopping.is_set():
+            self._answer_challenges()
             if self._batches.busy:
                 self._start_arrived()
                 self._batches.step()
@@ -208,6 +217,29 @@ class NodeAgent:
                 self._hooks.idle_work()
                 continue
             self._start(assignment, timeline)
+
+    def _answer_challenges(self) -> None:
+        """A challenge benchmark runs at once, between batch steps: it is timed from its sending."""
+        while True:
+            try:
+                challenge = self._challenges.get_nowait()
+            except queue.Empty:
+                return
+            answer = self._hooks.run_challenge(challenge)
+            if answer is None:
+                log.warning("challenge benchmark %s not run: this node runs no benchmark", challenge.challenge_id)
+                continue
+            tokens, rate = answer
+            try:
+                refused = self._client.answer_challenge(challenge.challenge_id, tokens, rate)
+            except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
+                log.warning("challenge benchmark %s not answered: %s", challenge.challenge_id, error)
+                continue
+            if refused:
+                log.warning("challenge benchmark %s failed: %s", challenge.challenge_id, refused)
+            else:
+                log.info("challenge benchmark %s passed (%d tokens, %.0f tok/s)", challenge.challenge_id,
+                         len(tokens), rate)
 
     def _start_arrived(self) -> None:
         """Jobs that arrived during the last step join at this step boundary."""

@@ -96,6 +96,16 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class Challenge:
+    """A challenge benchmark from the coordinator: decode on the reference model, answer at once."""
+
+    challenge_id: str
+    prompt: str
+    seed: int
+    decode_tokens: int
+
+
+@dataclass(frozen=True)
 class Chunk:
     """Consecutive generated tokens, as one StreamTokens message."""
 
@@ -305,12 +315,17 @@ class CoordinatorClient:
         except grpc.RpcError as error:
             raise _translate(error) from error
 
-    def assignments(self) -> Iterator[Assignment]:
-        """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError)."""
+    def assignments(self) -> Iterator[Assignment | Challenge]:
+        """Blocks for assignments (and challenge benchmarks) until the stream breaks (raised as
+        a CoordinatorCallError)."""
         stream = self._stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
                                                metadata=self._metadata())
         try:
             for message in stream:
+                if message.HasField("challenge"):
+                    yield Challenge(message.challenge.challenge_id, message.challenge.prompt,
+                                    message.challenge.seed, message.challenge.decode_tokens)
+                    continue
                 spec = self._models.get(message.model.model_id)
                 if spec is None:
                     raise CallRejected("FAILED_PRECONDITION",
@@ -375,6 +390,17 @@ class CoordinatorClient:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:
             raise _translate(error) from error
+
+    def answer_challenge(self, challenge_id: str, token_ids: tuple[int, ...],
+                         decode_tokens_per_s: float) -> str | None:
+        """Send a challenge benchmark's answer; None when it passed, else the coordinator's reason."""
+        try:
+            response = self._stub.AnswerChallenge(node_pb2.AnswerChallengeRequest(
+                challenge_id=challenge_id, token_ids=list(token_ids),
+                decode_tokens_per_s=decode_tokens_per_s), timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return None if response.passed else response.reason
 
     def leave(self, reason: str) -> int:
         """Deregister; returns how many jobs the coordinator handed back."""

@@ -14,7 +14,9 @@ from contracts.models import ModelSpec
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
 from coordinator.jobs.submission import Submission
-from coordinator.model import ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, SignedReceipt, TokenChunk
+from coordinator.model import (
+    ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, SignedReceipt, SpotChallenge, TokenChunk,
+)
 from coordinator.nodes.registry import Registration
 from coordinator.nodes.reports import HeartbeatReport
 from coordinator.placement.decision import Placement, Unplaceable
@@ -232,3 +234,9 @@ def placement_to_pb(decision: Placement | Unplaceable) -> job_pb2.ExplainPlaceme
     message.predicted_decode_tokens_per_s = decision.predicted_decode_tokens_per_s
     message.predicted_time_to_first_token_s = decision.predicted_time_to_first_token_s
     return message
+
+
+def challenge_to_pb(challenge: SpotChallenge) -> node_pb2.ReceiveAssignmentsResponse:
+    return node_pb2.ReceiveAssignmentsResponse(challenge=node_pb2.BenchmarkChallenge(
+        challenge_id=challenge.challenge_id, prompt=challenge.prompt, seed=challenge.seed,
+        decode_tokens=challenge.decode_tokens))

@@ -9,7 +9,7 @@ import grpc
 
 from contracts import hop_trace
 from coordinator.errors import InvalidRequest
-from coordinator.model import NodeRecord
+from coordinator.model import NodeRecord, SpotChallenge
 from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
@@ -71,6 +71,9 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         with self._streams.hold("ReceiveAssignments", f"node {node.node_id}",
                                 self._streams.limits.assignment_streams_per_node):
             async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
+                if isinstance(job, SpotChallenge):
+                    yield convert.challenge_to_pb(job)
+                    continue
                 spec = node.model(job.model_id)
                 assert spec is not None, "jobs are only placed on nodes serving their model"
                 pod = await self._offload.step(self._service.nodes.pod_assignment, job)
@@ -116,6 +119,15 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         result = self._service.nodes.accept_receipt(node, request.job_id, request.receipt.body,
                                                     request.receipt.signature, request.attempt)
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
+
+    @translate_errors
+    async def AnswerChallenge(self, request, context):  # noqa: N802
+        problem = await self._offload.call(self._answer, _session_token(context), request.challenge_id,
+                                           len(request.token_ids))
+        return node_pb2.AnswerChallengeResponse(passed=problem is None, reason=problem or "")
+
+    def _answer(self, token: str | None, challenge_id: str, tokens_answered: int) -> str | None:
+        return self._service.spot_checks.answer(self._node(token), challenge_id, tokens_answered)
 
     @translate_errors
     async def Leave(self, request, context):  # noqa: N802

@@ -19,6 +19,7 @@ from coordinator.model import (
     JobStatus,
     NodeRecord,
     SignedReceipt,
+    SpotChallenge,
     TokenChunk,
 )
 from contracts.models import ModelSpec
@@ -28,7 +29,7 @@ from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import challenge_rows, job_rows, node_rows
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
@@ -126,16 +127,18 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             return node_rows.pod_assignment(session, job)
 
-    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord]:
-        """Jobs assigned to the node and not yet started, each sent once; waits on this thread."""
+    def assignments(self, node: NodeRecord,
+                    is_active: Callable[[], bool]) -> Iterator[JobRecord | SpotChallenge]:
+        """Jobs assigned to the node and not yet started, each sent once (and challenge
+        benchmarks); waits on this thread."""
         return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
-    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
-        """assignments' steps, with a Wait wherever it would wait."""
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | SpotChallenge | Wait]:
+        """assignments' steps, with a Wait wherever it would wait; challenge benchmarks too."""
         with self._core.metrics.stream_open(STREAM_NODE):
             yield from self._assignment_steps(node)
 
-    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | Wait]:
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | SpotChallenge | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -146,8 +149,14 @@ class NodeSessions:
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                    challenges = challenge_rows.unsent_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
+                for challenge in challenges:  # its clock starts as it is handed to the stream
+                    with self._core.db.transaction(durable=False) as session:
+                        taken = challenge_rows.mark_sent(session, challenge.challenge_id, self._core.clock.now_ms())
+                    if taken:
+                        yield challenge
                 yield Wait(topic, seen, self._core.poll_interval_s())
 
     @staticmethod

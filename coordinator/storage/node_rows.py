@@ -68,6 +68,7 @@ def _node_from_row(row) -> NodeRecord:  # type: ignore[no-untyped-def]
         warm_models=tuple(json.loads(row.warm_models_json)),
         measured_bandwidth_gb_s=stored_gb_s(row.measured_bandwidth_gb_s, "measured bandwidth"),
         benchmark_flag=row.benchmark_flag, left_at_ms=row.left_at_ms,
+        challenge_flag=row.challenge_flag,
     )
 
 

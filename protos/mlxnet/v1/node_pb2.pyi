@@ -204,7 +204,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "challenge")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +218,7 @@ class ReceiveAssignmentsResponse(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -231,7 +232,38 @@ class ReceiveAssignmentsResponse(_message.Message):
     logprobs: bool
     top_logprobs: int
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    challenge: BenchmarkChallenge
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., challenge: _Optional[_Union[BenchmarkChallenge, _Mapping]] = ...) -> None: ...
+
+class BenchmarkChallenge(_message.Message):
+    __slots__ = ("challenge_id", "prompt", "seed", "decode_tokens")
+    CHALLENGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    challenge_id: str
+    prompt: str
+    seed: int
+    decode_tokens: int
+    def __init__(self, challenge_id: _Optional[str] = ..., prompt: _Optional[str] = ..., seed: _Optional[int] = ..., decode_tokens: _Optional[int] = ...) -> None: ...
+
+class AnswerChallengeRequest(_message.Message):
+    __slots__ = ("challenge_id", "token_ids", "decode_tokens_per_s")
+    CHALLENGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    challenge_id: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    decode_tokens_per_s: float
+    def __init__(self, challenge_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., decode_tokens_per_s: _Optional[float] = ...) -> None: ...
+
+class AnswerChallengeResponse(_message.Message):
+    __slots__ = ("passed", "reason")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    passed: bool
+    reason: str
+    def __init__(self, passed: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
     __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens", "partial_receipt", "attempt")
