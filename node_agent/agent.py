@@ -196,6 +196,7 @@ class NodeAgent:
             except queue.Full:
                 log.warning("challenge benchmark %s dropped: one is already waiting", assignment.challenge_id)
             return
+        hop_trace.adopt(assignment.job_id, assignment.traceparent)  # the coordinator's trace
         hop_trace.job_hop(assignment.job_id, "node received")
         if not self._active.admit(assignment.job_id):
             return

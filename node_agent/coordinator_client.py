@@ -93,6 +93,7 @@ class Assignment:
     pod_node_ids: tuple[str, ...] = ()  # rank order, the leader first
     layer_split: tuple[int, ...] = ()  # layers per member, aligned with pod_node_ids
     top_logprobs: int = -1  # -1: no logprobs; k >= 0: send each token's, and the k likeliest
+    traceparent: str = ""  # the job's W3C trace context from the coordinator, when it traces
 
 
 @dataclass(frozen=True)
@@ -339,7 +340,8 @@ class CoordinatorClient:
                                  pod_leader_node_id=message.pod_leader_node_id,
                                  pod_node_ids=tuple(message.pod_node_ids),
                                  layer_split=tuple(message.layer_split),
-                                 top_logprobs=message.top_logprobs if message.logprobs else -1)
+                                 top_logprobs=message.top_logprobs if message.logprobs else -1,
+                                 traceparent=message.traceparent)
         except grpc.RpcError as error:
             raise _translate(error) from error
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from contracts import hop_trace
 from contracts.benchmarks import BenchmarkResult
 from contracts.chat import ChatMessage
 from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
@@ -159,7 +160,8 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
         strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
         layer_split=list(job.layer_split), logprobs=job.top_logprobs >= 0,
-        top_logprobs=max(0, job.top_logprobs), attempt=job.attempt)
+        top_logprobs=max(0, job.top_logprobs), attempt=job.attempt,
+        traceparent=hop_trace.traceparent(job.job_id))
     if pod is not None:  # members and their layers in the pod's rank order
         declaration, layers = pod
         del message.pod_node_ids[:], message.layer_split[:]

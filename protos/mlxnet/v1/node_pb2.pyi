@@ -204,7 +204,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "challenge")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "challenge", "traceparent")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -219,6 +219,7 @@ class ReceiveAssignmentsResponse(_message.Message):
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CHALLENGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -233,7 +234,8 @@ class ReceiveAssignmentsResponse(_message.Message):
     top_logprobs: int
     attempt: int
     challenge: BenchmarkChallenge
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., challenge: _Optional[_Union[BenchmarkChallenge, _Mapping]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., challenge: _Optional[_Union[BenchmarkChallenge, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class BenchmarkChallenge(_message.Message):
     __slots__ = ("challenge_id", "prompt", "seed", "decode_tokens")
