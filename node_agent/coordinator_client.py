@@ -15,6 +15,7 @@ and reported through on_first_use so the agent remembers it.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import threading
@@ -30,6 +31,7 @@ from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration
+from contracts.signing import session_proof_message
 from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
@@ -39,6 +41,7 @@ from protos.wire.registration import registration_signing_bytes
 
 log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
+SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"  # "<ms>.<base64url Ed25519 signature>"
 RPC_DEADLINE_S = 15.0
 ATTEMPTS_KEPT_MAX = 4_096  # jobs whose attempt the client remembers, oldest forgotten first
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -275,7 +278,13 @@ class CoordinatorClient:
                 self._channel.close()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((SESSION_METADATA_KEY, self._session),)
+        """The session token, and a fresh proof that this node's key holds it."""
+        if self._identity is None:
+            return ((SESSION_METADATA_KEY, self._session),)
+        at_ms = time.time_ns() // 1_000_000
+        signature = self._identity.sign(session_proof_message(self._session, at_ms))
+        return ((SESSION_METADATA_KEY, self._session),
+                (SESSION_PROOF_METADATA_KEY, f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"))
 
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,

@@ -19,11 +19,14 @@ from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
 
 SESSION_METADATA_KEY = "x-mlxnet-session"
+SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"
 log = logging.getLogger(__name__)
 
 
-def _session_token(context: grpc.aio.ServicerContext) -> str | None:
-    return dict(context.invocation_metadata() or ()).get(SESSION_METADATA_KEY)
+def _session_token(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+    """The session token and its proof (signed by the node's key), from the call's metadata."""
+    metadata = dict(context.invocation_metadata() or ())
+    return metadata.get(SESSION_METADATA_KEY), metadata.get(SESSION_PROOF_METADATA_KEY)
 
 
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
@@ -34,8 +37,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         self._offload = offload
         self._streams = streams
 
-    def _node(self, token: str | None) -> NodeRecord:
-        return self._service.nodes.authenticate(token)
+    def _node(self, session: tuple[str | None, str | None]) -> NodeRecord:
+        return self._service.nodes.authenticate(*session)
 
     @translate_errors
     async def RegisterChallenge(self, request, context):  # noqa: N802 (gRPC names)
@@ -62,7 +65,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                                             request.running_jobs, report)
         return node_pb2.HeartbeatResponse(server_time_ms=now)
 
-    def _heartbeat(self, token: str | None, running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
+    def _heartbeat(self, token: tuple[str | None, str | None], running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
         return self._service.nodes.heartbeat(self._node(token), running_jobs, report)
 
     @translate_stream_errors
@@ -103,7 +106,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def ReportResult(self, request, context):  # noqa: N802
         return await self._offload.call(self._report, _session_token(context), request)
 
-    def _report(self, token: str | None, request):  # type: ignore[no-untyped-def]
+    def _report(self, token: tuple[str | None, str | None], request):  # type: ignore[no-untyped-def]
         node = self._node(token)
         if request.handed_back:
             self._service.nodes.hand_back(node, request.job_id, request.failure_reason or "handed back")
@@ -126,7 +129,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                                            len(request.token_ids))
         return node_pb2.AnswerChallengeResponse(passed=problem is None, reason=problem or "")
 
-    def _answer(self, token: str | None, challenge_id: str, tokens_answered: int) -> str | None:
+    def _answer(self, token: tuple[str | None, str | None], challenge_id: str, tokens_answered: int) -> str | None:
         return self._service.spot_checks.answer(self._node(token), challenge_id, tokens_answered)
 
     @translate_errors
@@ -135,5 +138,5 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         handed_back = await self._offload.call(self._leave, _session_token(context), reason)
         return node_pb2.LeaveResponse(jobs_handed_back=handed_back)
 
-    def _leave(self, token: str | None, reason: str) -> int:
+    def _leave(self, token: tuple[str | None, str | None], reason: str) -> int:
         return self._service.nodes.leave(self._node(token), reason)

@@ -87,9 +87,10 @@ class NodeSessions:
             log.info("model %s pinned to weights %s by %s", spec.model_id, spec.weights_digest[:16],
                      pinned_by)
 
-    def authenticate(self, token: str | None) -> NodeRecord:
+    def authenticate(self, token: str | None, proof: str | None) -> NodeRecord:
+        """The calling node: its session token, proven by its key (registry.authenticate)."""
         with self._core.db.read_transaction() as session:
-            return registry.authenticate(session, token)
+            return registry.authenticate(session, token, proof, self._core.clock.now_ms())
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
                   report: reports.HeartbeatReport | None = None) -> int:
