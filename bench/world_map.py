@@ -55,12 +55,16 @@ def _join(service: CoordinatorService, work: Path, number: int) -> str:
     from node_agent.coordinator_client import register_request
     from node_agent.hardware.profiles import simulated_profile
     from node_agent.identity import load_or_create_identity
-    from bench.fleet_sim import MODELS
+    from contracts.models import ModelSpec
     from coordinator.rpc.convert import registration_from_pb
+
+    model = ModelSpec(model_id="bench/joiner-model", weights_bytes=10_000_000, parameter_count=2_500_000,
+                      num_layers=4, num_attention_heads=4, num_kv_heads=2, head_dim=32,
+                      max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=256)
 
     identity = load_or_create_identity(work / f"joiner-{number}.pem")
     nonce, _ = service.nodes.challenge(identity.public_key_raw)
-    request = register_request(identity, nonce, simulated_profile("m4-max-128"), (MODELS[0].spec,), "",
+    request = register_request(identity, nonce, simulated_profile("m4-max-128"), (model,), "",
                                f"joiner-{number}", 1, region="Europe/Lisbon")
     node_id, _ = service.nodes.register(registration_from_pb(request))
     return node_id
