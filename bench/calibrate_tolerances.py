@@ -6,15 +6,21 @@ Decodes the same varied jobs on several honest set-ups, each in its own process:
 - Debian's OpenBLAS preloaded (if /usr/lib/x86_64-linux-gnu/openblas-pthread is present);
 - 2-rank tensor parallel over `mlx.launch --backend ring` (rank results checked one by one,
   since mlx.launch exits 0 even when a rank fails);
+- continuous batches of 4 and 8 jobs (half join a few steps late, so rows are padded:
+  tests.adversarial.harness.run_batched), as a busy node runs them;
+- OpenBLAS on 2 and 4 threads (a checker's thread count need not match the node's);
 
 and on every cheating model of tests/adversarial/models.py. One verifier (this process,
 bundled BLAS) replays every job with the right model and measures, per chunk of the
 activation commitment, how many of the 128 committed values differ from its own by more
 than t quantization units, for several t, and how many tokens fail the sampler check.
 
-    .venv/bin/python bench/calibrate_tolerances.py [--jobs 60] [--max-tokens 96]
+    .venv/bin/python bench/calibrate_tolerances.py [--jobs 60] [--max-tokens 96] [--modes ...] [--no-cheats]
 
 It prints one table; the defaults in coordinator/verification/tolerances.py come from it.
+Then every honest job of every set-up goes through the coordinator's whole check (the door
+and the replay judged with the current tolerances), and it prints the false rejections:
+`--jobs 100` over the 6 honest set-ups is 600 honest checked jobs.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
@@ -38,10 +44,27 @@ from coordinator.verification.tolerances import DEFAULT_TOLERANCES  # noqa: E402
 from tests.adversarial.harness import MODEL_ID, Coordinator, HonestNode, Job, varied_jobs  # noqa: E402
 
 THRESHOLDS = (0, 1, 2, 4, 8, 16)
+HONEST_MODES = ("bundled-blas", "batch-4", "batch-8", "tensor-parallel", "openblas", "openblas-2-threads",
+                "openblas-4-threads")
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
 
 
-def decode_jobs(model_dir: Path, jobs: list[Job], out: Path, tensor_parallel: bool) -> None:
+def _reports(node: HonestNode, jobs: list[Job], batch: int):  # type: ignore[no-untyped-def]
+    """The honest node's reports, one job at a time or in continuous batches of `batch`."""
+    from tests.adversarial.harness import receipt_for, run_batched, signed
+
+    if batch <= 1:
+        for job in jobs:
+            yield job, node.run(job)[0]
+        return
+    for start in range(0, len(jobs), batch):
+        group = jobs[start:start + batch]
+        for job, result in zip(group, run_batched(node.engine, node.model_dir, group), strict=True):
+            receipt = receipt_for(job, node.identity, MODEL_ID, node.weights_digest, result)
+            yield job, signed(receipt, node.identity, result.token_ids)
+
+
+def decode_jobs(model_dir: Path, jobs: list[Job], out: Path, tensor_parallel: bool, batch: int = 1) -> None:
     """Child mode: run the jobs as an honest node would and write its reports as JSON lines."""
     import mlx.core as mx
 
@@ -51,10 +74,10 @@ def decode_jobs(model_dir: Path, jobs: list[Job], out: Path, tensor_parallel: bo
     node = HonestNode(Engine(tensor_group=group), model_dir)
     rank = group.rank() if group is not None else 0
     with out.with_suffix(f".rank{rank}").open("w") as handle:
-        for job in jobs:
-            report, _ = node.run(job)
+        for job, report in _reports(node, jobs, batch):
             handle.write(json.dumps({"job": asdict(job), "streamed": report.streamed,
-                                     "body": report.body.hex()}) + "\n")
+                                     "body": report.body.hex(), "signature": report.signature.hex(),
+                                     "public_key": node.identity.public_key_raw.hex()}) + "\n")
         handle.write(json.dumps({"done": True}) + "\n")
 
 
@@ -63,8 +86,11 @@ def _run_child(model_dir: Path, jobs_file: Path, out: Path, mode: str) -> list[d
                "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     ranks = 1
-    if mode == "openblas":
-        env.update(LD_PRELOAD=str(OPENBLAS), OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="1")
+    if mode.startswith("openblas"):
+        threads = mode.removeprefix("openblas").removeprefix("-").removesuffix("-threads") or "1"
+        env.update(LD_PRELOAD=str(OPENBLAS), OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS=threads)
+    if mode.startswith("batch-"):
+        command += ["--batch", mode.removeprefix("batch-")]
     if mode == "tensor-parallel":
         ranks = 2
         launcher = Path(sys.executable).with_name("mlx.launch")
@@ -130,10 +156,14 @@ def main() -> None:
     parser.add_argument("--jobs-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--tensor-parallel", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--modes", default=",".join(HONEST_MODES),
+                        help="comma-separated honest set-ups (default: all of " + ", ".join(HONEST_MODES) + ")")
+    parser.add_argument("--no-cheats", action="store_true", help="skip the cheating models' rows")
     args = parser.parse_args()
     if args.decode is not None:
         jobs = [Job(**j) for j in json.loads(args.jobs_file.read_text())]
-        decode_jobs(args.decode, jobs, args.out, args.tensor_parallel)
+        decode_jobs(args.decode, jobs, args.out, args.tensor_parallel, args.batch)
         return
     with tempfile.TemporaryDirectory() as scratch:
         run(args, Path(args.work_dir or scratch))
@@ -145,12 +175,15 @@ def run(args: argparse.Namespace, work: Path) -> None:
     from tests.adversarial.models import build_cheat_models
 
     honest_dir = build_tiny_model(work / "honest")
-    cheats = build_cheat_models(honest_dir, work / "cheats")
+    cheats = {} if args.no_cheats else build_cheat_models(honest_dir, work / "cheats")
     jobs = varied_jobs(args.jobs, seed=2024, max_tokens_max=args.max_tokens)
     jobs_file = work / "jobs.json"
     jobs_file.write_text(json.dumps([asdict(j) for j in jobs]))
     coordinator = Coordinator(Engine(), honest_dir)
-    modes = ["bundled-blas", "tensor-parallel"] + (["openblas"] if OPENBLAS.exists() else [])
+    modes = [m for m in args.modes.split(",") if m and (not m.startswith("openblas") or OPENBLAS.exists())]
+    unknown = set(modes) - set(HONEST_MODES)
+    assert not unknown, f"unknown --modes {sorted(unknown)}"
+    judged: dict[str, tuple[int, list[str]]] = {}
     print(f"{len(jobs)} jobs, up to {args.max_tokens} tokens; a cell is, over the jobs, the "
           f"hardest case of a job's worst chunk: how many of its 128 committed values are off "
           f"by more than t units")
@@ -159,12 +192,43 @@ def run(args: argparse.Namespace, work: Path) -> None:
     for mode in modes:
         reports = _run_child(honest_dir, jobs_file, work / f"honest-{mode}.jsonl", mode)
         _print_row(f"honest, {mode}", measure(coordinator, reports), honest=True)
+        judged[mode] = false_rejections(coordinator, reports)
     for name, cheat_dir in cheats.items():
         reports = _run_child(cheat_dir, jobs_file, work / f"cheat-{name}.jsonl", "bundled-blas")
         _print_row(f"cheat, {name}", measure(coordinator, reports), honest=False)
     print("honest rows: the most any job showed (must stay under the allowance); cheat rows: "
           "the fewest any job showed (must exceed it).")
     print(f"current tolerances: {DEFAULT_TOLERANCES}")
+    total = sum(count for count, _ in judged.values())
+    rejected = [reason for _, reasons in judged.values() for reason in reasons]
+    print(f"\nfalse rejections (door and replay, current tolerances): {len(rejected)} of {total} honest "
+          "checked jobs; " + ", ".join(f"{mode} {len(r)}/{n}" for mode, (n, r) in judged.items()))
+    for reason in rejected[:10]:
+        print(f"  rejected: {reason}")
+
+
+@dataclass(frozen=True)
+class _Assigned:
+    """The node a job was assigned to, as the door knows it: its id and public key."""
+
+    node_id: str
+    public_key_raw: bytes
+
+
+def false_rejections(coordinator: Coordinator, reports: list[dict]) -> tuple[int, list[str]]:
+    """Each honest job through the coordinator's whole check; (jobs, why each rejected one was)."""
+    from contracts.ids import node_id_from_public_key
+    from tests.adversarial.harness import Report
+
+    rejected = []
+    for line in reports:
+        key = bytes.fromhex(line["public_key"])
+        report = Report(tuple(line["streamed"]), bytes.fromhex(line["body"]), bytes.fromhex(line["signature"]))
+        outcome = coordinator.judge(Job(**line["job"]), _Assigned(node_id_from_public_key(key), key),  # type: ignore[arg-type]
+                                    report)
+        if outcome.caught:
+            rejected.append(f"{line['job']['job_id']} at {outcome.stage}: {'; '.join(outcome.reasons)[:200]}")
+    return len(reports), rejected
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.concurrency [--clients 1,8,32,64 --rounds-at-32 4 --max-tokens 128]
                                           [--slots 64 --model-dir DIR --only gateway|mlx_lm]
+                                          [--shared-prompt-clients 8 --shared-prompt-tokens 1000]
 
 Two servers on this machine, one after the other, on the same model directory (the project's
 tiny model unless given):
@@ -13,7 +14,14 @@ the official openai client, all started together (greedy, the same prompts for b
 Printed per level: aggregate tokens/s (every client's completion tokens over the wall time from
 the first request to the last token), time to first token p50 and p99, and errors. For the
 gateway also: jobs with an accepted receipt (each carries its activation commitment), and the
-coordinator process's CPU per streamed token (its user+system time over the level, from /proc).
+coordinator's and the node's process CPU per streamed token (user+system time over the level,
+from /proc: CPU time does not swing with a shared machine's load as wall time does).
+
+Then the prompt cache: `--shared-prompt-clients` clients at once, each with the same system prompt
+of about `--shared-prompt-tokens` tokens and its own question (one request with it went first, as
+a conversation's earlier turns would), against the same clients each with a system prompt of
+its own (nothing to reuse): TTFT p50 and p99 for both, and the hit rate, the share of prompt
+tokens reused (usage.prompt_tokens_details.cached_tokens, where the server reports it).
 """
 
 from __future__ import annotations
@@ -56,22 +64,31 @@ class Stream:
     last_s: float  # from the common start to its last text
     job_id: str = ""
     error: str = ""
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None  # None: the server does not report it
 
 
-def _stream(client: openai.OpenAI, model: str, prompt: str, max_tokens: int, start: float) -> Stream:
+def _stream(client: openai.OpenAI, model: str, prompt: str, max_tokens: int, start: float,
+            system: str | None = None) -> Stream:
+    messages = [{"role": "user", "content": prompt}]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
     try:
         raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+            model=model, messages=messages, max_tokens=max_tokens, temperature=0.0,  # type: ignore[arg-type]
             stream=True, stream_options={"include_usage": True})
         first = last = 0.0
-        tokens = 0
+        tokens = prompt_tokens = 0
+        cached = None
         for chunk in raw.parse():
             if chunk.usage is not None:
-                tokens = chunk.usage.completion_tokens
+                tokens, prompt_tokens = chunk.usage.completion_tokens, chunk.usage.prompt_tokens
+                details = chunk.usage.prompt_tokens_details
+                cached = details.cached_tokens if details is not None else None
             if chunk.choices and chunk.choices[0].delta.content:
                 last = time.perf_counter() - start
                 first = first or last
-        return Stream(True, tokens, first, last, raw.headers.get("x-mlxnet-job-id", ""))
+        return Stream(True, tokens, first, last, raw.headers.get("x-mlxnet-job-id", ""), "", prompt_tokens, cached)
     except openai.APIError as error:
         return Stream(False, 0, 0.0, 0.0, error=f"{type(error).__name__}: {str(error)[:120]}")
 
@@ -81,7 +98,9 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))] if ordered else 0.0
 
 
-def _level(client: openai.OpenAI, model: str, clients: int, max_tokens: int) -> list[Stream]:
+def _level(client: openai.OpenAI, model: str, clients: int, max_tokens: int,
+           systems: list[str] | None = None) -> list[Stream]:
+    """That many clients at once; systems: each client's system prompt (none by default)."""
     barrier = threading.Barrier(clients)
     start_box: list[float] = []
     lock = threading.Lock()
@@ -91,7 +110,8 @@ def _level(client: openai.OpenAI, model: str, clients: int, max_tokens: int) -> 
         with lock:
             if not start_box:
                 start_box.append(time.perf_counter())
-        return _stream(client, model, PROMPTS[i % len(PROMPTS)], max_tokens, start_box[0])
+        return _stream(client, model, PROMPTS[i % len(PROMPTS)], max_tokens, start_box[0],
+                       systems[i] if systems is not None else None)
 
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         return list(pool.map(one, range(clients)))
@@ -108,6 +128,40 @@ def _describe(streams: list[Stream]) -> str:
     return text + (f" (first: {errors[0]})" if errors else "")
 
 
+def _shared_prompt(model_dir: Path, tokens: int) -> str:
+    """A system prompt of about this many tokens in the model's own tokenizer."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    sentence = "You are a careful assistant who answers questions about the book of Genesis in plain words. "
+    per_sentence = max(1, len(tokenizer.encode(sentence).ids))
+    return sentence * max(1, tokens // per_sentence)
+
+
+def _cache_figures(streams: list[Stream]) -> str:
+    done = [s for s in streams if s.ok]
+    firsts = [s.first_s * 1000 for s in done]
+    text = f"TTFT p50 {_percentile(firsts, 0.5):6.0f} ms p99 {_percentile(firsts, 0.99):6.0f} ms"
+    if any(s.cached_tokens is None for s in done):
+        return text + ", hit rate not reported by the server"
+    prompt = sum(s.prompt_tokens for s in done)
+    cached = sum(s.cached_tokens or 0 for s in done)
+    return text + f", hit rate {cached / prompt if prompt else 0:.0%} ({cached} of {prompt} prompt tokens reused)"
+
+
+def _shared_prompt_case(client: openai.OpenAI, model: str, args: argparse.Namespace, model_dir: Path,
+                        label: str) -> None:
+    if not args.shared_prompt_clients:
+        return
+    shared = _shared_prompt(model_dir, args.shared_prompt_tokens)
+    clients = args.shared_prompt_clients
+    _stream(client, model, PROMPTS[0], 4, time.perf_counter(), shared)  # an earlier turn with it
+    own = _level(client, model, clients, 16, [f"Session {n} of {clients}. " + shared for n in range(clients)])
+    same = _level(client, model, clients, 16, [shared] * clients)
+    print(f"{label} shared {args.shared_prompt_tokens}-token system prompt, {clients} clients: {_cache_figures(same)}; "
+          f"each its own: {_cache_figures(own)}", flush=True)
+
+
 def _cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -121,21 +175,24 @@ def _levels(args: argparse.Namespace) -> list[int]:
 
 
 @contextlib.contextmanager
-def network(work_dir: Path, model_dir: Path, slots: int) -> Iterator[tuple[openai.OpenAI, int, str]]:
-    """A coordinator and one node as processes: (a client with a funded key, the coordinator's pid, db url)."""
+def network(work_dir: Path, model_dir: Path, slots: int) -> Iterator[tuple[openai.OpenAI, tuple[int, int], str]]:
+    """A coordinator and one node as processes: (a client with a funded key, the coordinator's and the
+    node's pids, db url)."""
     database_url = f"sqlite:///{work_dir / 'coordinator.db'}"
     coordinator = start_coordinator(work_dir, database_url=database_url)
     node = None
     try:
         node = wait_until_registered(spawn_node(
             work_dir, "bench-node", coordinator.extra["address"], [f"{MODEL_ID}={model_dir}"],
-            profile="m3-ultra-512", operator="bench", max_concurrent_jobs=slots))
+            profile="m3-ultra-512", operator="bench", max_concurrent_jobs=slots, trust=coordinator.trust))
         db = Database(database_url)
         _, key = keys_cli.create(db, "bench", KeyLimits(), deposit_amount=10**6 * 10**9)
         db.dispose()
-        client = openai.OpenAI(base_url=f"http://{coordinator.extra['http_address']}/v1", api_key=key,
-                               timeout=CLIENT_TIMEOUT_S, max_retries=0)
-        yield client, coordinator.process.pid, database_url
+        # The coordinator serves TLS with its own certificate: the client trusts that one.
+        client = openai.OpenAI(base_url=f"https://{coordinator.extra['http_address']}/v1", api_key=key,
+                               timeout=CLIENT_TIMEOUT_S, max_retries=0,
+                               http_client=openai.DefaultHttpxClient(verify=coordinator.ssl_context()))
+        yield client, (coordinator.process.pid, node.process.pid), database_url
     finally:
         for child in (node, coordinator):
             if child is not None:
@@ -184,16 +241,18 @@ def _proven(database_url: str, streams: list[Stream]) -> str:
 
 
 def run_gateway(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
-    with network(work_dir, model_dir, args.slots) as (client, pid, database_url):
+    with network(work_dir, model_dir, args.slots) as (client, (coordinator_pid, node_pid), database_url):
         _level(client, MODEL_ID, 2, 8)  # warm-up: the model is loaded and its kernels built
         for clients in _levels(args):
-            cpu_before = _cpu_s(pid)
+            cpu_before = _cpu_s(coordinator_pid), _cpu_s(node_pid)
             streams = _level(client, MODEL_ID, clients, args.max_tokens)
             time.sleep(1.0)  # receipts land after the last token
-            cpu = _cpu_s(pid) - cpu_before
-            tokens = sum(s.tokens for s in streams)
+            coordinator_cpu, node_cpu = _cpu_s(coordinator_pid) - cpu_before[0], _cpu_s(node_pid) - cpu_before[1]
+            tokens = max(sum(s.tokens for s in streams), 1)
             print(f"gateway    {clients:3d} clients: {_describe(streams)}; {_proven(database_url, streams)}; "
-                  f"coordinator CPU {1e6 * cpu / max(tokens, 1):.0f} us per streamed token", flush=True)
+                  f"CPU per streamed token: coordinator {1e6 * coordinator_cpu / tokens:.0f} us, "
+                  f"node {1e6 * node_cpu / tokens:.0f} us", flush=True)
+        _shared_prompt_case(client, MODEL_ID, args, model_dir, "gateway   ")
 
 
 def run_mlx_lm(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
@@ -202,6 +261,7 @@ def run_mlx_lm(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> Non
         for clients in _levels(args):
             print(f"mlx_lm     {clients:3d} clients: {_describe(_level(client, 'default_model', clients, args.max_tokens))}",
                   flush=True)
+        _shared_prompt_case(client, "default_model", args, model_dir, "mlx_lm    ")
 
 
 def main() -> None:
@@ -212,6 +272,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=64, help="the node's max concurrent jobs (its batch)")
     parser.add_argument("--model-dir", type=Path)
     parser.add_argument("--only", choices=("gateway", "mlx_lm"))
+    parser.add_argument("--shared-prompt-clients", type=int, default=8, help="0 skips the prompt cache case")
+    parser.add_argument("--shared-prompt-tokens", type=int, default=1000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-concurrency-") as tmp:
         work_dir = Path(tmp)

@@ -92,15 +92,17 @@ def read_only(index: FleetIndex, jobs: list[JobRequest], passes: int) -> None:
     _report("read-only (index unchanged)", throughput, latencies, cpu, outcomes)
 
 
-# Like a coordinator, keep only where each job runs and what it reserved, not the whole decision.
-Running = deque[tuple[tuple[str, ...], tuple[int, ...]]]
+# Like a coordinator, keep only where each job runs and what it reserved (and shares with its
+# model's other jobs there), not the whole decision.
+Running = deque[tuple[tuple[str, ...], tuple[int, ...], str, int]]
 
 
 def commit_and_release(index: FleetIndex, running: Running, decision: Placement, running_max: int) -> bool:
     """Commit a placement; past running_max running jobs, release the oldest. False: the commit was stale."""
     committed = index.try_commit(decision)
     if committed:
-        running.append((decision.node_ids, decision.reserved_memory_bytes))
+        running.append((decision.node_ids, decision.reserved_memory_bytes, decision.model_id,
+                        decision.shared_memory_bytes))
     if len(running) > running_max:
         index.release_shares(*running.popleft())
     return committed

@@ -61,7 +61,8 @@ def main() -> None:
         record(decision)
         if isinstance(decision, Placement):
             if index.try_commit(decision):
-                running.append((decision.node_ids, decision.reserved_memory_bytes))
+                running.append((decision.node_ids, decision.reserved_memory_bytes, decision.model_id,
+                                decision.shared_memory_bytes))
             if len(running) > args.running:
                 index.release_shares(*running.popleft())
     print(f"placement planner: {build_status().describe()}")

@@ -13,7 +13,12 @@ one after the other on this machine. It prints:
 - verification time / generation time, per job (median, worst) and over all jobs;
 - the projected network-wide overhead: check rate x that ratio, at the default
   TrustPolicy's steady-state rate and over a new node's first jobs;
-- detection per cheat (tests/adversarial/cheats.py) and false rejections, with counts.
+- detection per cheat (tests/adversarial/cheats.py) and false rejections, with counts;
+- the policy (issue 32, `--policy-only` prints just this part): the expected profit of a
+  cheat over f (the work it saves) and p (its detection per check) for the default
+  TrustPolicy, worst case over node paces and job sizes; and, per cheat kind, its measured
+  detection per check run through the real policy (check_rate_for_job, trust updates, the
+  node's stake and pace): cheated jobs until caught, and the cheater's profit, by simulation.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -31,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from coordinator.verification.economics import Cheater, Exposure, check_rate_for_job, expected_profit  # noqa: E402
 from coordinator.verification.policy import TrustPolicy, TrustRecord, check_rate  # noqa: E402
 
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
@@ -101,7 +109,7 @@ def _report_projection(ratios: dict[str, float]) -> None:
               f"over a new node's first 100 jobs {sum(first) / len(first) * ratio * 100:.2f}%")
 
 
-def _report_detection(per_job: int) -> None:
+def _report_detection(per_job: int) -> dict[str, float]:
     from node_agent.inference.engine import Engine
     from node_agent.tiny_model import build_tiny_model
     from tests.adversarial.cheats import CHEAT_JOBS, CHEATS, CheatContext
@@ -117,14 +125,99 @@ def _report_detection(per_job: int) -> None:
         jobs = CHEAT_JOBS[:per_job]
         print(f"\ndetection, {len(jobs)} jobs per cheat (greedy and sampled, 8 to 40 tokens):")
         total = caught_total = 0
+        detection = {}
         for name, cheat in CHEATS.items():
             outcomes = [checks.judge(job, context.cheater, cheat(context, job)) for job in jobs]
             caught = sum(o.caught for o in outcomes)
             stages = sorted({o.stage for o in outcomes if o.caught})
             total, caught_total = total + len(jobs), caught_total + caught
+            detection[name] = caught / len(jobs)
             print(f"  {name:<40} caught {caught}/{len(jobs)}  at {', '.join(stages)}")
         print(f"  all cheats: {caught_total}/{total} caught "
               f"({100 * caught_total / total:.1f}%)")
+    return detection
+
+
+# --- the policy: expected profit and jobs until caught (issue 32) --------------------------
+
+PROFIT_F = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0)
+PROFIT_P = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+PACES = (0.5, 1, 3, 10, 30, 100, 1_000, 10_000)  # jobs per check window
+JOB_SIZES = (0.1, 1, 10, 100)  # the cheated job's credit over the node's average
+
+
+def _report_expected_profit() -> None:
+    """The inequality of coordinator/verification/economics.py, evaluated for the default policy."""
+    policy = TrustPolicy()
+    stake = policy.stake
+    print(f"\nexpected profit of one cheated job, in credits of that job, default policy "
+          f"(p_min {stake.detection_min}, kappa {stake.work_cost_share_max}, stake share "
+          f"{stake.stake_share}, window floor {stake.checks_per_window_min:g} checks):")
+    print("  worst case over node paces " + ", ".join(f"{p:g}" for p in PACES) + " jobs/window, "
+          "cheated-job sizes " + ", ".join(f"{s:g}" for s in JOB_SIZES) + "x, trusted (rate_min)")
+    print("  f \\ p  " + "".join(f"{p:>9}" for p in PROFIT_P))
+    for f in PROFIT_F:
+        cells = []
+        for p in PROFIT_P:
+            worst = max(expected_profit(f, p, stake, Cheater(pace, policy.rate_min, size)).per_cheat
+                        / (Cheater(pace, policy.rate_min, size).credit * size)
+                        for pace in PACES for size in JOB_SIZES)
+            cells.append(f"{worst:+9.3f}")
+        print(f"  {f:<6}" + "".join(cells))
+    print(f"  (negative everywhere for p >= p_min = {stake.detection_min}; the columns below it show "
+          "what the policy does not promise)")
+    print("  the check rate a trusted node's average job gets, by pace (jobs/window): " + ", ".join(
+        f"{pace:g}: {expected_profit(1.0, 1.0, stake, Cheater(pace, policy.rate_min)).check_rate:.3f}"
+        for pace in PACES))
+
+
+def _jobs_until_caught(detection: float, pace: float, honest_checks: int, rng: random.Random,
+                       trials: int, jobs_max: int = 20_000) -> tuple[list[int], list[float]]:
+    """A node that cheats on every job from its steady state on (its last window's jobs held),
+    through the real policy: each job's check rate from its trust record and its stake, a draw decides
+    the check, the cheat's measured detection decides the catch. Per trial: cheated jobs until
+    caught, and the cheater's profit over honest work (credits: kappa per job saved, the
+    caught job's credit and the stake voided lost)."""
+    policy = TrustPolicy()
+    stake = policy.stake
+    caught_after, profits = [], []
+    for _ in range(trials):
+        record = TrustRecord(honest_checks, 0)
+        others = max(0, math.ceil(pace) - 1)
+        for job in range(1, jobs_max + 1):
+            exposure = Exposure(1_000, others * 1_000, others)
+            rate = check_rate_for_job(check_rate(record, policy), exposure, stake)
+            if rng.random() < rate:
+                if rng.random() < detection:
+                    caught_after.append(job)
+                    lost = 1 + math.ceil(others * stake.stake_share)
+                    profits.append(job * stake.work_cost_share_max - lost)
+                    break
+                record = record.after(True)
+        else:
+            caught_after.append(jobs_max)
+            profits.append(jobs_max * stake.work_cost_share_max)
+    return caught_after, profits
+
+
+def _report_jobs_until_caught(detection: dict[str, float], trials: int) -> None:
+    rng = random.Random(32)
+    scenarios = (("new node, 10 jobs/window", 10, 0), ("trusted (150 checks), 1 job/window", 1, 150),
+                 ("trusted (150 checks), 10 jobs/window", 10, 150),
+                 ("trusted (150 checks), 1000 jobs/window", 1_000, 150))
+    print(f"\ncheated jobs until caught through the real policy (every job cheated; {trials} runs "
+          "each; detection per check as measured above; profit in job credits, kappa per cheated job):")
+    for name, p in detection.items():
+        cells = []
+        for label, pace, honest in scenarios:
+            if p == 0:
+                cells.append(f"{label}: never caught")
+                continue
+            caught, profit = _jobs_until_caught(p, pace, honest, rng, trials)
+            caught.sort()
+            cells.append(f"{label}: mean {statistics.mean(caught):.1f}, p95 {caught[int(0.95 * len(caught))]}"
+                         f", profit {statistics.mean(profit):+.1f}")
+        print(f"  {name:<40} p={p:.2f}\n    " + "\n    ".join(cells))
 
 
 def main() -> None:
@@ -135,12 +228,19 @@ def main() -> None:
     parser.add_argument("--cheat-jobs", type=int, default=6, help="jobs per cheat (at most 6)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--policy-only", action="store_true",
+                        help="print only the policy's figures (expected profit, jobs until caught)")
+    parser.add_argument("--trials", type=int, default=400, help="simulated runs per cheat and scenario")
     args = parser.parse_args()
     if args.child is not None:
         args.out.write_text(json.dumps(time_jobs(args.child, args.jobs, args.max_tokens)))
         return
     from node_agent.tiny_model import build_tiny_model
 
+    if args.policy_only:
+        _report_expected_profit()
+        _report_jobs_until_caught(_report_detection(args.cheat_jobs), args.trials)
+        return
     modes = [m for m in args.blas.split(",") if m != "openblas" or OPENBLAS.exists()]
     ratios = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -151,7 +251,8 @@ def main() -> None:
             rows = _run_child(mode, model_dir, args, Path(scratch) / f"{mode}.json")
             ratios[mode] = _report_timing(mode, rows)
     _report_projection(ratios)
-    _report_detection(args.cheat_jobs)
+    _report_expected_profit()
+    _report_jobs_until_caught(_report_detection(args.cheat_jobs), args.trials)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ MODELS_PER_NODE_MAX = 256
 GPU_CORES_MAX = 1_024
 CONCURRENT_JOBS_MAX = 256
 RECEIPT_BYTES_MAX = 2 * MIB
+# A peer's signed check result: 192 (index, value) pairs per 32 tokens plus 18 bytes a token,
+# about 115 bytes a token, so this holds a 32k-token job's answer (and gRPC's 4 MiB message limit).
+CHECK_RESULT_BYTES_MAX = 4 * MIB
 TOKENS_PER_CHUNK_MAX = 65_536
 HTTP_BODY_BYTES_MAX = 4 * MIB  # as gRPC's message limit; a 1 MiB prompt fits with JSON escapes
 HTTP_HEADER_BYTES_MAX = 16 * KIB  # the request line and headers together
@@ -116,6 +119,11 @@ FIELD_LIMITS: dict[str, Limit] = {
     "SamplingParams.top_p": _range(0.0, 1.0),
     "ChatMessage.role": _text(32),
     "ChatMessage.content": _text(PROMPT_CHARS_CEILING, multiline=True),
+    "ChatMessage.tool_calls": _items(128),
+    "ChatMessage.tool_call_id": _text(128),
+    "ChatToolCall.id": _text(128),
+    "ChatToolCall.name": _text(64),
+    "ChatToolCall.arguments_json": _text(PROMPT_CHARS_CEILING, multiline=True),
     "TopLogprob.text": _text(DEFAULT_TEXT_CHARS_MAX, multiline=True),
     "TopLogprob.logprob": _range(-1e9, 1.0),
     "TokenLogprob.logprob": _range(-1e9, 1.0),
@@ -132,6 +140,14 @@ FIELD_LIMITS: dict[str, Limit] = {
     "SubmitJobRequest.stop": Limit(items_max=STOP_SEQUENCES_MAX, chars_max=STOP_CHARS_MAX,
                                    multiline=True),
     "SubmitJobRequest.top_logprobs": _range(0, 20),
+    "SubmitJobRequest.tools": _items(128),  # contracts.chat.TOOLS_MAX
+    "SubmitJobRequest.tool_choice": _text(16),
+    "SubmitJobRequest.tool_choice_function": _text(64),
+    "SubmitJobRequest.response_format_json": _text(PROMPT_CHARS_CEILING, multiline=True),
+    "SubmitJobRequest.chat_template_kwargs_json": _text(DEFAULT_TEXT_CHARS_MAX, multiline=True),
+    "FunctionTool.name": _text(64),
+    "FunctionTool.description": _text(PROMPT_CHARS_CEILING, multiline=True),
+    "FunctionTool.parameters_json": _text(PROMPT_CHARS_CEILING, multiline=True),
     "GetJobRequest.job_id": _text(JOB_ID_CHARS_MAX),
     "StreamJobRequest.job_id": _text(JOB_ID_CHARS_MAX),
     "CancelJobRequest.job_id": _text(JOB_ID_CHARS_MAX),
@@ -166,6 +182,9 @@ FIELD_LIMITS: dict[str, Limit] = {
     "Benchmark.reference_weights_bytes": _range(0, BYTES_MAX),
     "Benchmark.measured_at_ms": _range(0, MS_MAX),
     "Benchmark.run_time_ms": _range(0, MS_MAX),
+    "Benchmark.batch_decode": _items(16),
+    "BatchDecode.batch_size": _range(1, CONCURRENT_JOBS_MAX),
+    "BatchDecode.tokens_per_s": _range(TOKENS_PER_S_MIN, TOKENS_PER_S_MAX),
     "PodLink.a": _text(NODE_ID_CHARS_MAX),
     "PodLink.b": _text(NODE_ID_CHARS_MAX),
     "PodLink.kind": _text(32),
@@ -193,7 +212,14 @@ FIELD_LIMITS: dict[str, Limit] = {
     "StreamTokensRequest.logprobs": _items(TOKENS_PER_CHUNK_MAX),
     "StreamTokensRequest.prompt_tokens": _range(0, TOKENS_MAX),
     "ReportResultRequest.job_id": _text(JOB_ID_CHARS_MAX),
+    "ReportPromptCacheRequest.job_id": _text(JOB_ID_CHARS_MAX),
+    "ReportPromptCacheRequest.cached_prompt_tokens": _range(0, TOKENS_MAX),
+    "ReportPromptCacheRequest.attempt": _range(0, 1 << 31),
     "ReportResultRequest.failure_reason": _text(REASON_CHARS_MAX, multiline=True),
+    "ReportCheckRequest.check_id": _text(JOB_ID_CHARS_MAX),
+    "ReportCheckRequest.failure_reason": _text(REASON_CHARS_MAX, multiline=True),
+    "SignedCheckResult.body": _text(CHECK_RESULT_BYTES_MAX),
+    "SignedCheckResult.signature": _text(128),
     "LeaveRequest.reason": _text(REASON_CHARS_MAX),
     "AnswerChallengeRequest.challenge_id": _text(JOB_ID_CHARS_MAX),
     "AnswerChallengeRequest.token_ids": _items(CHALLENGE_TOKENS_MAX),

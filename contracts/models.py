@@ -8,7 +8,14 @@ from dataclasses import dataclass
 # of a model whose spec gives no vocabulary size are still held below it.
 VOCAB_SIZE_MAX = 2**22
 CHAT_FEATURE_TOOLS = "tools"  # the template renders tool definitions, calls and results
-CHAT_FEATURES = (CHAT_FEATURE_TOOLS,)
+CHAT_FEATURE_THINKING = "thinking"  # the model reasons in a <think> block before it answers
+CHAT_FEATURE_THINKS_BY_DEFAULT = "thinks_by_default"  # the generation prompt opens <think>
+CHAT_FEATURE_THINKS_WHEN_ENABLED = "thinks_when_enabled"  # it does with enable_thinking true
+CHAT_FEATURE_ENABLE_THINKING = "enable_thinking"  # the template reads enable_thinking
+CHAT_FEATURE_REASONING_EFFORT = "reasoning_effort"  # the template reads reasoning_effort
+CHAT_FEATURES = (CHAT_FEATURE_TOOLS, CHAT_FEATURE_THINKING, CHAT_FEATURE_THINKS_BY_DEFAULT,
+                 CHAT_FEATURE_THINKS_WHEN_ENABLED, CHAT_FEATURE_ENABLE_THINKING,
+                 CHAT_FEATURE_REASONING_EFFORT)
 
 
 @dataclass(frozen=True)

@@ -181,10 +181,8 @@ def _arguments_schema(definition: dict) -> dict:
     return schema
 
 
-def call_grammar(tools: ChatTools, style: str) -> str | None:
-    """The grammar a required or named tool choice decodes under; None leaves the model free."""
-    if tools.choice in ("auto", "none") or not tools.definitions:
-        return None
+def _call_rules(tools: ChatTools, style: str) -> tuple[str, list[str]]:
+    """(the expression for the calls the choice admits, the rules it uses)."""
     definitions = [json.loads(d) for d in tools.definitions]
     if tools.choice.startswith(FUNCTION_CHOICE):
         wanted = tools.choice[len(FUNCTION_CHOICE):]
@@ -205,5 +203,26 @@ def call_grammar(tools: ChatTools, style: str) -> str | None:
     else:
         rules.append("block: call")
         several = "\"[\" block (\", \" block)* \"]\""
-    start = several if tools.parallel and not tools.choice.startswith(FUNCTION_CHOICE) else "block"
+    return several if tools.parallel and not tools.choice.startswith(FUNCTION_CHOICE) else "block", rules
+
+
+def call_grammar(tools: ChatTools, style: str) -> str | None:
+    """The grammar a required or named tool choice decodes under; None leaves the model free."""
+    if tools.choice in ("auto", "none") or not tools.definitions:
+        return None
+    start, rules = _call_rules(tools, style)
     return "\n".join([f"start: {start}", *rules])
+
+
+def job_grammar(tools: ChatTools, style: str, answer_rule: str | None) -> str | None:
+    """The grammar a job decodes under: its forced calls, else its answer's format (with the
+    calls tool choice auto also allows beside it), else None (the model is free).
+
+    answer_rule is a rule named `answer` (contracts/structured_output.answer_rule)."""
+    forced = call_grammar(tools, style)
+    if forced is not None or answer_rule is None:
+        return forced
+    if tools.choice == "auto" and tools.definitions:
+        calls, rules = _call_rules(tools, style)
+        return "\n".join([f"start: {calls} | answer", *rules, answer_rule])
+    return "\n".join(["start: answer", answer_rule])

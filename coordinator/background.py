@@ -1,10 +1,12 @@
 """The coordinator's background loops, each supervised.
 
+    liveness    writes node liveness and uptime spans in batches, only what changed (nodes.liveness)
     reaper      hands back the jobs of nodes whose heartbeats stopped (after the restart grace)
     billing     resolves the reservations of jobs that ended without closing them
     credits     posts held credits whose check window closed
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
     verifier    replays sampled jobs, when this coordinator holds a verifier
+    peers       hands sampled jobs to peer nodes to check, and lapsed checks to other peers
     epochs      closes each ledger epoch once it ends and anchors its root
     spot-checks sends verified Macs challenge benchmarks at random times, fails unanswered ones
 
@@ -80,16 +82,35 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         return lambda: stopping.wait(seconds)
 
     loops = [
+        Loop("liveness", service.nodes.flush_liveness, every(service.config.liveness_flush_ms / 1000)),
         Loop("reaper", service.nodes.reap_offline, every(interval_s)),
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_due_credits, every(interval_s)),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
-        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer), stopping),
+        _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
+                                 service.config.chain.confirmations), stopping),
         Loop("spot-checks", service.spot_checks.issue_due, every(service.config.challenge_pass_interval_s)),
     ]
     if service.checks.verifier is not None:
         loops.append(_verifier_loop(service, stopping))
+    if service.config.peer_checks.enabled:
+        loops.append(_peers_loop(service, stopping, interval_s))
     return loops
+
+
+def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval_s: float) -> Loop:
+    """Wakes when a check is opened or disputed, and each heartbeat interval for deadlines."""
+    seen = [service.notifier.version(VERIFICATION_TOPIC)]
+
+    def step() -> None:
+        seen[0] = service.notifier.version(VERIFICATION_TOPIC)
+        service.peers.dispatch()
+
+    def pause() -> None:
+        if not stopping.is_set():
+            service.notifier.wait(VERIFICATION_TOPIC, seen[0], interval_s)
+
+    return Loop("peers", step, pause)
 
 
 def _verifier_loop(service: CoordinatorService, stopping: threading.Event) -> Loop:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.verification.policy import TrustPolicy
+from ledger.api import ChainSettings
 from coordinator.verification.tolerances import Tolerances
 
 
@@ -34,8 +36,17 @@ class CoordinatorConfig:
     max_tokens_max: int = 4_096
     max_tokens_default: int = 128
     request_id_chars_max: int = 128
+    # How often nodes heartbeat (Register tells them). Shorter finds a vanished Mac sooner and
+    # costs the coordinator more per Mac: see the README's "Heartbeats and what they cost".
     heartbeat_interval_ms: int = 2_000
     node_offline_after_ms: int = 10_000  # missed heartbeats before a node counts as offline
+    # Liveness lives in memory and reaches the database in batches, this often (nodes.liveness).
+    liveness_flush_interval_ms: int = 1_000
+    # A node's session as last read serves its heartbeats this long (nodes.session_cache).
+    session_cache_ttl_ms: int = 30_000
+    # How often the reaper looks for nodes no coordinator hears that still hold jobs (those of
+    # a coordinator that died); it hears its own nodes stop without reading the database.
+    orphan_sweep_interval_ms: int = 60_000
     stream_poll_interval_s: float = 1.0  # fallback wake-up when another coordinator wrote
     # With PostgreSQL the coordinators relay their wake-ups (live/pg_relay.py), so streams
     # wait for news and read the database only this often, as a safety net.
@@ -56,6 +67,8 @@ class CoordinatorConfig:
     trust: TrustPolicy = field(default_factory=TrustPolicy)
     tolerances: Tolerances = field(default_factory=Tolerances)
     credits_released_per_pass_max: int = 500
+    # Checks by peers: who may check whom, their deadline, the checker's fee (verification.peers).
+    peer_checks: PeerCheckPolicy = field(default_factory=PeerCheckPolicy)
     # How fast nodes may register, per source address and per operator, and when a silent
     # node expires (coordinator.nodes.admission).
     registration_limits: RegistrationLimits = field(default_factory=RegistrationLimits)
@@ -72,9 +85,20 @@ class CoordinatorConfig:
     # Where the coordinator's own anvil keeps its state and contract addresses (ledger.anvil), when
     # MLXNET_PAYOUT_RPC_URL names no chain. None: an in-process chain that ends with the process (tests).
     chain_dir: Path | None = None
+    # Where roots are anchored and how (`--chain-*` flags): a real network's RPC URL, chain id,
+    # distributor and publisher key, the confirmations an anchor waits for, and the gas caps.
+    chain: ChainSettings = field(default_factory=ChainSettings)
 
     def __post_init__(self) -> None:
         assert self.max_tokens_default <= self.max_tokens_max
         assert self.node_offline_after_ms > self.heartbeat_interval_ms
         assert self.fleet_rebuild_interval_ms > 0
         assert self.challenge_mean_interval_s > 0 and self.challenge_pass_interval_s > 0
+        assert self.liveness_flush_interval_ms > 0
+        assert self.session_cache_ttl_ms >= 0 and self.orphan_sweep_interval_ms > 0
+
+    @property
+    def liveness_flush_ms(self) -> int:
+        """The flush interval, never more than a quarter of the offline limit (a lease is refreshed
+        once half spent, so a batch must come well before it runs out)."""
+        return max(1, min(self.liveness_flush_interval_ms, self.node_offline_after_ms // 4))

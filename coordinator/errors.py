@@ -7,6 +7,7 @@
     │   └── UnknownModel     no node serves the model
     ├── Unauthenticated      missing or unknown node session or API key
     ├── PermissionDenied     a node acting on a job that is not its own, a bad signature
+    ├── WeightsMismatch      a node declares other weights under a model id the catalog binds
     ├── AlreadyDone          the job already ended; the request changes nothing
     ├── Unplaceable          nothing in the fleet could ever run the job
     ├── InsufficientBalance  the consumer's prepaid balance or key spend limit is too low
@@ -49,6 +50,11 @@ class Unauthenticated(CoordinatorError):
 
 class PermissionDenied(CoordinatorError):
     pass
+
+
+class WeightsMismatch(CoordinatorError):
+    """The request is well formed but conflicts with the catalog's binding of the model id:
+    it succeeds once the node serves the bound weights (or another id), so a precondition."""
 
 
 class AlreadyDone(CoordinatorError):

@@ -60,6 +60,8 @@ class NodeRecord:
     warm_models: tuple[str, ...] = ()
     measured_bandwidth_gb_s: float | None = None  # from the latest self-benchmark
     benchmark_flag: str | None = None  # why that benchmark does not fit the claimed chip
+    # (jobs in one batch, their tokens/s in all) from that benchmark; empty until measured
+    batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
     left_at_ms: int | None = None  # the node left the network (Leave) and is not placed on
     challenge_flag: str | None = None  # why its latest challenge benchmark failed (spot_benchmarks)
 
@@ -105,6 +107,7 @@ class JobRecord:
     attempt: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, reused from the node's prompt cache
     receipt_body: bytes | None = None
     receipt_signature: bytes | None = None
     receipt_verified: bool = False
@@ -146,6 +149,54 @@ class TokenChunk:
 
 
 # --- nodes ---------------------------------------------------------------
+
+
+# --- liveness (coordinator.nodes.liveness, coordinator.nodes.uptime) ----------------------
+
+@dataclass(frozen=True)
+class LeaseWrite:
+    """One node's row as a liveness batch writes it: the lease and the jobs it reports running."""
+
+    node_id: str
+    last_heartbeat_ms: int
+    running_jobs: int
+
+
+@dataclass(frozen=True)
+class UptimeSpan:
+    """Signed heartbeats of one lending mode with no gap longer than the heartbeat credit."""
+
+    node_id: str
+    mode: str  # the lending mode the heartbeats were signed in
+    first_received_ms: int  # the coordinator's clock
+    last_received_ms: int
+    first_sent_at_ms: int  # the node's clock, signed
+    last_sent_at_ms: int
+    beats: int
+    first_signature: bytes
+    last_signature: bytes
+
+    def __post_init__(self) -> None:
+        assert self.first_received_ms <= self.last_received_ms and self.beats >= 1
+        assert self.first_sent_at_ms <= self.last_sent_at_ms
+
+    def proves(self, credit_ms: int) -> tuple[int, int]:
+        """The interval this span proves the node online over: [first, last + credit)."""
+        return self.first_received_ms, self.last_received_ms + credit_ms
+
+    def credit_times(self, credit_ms: int, since_ms: int, until_ms: int) -> list[int]:
+        """Times whose credits [t, t + credit_ms) cover exactly what the span proves within
+        [since_ms, until_ms): one per credit_ms from its first heartbeat, and its last. So the
+        ledger's per-heartbeat rule (ledger.seats.availability_bps) reads spans unchanged."""
+        assert credit_ms > 0
+        start = self.first_received_ms
+        if start < since_ms - credit_ms:  # skip whole credits that end before the window
+            start += (since_ms - credit_ms - start) // credit_ms * credit_ms
+        last = min(self.last_received_ms, until_ms)
+        times = list(range(start, last, credit_ms))
+        if self.last_received_ms < until_ms:
+            times.append(self.last_received_ms)
+        return times
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ tests/layers.py checks it. Lowest first:
   epoch_store (epochs, payouts, seat results, payout addresses, anchors).
 - book: accounts, transfers and pending resolution; audit: chain and balance verification.
 - jobs: the job-payment flow; job_batches: the same for many jobs per call.
+- clawbacks: posted credits taken back after a failed check, and the debt they leave.
 - epochs: closing an epoch (seat rewards, payout sweep, Merkle root); statements: an operator's own.
 - full_audit: `mlxnet ledger audit`, one pass over everything an operator can recompute.
 - anchoring: publishing roots through an injected chain; anchor: the web3 chain (the only web3 import).

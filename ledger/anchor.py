@@ -23,7 +23,8 @@ from web3 import Web3
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3Exception
 from web3.providers.eth_tester import EthereumTesterProvider
 
-from ledger.errors import ChainError
+from ledger.chain_settings import GasCaps
+from ledger.errors import ChainError, ChainSettingsError
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,12 @@ def _artifact(name: str) -> dict[str, Any]:
 class PayoutChain:
     """One distributor on one chain, and the account that publishes roots."""
 
-    def __init__(self, w3: Web3, distributor_address: str, sender: str, private_key: str | None = None) -> None:
+    def __init__(self, w3: Web3, distributor_address: str, sender: str, private_key: str | None = None, *,
+                 gas: GasCaps = GasCaps(), receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> None:
         self._w3 = w3
         self._sender = Web3.to_checksum_address(sender)
         self._key = private_key
+        self._gas, self._receipt_timeout_s = gas, receipt_timeout_s
         self._distributor = w3.eth.contract(
             address=Web3.to_checksum_address(distributor_address), abi=_artifact("MerklePayoutDistributor")["abi"])
         self.chain_id = int(w3.eth.chain_id)
@@ -63,20 +66,26 @@ class PayoutChain:
         return cls._deployed(w3, w3.eth.accounts[0])
 
     @classmethod
-    def deploy(cls, rpc_url: str) -> PayoutChain:
-        """Deploy both contracts on a JSON-RPC node from its first (unlocked) account, as on anvil."""
+    def deploy(cls, rpc_url: str, private_key: str | None = None, *, chain_id: int | None = None,
+               gas: GasCaps = GasCaps(), receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> PayoutChain:
+        """Deploy both contracts over JSON-RPC, from the key's account (which then publishes roots)
+        or, without one, from the node's first unlocked account, as on anvil."""
         w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": RPC_TIMEOUT_S}))
         try:
-            sender = w3.eth.accounts[0]
-            return cls._deployed(w3, sender)
+            if chain_id is not None and int(w3.eth.chain_id) != chain_id:
+                raise ChainSettingsError(f"the RPC at {rpc_url} serves chain {int(w3.eth.chain_id)}, not the "
+                                         f"--chain-id {chain_id} given: nothing deployed")
+            sender = EthAccount.from_key(private_key).address if private_key else w3.eth.accounts[0]
+            return cls._deployed(w3, sender, private_key, gas=gas, receipt_timeout_s=receipt_timeout_s)
         except (Web3Exception, OSError, ValueError, IndexError) as error:
             raise ChainError(f"cannot deploy the payout contracts at {rpc_url}: {error}") from error
 
     @classmethod
-    def _deployed(cls, w3: Web3, sender: str) -> PayoutChain:
-        token = _deploy(w3, sender, "MLXToken")
-        distributor = _deploy(w3, sender, "MerklePayoutDistributor", token)
-        chain = cls(w3, distributor, sender)
+    def _deployed(cls, w3: Web3, sender: str, private_key: str | None = None, *, gas: GasCaps = GasCaps(),
+                  receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> PayoutChain:
+        token = _deploy(w3, sender, private_key, "MLXToken")
+        distributor = _deploy(w3, sender, private_key, "MerklePayoutDistributor", token)
+        chain = cls(w3, distributor, sender, private_key, gas=gas, receipt_timeout_s=receipt_timeout_s)
         contract = w3.eth.contract(address=token, abi=_artifact("MLXToken")["abi"])
         chain._send(contract.functions.setMinter(distributor))
         return chain
@@ -89,14 +98,51 @@ class PayoutChain:
             raise ChainError(f"payout chain call failed: {error}") from error
 
     @classmethod
-    def connect(cls, rpc_url: str, distributor_address: str, private_key: str | None = None) -> PayoutChain:
-        """Attach to a deployed distributor over JSON-RPC; without a key, use the node's first account."""
+    def connect(cls, rpc_url: str, distributor_address: str, private_key: str | None = None, *,
+                chain_id: int | None = None, gas: GasCaps = GasCaps(),
+                receipt_timeout_s: float = RECEIPT_TIMEOUT_S) -> PayoutChain:
+        """Attach to a deployed distributor over JSON-RPC; without a key, use the node's first account.
+
+        With chain_id, a node reporting another chain, or no distributor code at the address, is
+        refused (ChainSettingsError): roots must never land where operators do not look."""
         w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": RPC_TIMEOUT_S}))
         try:
             sender = EthAccount.from_key(private_key).address if private_key else w3.eth.accounts[0]
-            return cls(w3, distributor_address, sender, private_key)
+            chain = cls(w3, distributor_address, sender, private_key, gas=gas, receipt_timeout_s=receipt_timeout_s)
         except (Web3Exception, OSError, ValueError, IndexError) as error:
             raise ChainError(f"cannot use the payout chain at {rpc_url}: {error}") from error
+        if chain_id is not None and chain.chain_id != chain_id:
+            raise ChainSettingsError(f"the RPC at {rpc_url} serves chain {chain.chain_id}, not the configured "
+                                     f"--chain-id {chain_id}: check the URL")
+        if chain_id is not None and not chain.is_deployed():
+            raise ChainSettingsError(f"no payout distributor at {distributor_address} on chain {chain_id}: "
+                                     "check --chain-distributor")
+        return chain
+
+    @property
+    def sender(self) -> str:
+        """The account that publishes roots (and pays their gas)."""
+        return self._sender.lower()
+
+    def block_number(self) -> int:
+        """The newest block: how deep an anchor is, in confirmations."""
+        try:
+            return int(self._w3.eth.block_number)
+        except (Web3Exception, OSError) as error:
+            raise ChainError(f"payout chain call failed: {error}") from error
+
+    def publication(self, epoch: int) -> ChainReceipt | None:
+        """Where the epoch's root was published (its EpochPublished event), or None if not found."""
+        event = self._distributor.events.EpochPublished
+        try:
+            logs = event.get_logs(from_block=0, argument_filters={"epoch": epoch})
+            if not logs:
+                return None
+            receipt = self._w3.eth.get_transaction_receipt(logs[-1]["transactionHash"])
+        except (Web3Exception, OSError, ValueError) as error:
+            raise ChainError(f"payout chain call failed: {error}") from error
+        return ChainReceipt("0x" + bytes(receipt["transactionHash"]).hex().removeprefix("0x"),
+                            int(receipt["blockNumber"]), int(receipt["gasUsed"]))
 
     @property
     def token_address(self) -> str:
@@ -139,16 +185,30 @@ class PayoutChain:
         except (Web3Exception, TransactionFailed, OSError) as error:
             raise ChainError(f"payout chain call failed: {error}") from error
 
+    def _fees(self) -> dict[str, int]:
+        """maxFeePerGas and maxPriorityFeePerGas within the caps; ChainError while the base fee is above them."""
+        if self._gas == GasCaps():
+            return {}  # the node's own suggestion, as web3 fills it in
+        base_fee = int(self._w3.eth.get_block("latest").get("baseFeePerGas", 0))
+        fees = self._gas.fees(base_fee, int(self._w3.eth.max_priority_fee))
+        if fees is None:
+            raise ChainError(f"the base fee ({base_fee} wei/gas) is above --chain-max-fee-gwei "
+                             f"({self._gas.max_fee_per_gas_wei} wei/gas): waiting for cheaper blocks")
+        return {"maxFeePerGas": fees[0], "maxPriorityFeePerGas": fees[1]}
+
     def _send(self, function: Any) -> ChainReceipt:
         try:
             if self._key is None:
-                tx_hash = function.transact({"from": self._sender})
+                tx_hash = function.transact({"from": self._sender, **self._fees()})
             else:
+                # The latest (mined) nonce, not the pending one: a send after a dropped or stuck
+                # transaction replaces it rather than queueing behind it.
                 tx = function.build_transaction({
-                    "from": self._sender, "nonce": self._w3.eth.get_transaction_count(self._sender)})
+                    "from": self._sender, "nonce": self._w3.eth.get_transaction_count(self._sender, "latest"),
+                    **self._fees()})
                 signed = self._w3.eth.account.sign_transaction(tx, self._key)
                 tx_hash = self._w3.eth.send_raw_transaction(signed.raw_transaction)
-            receipt = self._w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
+            receipt = self._w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self._receipt_timeout_s)
         except (ContractLogicError, TransactionFailed) as error:
             raise ChainError(f"the distributor refused the transaction: {error}") from error
         except (Web3Exception, TimeExhausted, OSError) as error:
@@ -159,10 +219,14 @@ class PayoutChain:
                             int(receipt["gasUsed"]))
 
 
-def _deploy(w3: Web3, sender: str, name: str, *args: Any) -> str:
+def _deploy(w3: Web3, sender: str, private_key: str | None, name: str, *args: Any) -> str:
     artifact = _artifact(name)
-    factory = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"])
-    tx_hash = factory.constructor(*args).transact({"from": sender})
+    constructor = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"]).constructor(*args)
+    if private_key is None:
+        tx_hash = constructor.transact({"from": sender})
+    else:
+        tx = constructor.build_transaction({"from": sender, "nonce": w3.eth.get_transaction_count(sender, "latest")})
+        tx_hash = w3.eth.send_raw_transaction(w3.eth.account.sign_transaction(tx, private_key).raw_transaction)
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=RECEIPT_TIMEOUT_S)
     log.info("deployed %s at %s (gas %d)", name, receipt["contractAddress"], receipt["gasUsed"])
     return str(receipt["contractAddress"])

@@ -6,6 +6,8 @@ of the epoch's record (ledger.head_signatures.head_digest: its journal head, roo
 total), so the audit can hold the database to the chain without trusting the coordinator.
 Publishing is outside the database transaction: a root already on chain is recognised and
 only recorded, so a crash between publishing and committing never publishes twice.
+An anchor is recorded once its block has `confirmations` blocks on it (its own included);
+until then the epoch waits, on chain but unrecorded, and later passes look again.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class PayoutChainLike(Protocol):
 
     def publish(self, epoch: int, root: bytes, total: int, head: bytes) -> ChainReceiptLike: ...
 
+    def publication(self, epoch: int) -> ChainReceiptLike | None: ...
+
+    def block_number(self) -> int: ...
+
 
 class ChainReceiptLike(Protocol):
     tx_hash: str
@@ -54,14 +60,27 @@ class AnchorProblem:
     reason: str
 
 
+@dataclass(frozen=True)
+class AnchorPass:
+    anchored: list[AnchorRecord]  # recorded in this pass, each `confirmations` deep
+    waiting: list[int]  # epochs on chain but not deep enough yet: a later pass records them
+
+
 def anchor_epochs(session: Session, chain: PayoutChainLike, *, limit: int = ANCHORS_PER_CALL_MAX,
                   now_us: int | None = None) -> list[AnchorRecord]:
-    """Publish every closed epoch with payouts that this distributor lacks, oldest first; caller commits.
+    """anchor_pass with one confirmation: what it recorded."""
+    return anchor_pass(session, chain, limit=limit, now_us=now_us).anchored
+
+
+def anchor_pass(session: Session, chain: PayoutChainLike, *, confirmations: int = 1,
+                limit: int = ANCHORS_PER_CALL_MAX, now_us: int | None = None) -> AnchorPass:
+    """Publish every closed epoch with payouts that this distributor lacks, oldest first, and record
+    each once `confirmations` deep; caller commits.
 
     The newest REORG_CHECKED_MAX anchors recorded are looked up on chain first: one whose root
     is gone (a reorg dropped its transaction) loses its record and is published again.
     """
-    assert 0 < limit <= ANCHORS_PER_CALL_MAX
+    assert 0 < limit <= ANCHORS_PER_CALL_MAX and confirmations >= 1
     done = epoch_store.anchors(session, chain.chain_id, chain.distributor_address)
     for number in sorted(done)[-REORG_CHECKED_MAX:]:
         if chain.epoch_root(number) is None:
@@ -69,10 +88,11 @@ def anchor_epochs(session: Session, chain: PayoutChainLike, *, limit: int = ANCH
                         number, done[number].tx_hash)
             epoch_store.delete_anchor(session, done.pop(number))
     anchored: list[AnchorRecord] = []
+    waiting: list[int] = []
     for epoch in epoch_store.all_epochs(session):
         if epoch.root is None or epoch.number in done:
             continue
-        if len(anchored) == limit:
+        if len(anchored) + len(waiting) == limit:
             break
         root, head = bytes.fromhex(epoch.root[2:]), head_digest(epoch)
         onchain = chain.epoch_root(epoch.number)
@@ -80,16 +100,26 @@ def anchor_epochs(session: Session, chain: PayoutChainLike, *, limit: int = ANCH
             raise AnchorMismatchError(
                 f"epoch {epoch.number}: the chain holds root 0x{onchain.hex()} and another head than the ledger's "
                 f"record (root {epoch.root}); run `mlxnet ledger audit`")
-        if onchain is None:
-            receipt = chain.publish(epoch.number, root, epoch.total, head)
-            tx_hash, block_number, gas_used = receipt.tx_hash, receipt.block_number, receipt.gas_used
-        else:
-            tx_hash, block_number, gas_used = "0x" + "0" * 64, 0, 0  # published before a crash
+        # Published now, or before a crash or an earlier pass (then found by its event, if the node keeps logs).
+        receipt = (chain.publish(epoch.number, root, epoch.total, head) if onchain is None
+                   else chain.publication(epoch.number))
+        if receipt is not None and confirmations > 1 and not _deep_enough(chain, receipt, confirmations):
+            waiting.append(epoch.number)
+            continue
+        tx_hash, block_number, gas_used = ((receipt.tx_hash, receipt.block_number, receipt.gas_used) if receipt
+                                           else ("0x" + "0" * 64, 0, 0))
         record = AnchorRecord(epoch.number, chain.chain_id, chain.distributor_address, epoch.root, tx_hash,
                               block_number, gas_used, now_us or time.time_ns() // 1_000)
         epoch_store.insert_anchor(session, record)
         anchored.append(record)
-    return anchored
+    return AnchorPass(anchored, waiting)
+
+
+def _deep_enough(chain: PayoutChainLike, receipt: ChainReceiptLike, confirmations: int) -> bool:
+    depth = chain.block_number() - receipt.block_number + 1
+    if depth < confirmations:
+        log.info("epoch anchor tx %s: %d of %d confirmations", receipt.tx_hash, max(depth, 0), confirmations)
+    return depth >= confirmations
 
 
 def check_anchors(session: Session, chain: PayoutChainLike) -> list[AnchorProblem]:

@@ -5,6 +5,10 @@ platform package ships it) into .tools/; $MLXNET_ANVIL names another one. The ch
 is dumped to `state_path` every few seconds and on exit, and loaded again at start, so a
 restart keeps every anchored root and claim. Only this module starts the process; it talks
 to it through ledger.anchor over JSON-RPC, like to any other chain.
+
+Anvil never outlives the process that started it: it runs under ledger/anvil_watchdog.py,
+which holds a pipe from this process and stops anvil (state dumped) when the pipe closes,
+on Linux and macOS alike, even when this process is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger.chain_settings import RECEIPT_TIMEOUT_S_DEFAULT, GasCaps
 from ledger.errors import ChainError
 
 log = logging.getLogger(__name__)
@@ -31,6 +37,7 @@ STATE_INTERVAL_S = 2  # how much chain time a kill -9 can lose (a clean stop dum
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 OUTPUT_LINES_MAX = 200  # lines read while waiting for the port; anvil prints a few dozen
+WATCHDOG = Path(__file__).resolve().with_name("anvil_watchdog.py")
 _LISTENING = re.compile(r"Listening on ([0-9.]+):(\d+)")
 
 
@@ -53,7 +60,7 @@ class AnvilProcess:
     output: threading.Thread  # drains anvil's output until it exits
 
     def stop(self) -> None:
-        """SIGTERM, so anvil dumps its state; the caller's restart then finds every block."""
+        """SIGTERM (the watchdog passes it on), so anvil dumps its state; a restart then finds every block."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -62,8 +69,9 @@ class AnvilProcess:
                 self.process.kill()
                 self.process.wait()
         self.output.join(STOP_TIMEOUT_S)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
 
 
 def start_anvil(state_path: Path, *, port: int = 0, binary: Path | None = None) -> AnvilProcess:
@@ -78,13 +86,20 @@ def start_anvil(state_path: Path, *, port: int = 0, binary: Path | None = None) 
     state_path.parent.mkdir(parents=True, exist_ok=True)
     command = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(CHAIN_ID),
                "--state", str(state_path), "--state-interval", str(STATE_INTERVAL_S)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # stdin is the watchdog's pipe from us: never written, it closes when this process ends.
+    process = subprocess.Popen([sys.executable, str(WATCHDOG), *command], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     address = _wait_listening(process)
     if address is None:
-        process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        process.terminate()  # the watchdog passes it on to anvil, if anvil is running at all
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
         raise ChainError(f"anvil did not start within {START_TIMEOUT_S:.0f} s ({' '.join(command)})")
     output = _drain(process)
     log.info("anvil listening on %s, state in %s", address, state_path)
@@ -129,7 +144,8 @@ def _drain(process: subprocess.Popen[str]) -> threading.Thread:
 CONTRACTS_FILE = "contracts.json"  # beside the state: the RPC URL, chain id and addresses deployed once
 
 
-def embedded_chain(directory: Path, *, port: int = 0):  # type: ignore[no-untyped-def]
+def embedded_chain(directory: Path, *, port: int = 0, gas: GasCaps = GasCaps(),  # type: ignore[no-untyped-def]
+                   receipt_timeout_s: float = RECEIPT_TIMEOUT_S_DEFAULT):
     """(the anvil process, a PayoutChain on it): started with its state in `directory`, and the
     contracts deployed on the first start only, their addresses recorded in contracts.json."""
     from ledger.anchor import PayoutChain  # web3 loads only when a chain is used
@@ -140,13 +156,14 @@ def embedded_chain(directory: Path, *, port: int = 0):  # type: ignore[no-untype
         chain = None
         if record_path.exists():
             recorded = json.loads(record_path.read_text(encoding="utf-8"))
-            chain = PayoutChain.connect(process.rpc_url, recorded["distributor"])
+            chain = PayoutChain.connect(process.rpc_url, recorded["distributor"], gas=gas,
+                                        receipt_timeout_s=receipt_timeout_s)
             if not chain.is_deployed():
                 log.warning("the recorded distributor %s is not on the restarted chain (its state was lost): "
                             "deploying again", recorded["distributor"])
                 chain = None
         if chain is None:
-            chain = PayoutChain.deploy(process.rpc_url)
+            chain = PayoutChain.deploy(process.rpc_url, gas=gas, receipt_timeout_s=receipt_timeout_s)
         record = {"rpc_url": process.rpc_url, "chain_id": chain.chain_id, "distributor": chain.distributor_address,
                   "token": chain.token_address}
         temporary = record_path.with_suffix(".tmp")

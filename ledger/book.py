@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 # Issuance and external accounts stand for money entering the ledger, so they run negative.
-_OVERDRAFT_ALLOWED_KINDS = frozenset({AccountKind.ISSUANCE, AccountKind.EXTERNAL})
+_OVERDRAFT_ALLOWED_KINDS = frozenset({AccountKind.ISSUANCE, AccountKind.EXTERNAL, AccountKind.DEBT})
 EXPIRED_PENDING_LIMIT_MAX = 1_000
 
 

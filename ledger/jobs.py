@@ -49,6 +49,7 @@ from ledger.model import (
     VoidPending,
 )
 from ledger.policy import JobPrice
+from ledger.rules import valid_id
 
 CONSUMER_ESCROW_ACCOUNT = "escrow:consumers"
 TREASURY_FEES_ACCOUNT = "treasury:fees"
@@ -444,3 +445,42 @@ def _refunds(session: Session, job_id: JobId, consumer_account: str, charge: int
                 )
             )
     return refunds
+
+
+def check_fee_transfer_id(check_id: str) -> str:
+    """The one transfer that pays a check job: the same check always gives the same id."""
+    transfer_id = f"check:{check_id}"
+    assert valid_id(transfer_id), f"check ids are short printable text without spaces: {check_id!r}"
+    return transfer_id
+
+
+def pay_check_fee(
+    session: Session,
+    check_id: str,
+    job_id: JobId,
+    operator_id: OperatorId,
+    amount: int,
+    *,
+    from_fees: bool,
+    now_us: int | None = None,
+) -> TransferResult | None:
+    """Pay a peer's operator for checking a job, out of the network's share.
+
+    from_fees: the job's network fee was collected and kept (the treasury pays); otherwise
+    (an anonymous job, or a failed one whose fee went back to the consumer) the network pays
+    from issuance, as it pays anonymous jobs' credits. None when the amount is zero; `exists`
+    on a retry, so a check is paid at most once.
+    """
+    if amount == 0:
+        return None
+    ensure_system_accounts(session)
+    open_operator_account(session, operator_id)
+    request = TransferRequest(
+        id=check_fee_transfer_id(check_id),
+        debit_account=TREASURY_FEES_ACCOUNT if from_fees else ISSUANCE_REWARDS_ACCOUNT,
+        credit_account=operator_account_id(operator_id),
+        amount=amount,
+        kind=TransferKind.CHECK_FEE,
+        job_id=job_id,
+    )
+    return create_transfer(session, request, now_us=now_us)

@@ -37,6 +37,7 @@ class AccountKind(StrEnum):
     EXTERNAL = "external"
     POOL = "pool"  # the bonus pool that pays Ultra-seat rewards and bonuses
     PAYOUT = "payout"  # epoch payouts owed on chain, claimed by operators with a proof
+    DEBT = "debt"  # what an operator owes after a claw-back its balance could not cover (negative)
 
 
 class TransferKind(StrEnum):
@@ -53,6 +54,9 @@ class TransferKind(StrEnum):
     SEAT_REWARD = "seat_reward"  # bonus pool -> operator: availability reward per seat-hour
     SEAT_JOB_BONUS = "seat_job_bonus"  # bonus pool -> operator: the Ultra-seat multiplier on job credits
     EPOCH_PAYOUT = "epoch_payout"  # operator -> on-chain payouts at an epoch's close
+    CLAWBACK = "clawback"  # operator (or its debt) -> treasury: credits taken back after a failed check
+    DEBT_REPAYMENT = "debt_repayment"  # operator -> its debt account, from credits posted later
+    CHECK_FEE = "check_fee"  # the network -> a peer's operator, for replaying another node's job
 
 
 class ResultCode(StrEnum):

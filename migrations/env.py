@@ -6,6 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from coordinator.storage.tables import metadata as coordinator_metadata
+from coordinator.verification import peer_store  # noqa: F401 (its table joins verification's metadata)
 from coordinator.verification.store import metadata as verification_metadata
 from coordinator.world.tables import metadata as world_metadata
 from ledger.storage.tables import metadata as ledger_metadata

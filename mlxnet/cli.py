@@ -51,7 +51,46 @@ def _registration_limits(args: argparse.Namespace):  # type: ignore[no-untyped-d
     return RegistrationLimits(
         per_address_burst=args.registrations_per_address_burst or defaults.per_address_burst,
         per_address_per_minute=(args.registrations_per_address_per_minute
-                                or defaults.per_address_per_minute))
+                                or defaults.per_address_per_minute),
+        per_operator_burst=args.registrations_per_operator_burst or defaults.per_operator_burst,
+        per_operator_per_minute=(args.registrations_per_operator_per_minute
+                                 or defaults.per_operator_per_minute))
+
+
+def _add_chain_flags(parser: argparse.ArgumentParser) -> None:
+    """Where epoch roots are anchored (ledger.chain_settings checks them before the coordinator starts)."""
+    from ledger.api import CONFIRMATIONS_MAX, KEYSTORE_PASSWORD_ENV_DEFAULT, PUBLISHER_KEY_ENV_DEFAULT
+
+    chain = parser.add_argument_group("payout chain", "default: the coordinator's own anvil in --data-dir")
+    chain.add_argument("--chain-rpc-url", default=os.environ.get("MLXNET_PAYOUT_RPC_URL"), metavar="URL",
+                       help="a real network's JSON-RPC URL (or $MLXNET_PAYOUT_RPC_URL)")
+    chain.add_argument("--chain-id", default=os.environ.get("MLXNET_PAYOUT_CHAIN_ID"), metavar="N",
+                       help="the chain id that URL must report, e.g. 8453 for Base (or $MLXNET_PAYOUT_CHAIN_ID)")
+    chain.add_argument("--chain-distributor", default=os.environ.get("MLXNET_PAYOUT_DISTRIBUTOR"), metavar="0x…",
+                       help="the payout distributor's address on that network (or $MLXNET_PAYOUT_DISTRIBUTOR)")
+    chain.add_argument("--chain-key-env", metavar="NAME",
+                       help=f"the environment variable holding the publisher's key (default {PUBLISHER_KEY_ENV_DEFAULT})")
+    chain.add_argument("--chain-keystore", metavar="FILE",
+                       help="an encrypted keystore file with the publisher's key instead")
+    chain.add_argument("--chain-keystore-password-env", metavar="NAME",
+                       help=f"the variable holding the keystore's password (default {KEYSTORE_PASSWORD_ENV_DEFAULT})")
+    chain.add_argument("--chain-confirmations", default=os.environ.get("MLXNET_PAYOUT_CONFIRMATIONS"), metavar="N",
+                       help=f"blocks an anchor waits for before it counts, 1 to {CONFIRMATIONS_MAX} (default 1)")
+    chain.add_argument("--chain-max-fee-gwei", metavar="GWEI",
+                       help="the most paid per gas for an anchor; while the base fee is above it, anchoring waits")
+    chain.add_argument("--chain-priority-fee-gwei", metavar="GWEI", help="the most tipped per gas")
+
+
+def _chain_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(settings, publisher key) from the flags; ChainSettingsError names the first bad one."""
+    from ledger.api import chain_settings, publisher_key
+
+    settings = chain_settings(
+        rpc_url=args.chain_rpc_url, chain_id=args.chain_id, distributor=args.chain_distributor,
+        confirmations=args.chain_confirmations, max_fee_gwei=args.chain_max_fee_gwei,
+        priority_fee_gwei=args.chain_priority_fee_gwei, key_env=args.chain_key_env, keystore=args.chain_keystore,
+        keystore_password_env=args.chain_keystore_password_env)
+    return settings, publisher_key(settings)
 
 
 def _coordinator(args: argparse.Namespace) -> int:
@@ -65,11 +104,14 @@ def _coordinator(args: argparse.Namespace) -> int:
     from mlxnet.verifier import child_checker, verified_specs
     from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
+    from ledger.api import ChainSettingsError
+
     hop_trace.open_from_environment()
     tracing.start_from_environment("mlxnet-coordinator")
     try:
         tls = server_tls(args)
-    except (TransportRefused, TlsSetupError) as error:
+        chain, key = _chain_settings(args)
+    except (TransportRefused, TlsSetupError, ChainSettingsError) as error:
         log.error("%s", error)
         return 2
     config = CoordinatorConfig(database_url=_database_url(args),
@@ -78,14 +120,18 @@ def _coordinator(args: argparse.Namespace) -> int:
                                allow_anonymous=args.allow_anonymous,
                                trust_simulated_hardware=args.trust_simulated_hardware,
                                ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
-                               chain_dir=args.data_dir / "anvil",
+                               chain_dir=args.data_dir / "anvil", chain=chain,
                                registration_limits=_registration_limits(args),
                                challenge_mean_interval_s=args.challenge_mean_interval_s,
                                challenge_pass_interval_s=min(10.0, args.challenge_mean_interval_s))
     verified = verified_specs(args.verify_model)
-    running = start(config, args.host, args.port, http_port=args.http_port,
-                    checker=child_checker(verified),
-                    pinned_models=tuple(spec for _, spec in verified.values()), tls=tls)
+    try:
+        running = start(config, args.host, args.port, http_port=args.http_port,
+                        checker=child_checker(verified),
+                        pinned_models=tuple(spec for _, spec in verified.values()), tls=tls, publisher_key=key)
+    except ChainSettingsError as error:
+        log.error("%s", error)
+        return 2
     freeze_start_up_heap()
     if args.port_file:
         args.port_file.write_text(f"{running.port}\n")
@@ -164,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "behind one NAT needs one per Mac); then the per-minute rate")
     coordinator.add_argument("--registrations-per-address-per-minute", type=int, metavar="N",
                              help="registrations one address may make a minute after its burst (default 30)")
+    coordinator.add_argument("--registrations-per-operator-burst", type=int, metavar="N",
+                             help="registrations one operator's nodes may make at once (default 200; "
+                             "a farm of Macs joining together needs one per Mac); then the per-minute rate")
+    coordinator.add_argument("--registrations-per-operator-per-minute", type=int, metavar="N",
+                             help="registrations one operator's nodes may make a minute after its "
+                             "burst (default 60)")
     coordinator.add_argument("--challenge-mean-interval-s", type=_positive_seconds, default=6 * 3600.0,
                              metavar="S", help="how often, on average, each verified Mac gets a challenge "
                              "benchmark at a random time (default 6 h)")
@@ -181,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="replay sampled jobs of this model with a verifier worker "
                                   "(repeatable); without it, jobs go unchecked and their "
                                   "credits are posted when the check window closes")
+    _add_chain_flags(coordinator)
     _add_database_flags(coordinator)
     coordinator.set_defaults(handler=_coordinator)
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
+import random
+import time
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
 
-from contracts.tls import CoordinatorTrust, TransportRefused, normalize_fingerprint
+from contracts.failover import Rotation, after_failure, parse_addresses, parse_fingerprints
+from contracts.tls import CoordinatorTrust, TransportRefused
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc
 from protos.wire.channel import open_channel
 
@@ -24,29 +28,33 @@ CONSUMER_METADATA_KEY = "x-mlxnet-consumer"
 API_KEY_ENV = "MLXNET_API_KEY"  # the key JobClient sends when none is passed
 FINGERPRINT_ENV = "MLXNET_COORDINATOR_FINGERPRINT"
 TLS_REFUSED = "TLS"  # JobRequestError's code when the coordinator's certificate is refused
+FAILOVER_ROUNDS_MAX = 3  # a call tries every coordinator this many times before it gives up
 
 
 def add_trust_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator-fingerprint", metavar="SHA256",
                         default=os.environ.get(FINGERPRINT_ENV, ""),
                         help="pin the coordinator's certificate (it prints its fingerprint); "
-                        f"default ${FINGERPRINT_ENV}, else the system's CAs must vouch for it")
+                        "several coordinators: one they share, or one per --coordinator address, "
+                        f"comma-separated; default ${FINGERPRINT_ENV}, else the system's CAs must "
+                        "vouch for it")
     parser.add_argument("--insecure", action="store_true",
                         help="plaintext, to a coordinator on loopback only")
 
 
-def trust_from_args(args: argparse.Namespace) -> CoordinatorTrust:
-    """Raises ValueError for a fingerprint that is not one."""
+def trust_from_args(args: argparse.Namespace) -> dict[str, CoordinatorTrust]:
+    """Each --coordinator address's trust; raises ValueError for a fingerprint that is not one."""
+    addresses = parse_addresses(args.coordinator)
     if args.insecure:
-        return CoordinatorTrust(insecure=True)
-    pinned = args.coordinator_fingerprint
-    return CoordinatorTrust(fingerprint=normalize_fingerprint(pinned) if pinned else "")
+        return {address: CoordinatorTrust(insecure=True) for address in addresses}
+    pins = parse_fingerprints(args.coordinator_fingerprint or "", addresses)
+    return {address: CoordinatorTrust(fingerprint=pins.get(address, "")) for address in addresses}
 
 
 def client_from_args(args: argparse.Namespace, consumer: str = "") -> JobClient:
     """A client for --coordinator with add_trust_arguments' flags; a refusal is a JobRequestError."""
     try:
-        return JobClient(args.coordinator, consumer, trust=trust_from_args(args))
+        return JobClient(args.coordinator, consumer, trust_by_address=trust_from_args(args))
     except (TransportRefused, ValueError) as error:
         raise JobRequestError(TLS_REFUSED, str(error)) from error
 
@@ -69,21 +77,58 @@ class StreamedTokens:
 
 class JobClient:
     def __init__(self, address: str, consumer: str = "", api_key: str | None = None,
-                 trust: CoordinatorTrust = CoordinatorTrust()) -> None:
-        """api_key defaults to $MLXNET_API_KEY; without one the call is anonymous.
+                 trust: CoordinatorTrust = CoordinatorTrust(),
+                 trust_by_address: Mapping[str, CoordinatorTrust] | None = None) -> None:
+        """address: HOST:PORT, or several coordinators of one network separated by commas:
+        a call the current one cannot answer (UNAVAILABLE) goes to the next, and a stream
+        that breaks resumes there where it stopped. api_key defaults to $MLXNET_API_KEY;
+        without one the call is anonymous. trust is for every address not in trust_by_address.
 
-        Raises TransportRefused for a coordinator not trusted, JobRequestError when unreachable.
+        Raises TransportRefused for a coordinator not trusted, JobRequestError when none is reachable.
         """
-        try:
-            self._channel, _ = open_channel(address, trust)
-        except OSError as error:
-            raise JobRequestError("UNAVAILABLE", f"cannot reach {address}: {error}") from error
-        self._stub = job_pb2_grpc.JobServiceStub(self._channel)
+        self._rotation = Rotation(parse_addresses(address))
+        self._trusts = {a: (trust_by_address or {}).get(a, trust) for a in self._rotation.addresses}
+        self._draws = random.Random()
+        self._channel, self._stub = self._connect()
         key = os.environ.get(API_KEY_ENV, "") if api_key is None else api_key
         metadata = [(CONSUMER_METADATA_KEY, consumer)] if consumer else []
         if key:
             metadata.append(("authorization", f"Bearer {key}"))
         self._metadata = tuple(metadata)
+
+    @property
+    def address(self) -> str:
+        """The coordinator the client talks to now."""
+        return self._rotation.address
+
+    def _connect(self) -> tuple[grpc.Channel, job_pb2_grpc.JobServiceStub]:
+        """A channel to the current address, else the next that answers; TransportRefused is
+        raised at once (a certificate not trusted is no outage to route around)."""
+        problems = []
+        for _ in self._rotation.addresses:
+            address = self._rotation.address
+            try:
+                channel, _decision = open_channel(address, self._trusts[address])
+                return channel, job_pb2_grpc.JobServiceStub(channel)
+            except OSError as error:
+                problems.append(f"cannot reach {address}: {error}")
+                self._rotation, _wait_s = after_failure(self._rotation, 0.0)
+        raise JobRequestError("UNAVAILABLE", "; ".join(problems))
+
+    def _fail_over(self, error: grpc.RpcError, failures: int) -> bool:
+        """After UNAVAILABLE from the current coordinator: move to the next one (after its
+        jitter or backoff) and return True, or False when there is none to try."""
+        if (error.code() is not grpc.StatusCode.UNAVAILABLE or len(self._rotation.addresses) < 2
+                or failures >= FAILOVER_ROUNDS_MAX * len(self._rotation.addresses)):
+            return False
+        self._channel.close()
+        self._rotation, wait_s = after_failure(self._rotation, self._draws.random())
+        time.sleep(wait_s)
+        try:
+            self._channel, self._stub = self._connect()
+        except JobRequestError:
+            return failures + 1 < FAILOVER_ROUNDS_MAX * len(self._rotation.addresses)
+        return True
 
     def close(self) -> None:
         self._channel.close()
@@ -94,41 +139,90 @@ class JobClient:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def _call(self, method, request):  # type: ignore[no-untyped-def]
-        try:
-            return method(request, timeout=RPC_DEADLINE_S, metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise JobRequestError(error.code().name, error.details() or "") from error
+    def _call(self, method_name: str, request):  # type: ignore[no-untyped-def]
+        """One unary call; every one here is safe to repeat at another coordinator (a submit
+        carries its request id, which finds the job a first try made)."""
+        failures = 0
+        while True:
+            try:
+                return getattr(self._stub, method_name)(request, timeout=RPC_DEADLINE_S,
+                                                        metadata=self._metadata)
+            except grpc.RpcError as error:
+                if not self._fail_over(error, failures):
+                    raise JobRequestError(error.code().name, error.details() or "") from error
+                failures += 1
 
     def submit(self, model: str, prompt: str, *, max_tokens: int = 0, temperature: float = 0.0,
                top_p: float = 0.0, seed: int = 0, request_id: str = "") -> job_pb2.Job:
+        """request_id: the client's idempotency id; without one a fresh id is chosen, so a
+        retry at another coordinator finds the same job instead of making a second."""
+        request_id = request_id or uuid.uuid4().hex
         request = job_pb2.SubmitJobRequest(
             model=model, prompt=prompt, request_id=request_id,
             sampling=common_pb2.SamplingParams(max_tokens=max_tokens, temperature=temperature,
                                                top_p=top_p, seed=seed))
-        return self._call(self._stub.SubmitJob, request).job
+        return self._call("SubmitJob", request).job
 
     def get(self, job_id: str) -> job_pb2.Job:
-        return self._call(self._stub.GetJob, job_pb2.GetJobRequest(job_id=job_id)).job
+        return self._call("GetJob", job_pb2.GetJobRequest(job_id=job_id)).job
 
     def cancel(self, job_id: str) -> job_pb2.Job:
-        return self._call(self._stub.CancelJob, job_pb2.CancelJobRequest(job_id=job_id)).job
+        return self._call("CancelJob", job_pb2.CancelJobRequest(job_id=job_id)).job
 
     def explain_placement(self, model: str, context_tokens: int,
                           min_decode_tokens_per_s: float = 0.0) -> job_pb2.ExplainPlacementResponse:
         request = job_pb2.ExplainPlacementRequest(
             model=model, context_tokens=context_tokens,
             min_decode_tokens_per_s=min_decode_tokens_per_s)
-        return self._call(self._stub.ExplainPlacement, request)
+        return self._call("ExplainPlacement", request)
 
     def stream(self, job_id: str) -> Iterator[StreamedTokens | job_pb2.Job]:
-        """Tokens as they are made, then the final job."""
-        try:
-            for message in self._stub.StreamJob(job_pb2.StreamJobRequest(job_id=job_id),
-                                                timeout=STREAM_DEADLINE_S, metadata=self._metadata):
-                if message.HasField("final_job"):
-                    yield message.final_job
-                    return
-                yield StreamedTokens(message.first_index, tuple(message.token_ids), message.text)
-        except grpc.RpcError as error:
-            raise JobRequestError(error.code().name, error.details() or "") from error
+        """Tokens as they are made, then the final job. Should the coordinator go away mid-stream,
+        the stream resumes at another one, without repeating what was already yielded."""
+        resume = Resume()
+        failures = 0
+        while True:
+            resume.restart()
+            try:
+                for message in self._stub.StreamJob(job_pb2.StreamJobRequest(job_id=job_id),
+                                                    timeout=STREAM_DEADLINE_S,
+                                                    metadata=self._metadata):
+                    if message.HasField("final_job"):
+                        yield message.final_job
+                        return
+                    tokens = resume.fresh(message.first_index, tuple(message.token_ids),
+                                          message.text)
+                    if tokens is not None:
+                        yield tokens
+            except grpc.RpcError as error:
+                if not self._fail_over(error, failures):
+                    raise JobRequestError(error.code().name, error.details() or "") from error
+                failures += 1
+                continue
+            raise JobRequestError("UNAVAILABLE", f"the stream of {job_id} ended before the job did")
+
+
+class Resume:
+    """What a restarted stream repeats, cut off: a stream starts again from the job's first
+    token, and its tokens and text come again as before (the same chunks, the same stop cut)."""
+
+    def __init__(self) -> None:
+        self.tokens_delivered = 0  # the next token index the caller has not seen
+        self.chars_delivered = 0  # of text, which a stop sequence may hold back apart from tokens
+        self._chars_replayed = 0  # of text on the current stream
+
+    def restart(self) -> None:
+        self._chars_replayed = 0
+
+    def fresh(self, first_index: int, token_ids: tuple[int, ...], text: str) -> StreamedTokens | None:
+        """The part of this message the caller has not seen, or None when it has seen it all."""
+        skip_tokens = max(0, self.tokens_delivered - first_index)
+        skip_chars = max(0, self.chars_delivered - self._chars_replayed)
+        self._chars_replayed += len(text)
+        token_ids, text = token_ids[skip_tokens:], text[skip_chars:]
+        if not token_ids and not text:
+            return None
+        first_index += skip_tokens
+        self.tokens_delivered = max(self.tokens_delivered, first_index + len(token_ids))
+        self.chars_delivered += len(text)
+        return StreamedTokens(first_index, token_ids, text)

@@ -4,7 +4,9 @@ It builds the tiny model, starts a coordinator on SQLite and three node
 agents as separate processes declaring different simulated Macs, submits a
 handful of jobs at once, and shows where each ran and why, its text, its
 verified receipt, the coordinator's replay check of its proof, and what each
-operator was credited once the checks passed.
+operator was credited once the checks passed. Then an epoch closes, its payouts'
+root is anchored on the coordinator's own anvil, and one operator's payout is
+checked against the chain and claimed, with the commands to do it by hand.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from contracts.tls import CoordinatorTrust
 from mlxnet.checks_view import render_check, wait_for_checks
 from mlxnet.consumer import JobClient, StreamedTokens
+from mlxnet.demo_chain import EPOCH_LENGTH_S, set_payout_addresses, show_verification, wait_for_anchored_payout
 from mlxnet.explain_view import render_explanation
 from mlxnet.processes import Child, start_coordinator, start_nodes
 from mlxnet.receipt_view import check_receipt_locally
@@ -81,26 +84,34 @@ def _show(result: DemoResult, names: dict[str, str], out) -> bool:  # type: igno
     return check.ok
 
 
-def _show_balances(database_url: str, operators: list[str], out) -> None:  # type: ignore[no-untyped-def]
+def _show_balances(database_url: str, operators: list[str], out) -> dict[str, int]:  # type: ignore[no-untyped-def]
     from contracts.ids import OperatorId
     from coordinator.storage.database import Database
     from ledger.api import balance, format_mlx, operator_account_id
 
     db = Database(database_url)
     out.write("\noperator balances (MLX ledger):\n")
+    balances = {}
     with db.transaction() as session:
         for operator in operators:
             found = balance(session, operator_account_id(OperatorId(operator)))
-            out.write(f"  {operator:<8} {format_mlx(found.net_posted if found else 0)}\n")
+            # Credits earned; each epoch's close sweeps the balance into that epoch's on-chain payout.
+            balances[operator] = found.credits_posted if found else 0
+            swept = found.debits_posted if found else 0
+            out.write(f"  {operator:<8} {format_mlx(balances[operator])} earned, {format_mlx(swept)} of it "
+                      "already in a closed epoch's payout\n")
     db.dispose()
+    return balances
 
 
 def _start_fleet(work_dir: Path, model_dir: Path) -> list[Child]:
     # The coordinator runs a verifier worker that replays sampled jobs (all of a new node's).
     # The Macs are simulated, so nothing can measure them: the demo places them by the chips
     # they declare. A real coordinator believes a chip only once the node's benchmark fits it.
+    # Epochs of a few seconds, so one closes and its root is anchored on the coordinator's anvil.
     coordinator = start_coordinator(work_dir, allow_anonymous=True, trust_simulated_hardware=True,
-                                    verify_models=(f"{MODEL_ID}={model_dir}",))
+                                    verify_models=(f"{MODEL_ID}={model_dir}",),
+                                    env={"MLXNET_EPOCH_LENGTH_S": str(EPOCH_LENGTH_S)})
     try:
         nodes = start_nodes(work_dir, coordinator.extra["address"], [
             (name, [f"{MODEL_ID}={model_dir}"], profile, operator)
@@ -125,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
         children = _start_fleet(work_dir, model_dir)
         try:
             address, trust = children[0].extra["address"], children[0].trust
+            database_url = f"sqlite:///{work_dir / 'coordinator' / 'coordinator.db'}"
+            set_payout_addresses(database_url)
+            jobs_from_us = time.time_ns() // 1_000
             names = {c.extra["node_id"]: c.name for c in children[1:]}
             out.write(f"coordinator on {address} over TLS, certificate {trust.fingerprint}; "
                       "nodes: " + ", ".join(
@@ -140,12 +154,18 @@ def run(args: argparse.Namespace) -> int:
             seconds = max(r.seconds for r in results)
             out.write(f"\n{len(results)} jobs, {tokens} tokens in {seconds:.2f}s wall "
                       f"({tokens / seconds:.1f} tokens/s across the fleet)\n")
-            database_url = f"sqlite:///{work_dir / 'coordinator' / 'coordinator.db'}"
             completed = [r.job.job_id for r in results if r.job.status == job_pb2.JOB_STATUS_COMPLETED]
             out.write("\nproof of completion (the verifier replays each sampled job in one pass):\n")
             for check in wait_for_checks(database_url, completed):
                 out.write(f"  {check.job_id}: {render_check(check)}\n")
-            _show_balances(database_url, [op for _, _, op in NODES], out)
+            balances = _show_balances(database_url, [op for _, _, op in NODES], out)
+            operator = next((op for op, amount in balances.items() if amount > 0), None)
+            if operator is None:
+                out.write("no operator was paid: nothing to anchor\n")
+                all_ok = False
+            else:
+                payout = wait_for_anchored_payout(children[0], database_url, operator, jobs_from_us)
+                all_ok = show_verification(payout, operator, work_dir / "coordinator", out) and all_ok
         finally:
             for child in reversed(children):
                 child.stop()

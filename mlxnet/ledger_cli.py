@@ -6,6 +6,7 @@
     mlxnet ledger verify-proof --proof FILE --rpc-url URL --distributor ADDR
     mlxnet ledger claim --proof FILE --rpc-url URL --distributor ADDR   (sends from $MLXNET_CLAIM_KEY)
     mlxnet ledger chain                  the coordinator's own anvil: its RPC URL and contract addresses
+    mlxnet ledger deploy --rpc-url URL --chain-id N [--key-env NAME | --keystore FILE]   once, on a real network
     mlxnet ledger close-epoch [--rpc-url URL --distributor ADDR]
     mlxnet ledger set-payout-address --operator X --address 0x...
 
@@ -66,6 +67,15 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     chain = sub.add_parser("chain", help="where the coordinator's own anvil chain listens, and its contracts")
     chain.add_argument("--data-dir", type=Path, default=Path("~/.mlxnet/coordinator").expanduser())
     chain.set_defaults(handler=_chain_info)
+    deploy = sub.add_parser("deploy", help="deploy the MLX token and the payout distributor on a real network, once")
+    deploy.add_argument("--rpc-url", required=True, help="the network's JSON-RPC URL")
+    deploy.add_argument("--chain-id", required=True, help="the chain id that URL must report")
+    deploy.add_argument("--key-env", help="the variable holding the publisher's key (default "
+                        "MLXNET_PAYOUT_PUBLISHER_KEY); this account alone may publish roots")
+    deploy.add_argument("--keystore", help="an encrypted keystore file with the publisher's key instead")
+    deploy.add_argument("--keystore-password-env", help="the variable holding its password "
+                        "(default MLXNET_PAYOUT_KEYSTORE_PASSWORD)")
+    deploy.set_defaults(handler=_deploy)
     close = sub.add_parser("close-epoch", help="close the latest finished epoch and anchor its root")
     _database_flags(close)
     _chain_flags(close, required=False)
@@ -271,6 +281,29 @@ def _chain_info(args: argparse.Namespace) -> int:
                          "anchors an epoch's root\n")
         return EXIT_USAGE
     sys.stdout.write(record.read_text(encoding="utf-8"))
+    return 0
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from ledger.api import ChainError, ChainSettingsError, deploy_chain, deploy_settings, publisher_key
+
+    try:
+        settings = deploy_settings(rpc_url=args.rpc_url, chain_id=args.chain_id, key_env=args.key_env,
+                                   keystore=args.keystore, keystore_password_env=args.keystore_password_env)
+        key = publisher_key(settings)
+        assert key is not None
+        chain = deploy_chain(settings, key)
+    except ChainSettingsError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_USAGE
+    except ChainError as error:
+        sys.stderr.write(f"{error}\n")
+        return EXIT_DIFFERENCES
+    key_flag = f"--chain-keystore {args.keystore}" if args.keystore else f"--chain-key-env {settings.key_env}"
+    sys.stdout.write(f"token {chain.token_address}\ndistributor {chain.distributor_address}\n"
+                     f"publisher {chain.sender}\nrun the coordinator with:\n"
+                     f"  mlxnet coordinator --chain-rpc-url {args.rpc_url} --chain-id {settings.chain_id} "
+                     f"--chain-distributor {chain.distributor_address} {key_flag}\n")
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from contracts import hop_trace
 from contracts.hardware import ChipTier, HardwareReport
+from contracts.failover import parse_addresses, parse_fingerprints
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
 from contracts.tls import CoordinatorTrust, is_loopback, normalize_fingerprint
@@ -57,11 +58,15 @@ def parse_model_flag(value: str) -> tuple[str, Path]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from mlxnet import node_cli
 
-    parser.add_argument("--coordinator", help="coordinator HOST:PORT (default: from node.toml)")
+    parser.add_argument("--coordinator", help="coordinator HOST:PORT, or several coordinators "
+                        "of one network separated by commas (the node fails over between them); "
+                        "default: from node.toml")
     parser.add_argument("--coordinator-fingerprint", metavar="SHA256",
-                        help="the coordinator's certificate fingerprint, as it prints it; "
-                        "without one the system's CAs vouch for it, or the first join trusts "
-                        "and remembers it in node.toml (a changed certificate is then refused)")
+                        help="the coordinator's certificate fingerprint, as it prints it (several "
+                        "coordinators: one they share, or one per address in --coordinator's "
+                        "order, comma-separated); without one the system's CAs vouch for it, or "
+                        "the first join trusts and remembers it in node.toml (a changed "
+                        "certificate is then refused)")
     parser.add_argument("--insecure", action="store_true",
                         help="plaintext to a coordinator on loopback (nowhere else)")
     parser.add_argument("--model", action="append", default=[], metavar="[ID=]PATH|HUB_ID",
@@ -126,16 +131,16 @@ def run(args: argparse.Namespace) -> int:
     models = _models(model_flags, config)
     if models is None:
         return 2
-    trust = coordinator_trust(args, config, coordinator)
-    if trust is None:
+    trusts = coordinator_trusts(args, config, coordinator)
+    if trusts is None:
         return 2
     settings = AgentSettings(
         coordinator=coordinator, identity=identity, hardware=hardware, models=tuple(models),
         operator_id=args.operator or config.operator or identity.node_id,
         display_name=args.name or config.name or identity.node_id,
-        max_concurrent_jobs=args.max_concurrent_jobs, trust=trust,
-        on_first_use=lambda fingerprint: remember_coordinator(args.data_dir, coordinator,
-                                                              fingerprint),
+        max_concurrent_jobs=args.max_concurrent_jobs, trust_by_address=trusts,
+        on_first_use=lambda address, fingerprint: remember_coordinator(args.data_dir, address,
+                                                                       fingerprint),
         region=args.region if args.region is not None else config.region,
         operator_key=args.operator_key)
     hooks = _hooks(args, config, settings)
@@ -178,9 +183,28 @@ def run(args: argparse.Namespace) -> int:
     os._exit(EXIT_UNTRUSTED if agent.untrusted is not None else code)
 
 
-def coordinator_trust(args: argparse.Namespace, config: NodeConfig,
-                      coordinator: str) -> CoordinatorTrust | None:
-    """--insecure, --coordinator-fingerprint, node.toml's pin, else CAs or first use; None: bad flag."""
+def coordinator_trusts(args: argparse.Namespace, config: NodeConfig,
+                       coordinators: str) -> dict[str, CoordinatorTrust] | None:
+    """coordinator_trust for each address of --coordinator; None: a bad flag (logged)."""
+    try:
+        addresses = parse_addresses(coordinators)
+        given = parse_fingerprints(args.coordinator_fingerprint or "", addresses)
+    except ValueError as error:
+        log.error("%s", error)
+        return None
+    trusts = {}
+    for address in addresses:
+        trust = coordinator_trust(args, config, address, given.get(address, ""))
+        if trust is None:
+            return None
+        trusts[address] = trust
+    return trusts
+
+
+def coordinator_trust(args: argparse.Namespace, config: NodeConfig, coordinator: str,
+                      fingerprint: str = "") -> CoordinatorTrust | None:
+    """--insecure, the fingerprint given for it, node.toml's pin, else CAs or first use;
+    None: bad flag."""
     if args.insecure:
         host = coordinator.rpartition(":")[0].removeprefix("[").removesuffix("]")
         if not is_loopback(host):
@@ -189,12 +213,8 @@ def coordinator_trust(args: argparse.Namespace, config: NodeConfig,
             return None
         return CoordinatorTrust(insecure=True)
     pinned = config.fingerprint_for(coordinator)
-    if args.coordinator_fingerprint:
-        try:
-            given = normalize_fingerprint(args.coordinator_fingerprint)
-        except ValueError as error:
-            log.error("--coordinator-fingerprint: %s", error)
-            return None
+    if fingerprint:
+        given = normalize_fingerprint(fingerprint)
         if pinned and given != pinned:
             log.warning("--coordinator-fingerprint %s replaces the pin %s remembered for %s",
                         given, pinned, coordinator)
@@ -266,7 +286,7 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
     enabled = args.benchmark or config.benchmark.enabled
     benchmark, challenge = None, None
     if enabled == "on" or (enabled == "auto" and not settings.hardware.simulated):
-        benchmark = _benchmark_runner(args.data_dir / "reference-model")
+        benchmark = _benchmark_runner(args.data_dir / "reference-model", args.max_concurrent_jobs)
         challenge = _challenge_runner(args.data_dir / "reference-model")
     pod, pod_runner = None, None
     if config.pod is not None:
@@ -280,14 +300,14 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
                          config.benchmark.interval_minutes * 60, pod, pod_runner, challenge)
 
 
-def _benchmark_runner(reference_dir: Path):  # type: ignore[no-untyped-def]
+def _benchmark_runner(reference_dir: Path, slots: int):  # type: ignore[no-untyped-def]
     def run_once():  # type: ignore[no-untyped-def]
         from node_agent.inference.benchmark import run_benchmark
         from node_agent.tiny_model import build_tiny_model
 
         if not (reference_dir / "config.json").exists():
             build_tiny_model(reference_dir)  # the same bytes on every node: a fair yardstick
-        return run_benchmark(reference_dir, REFERENCE_MODEL_ID)
+        return run_benchmark(reference_dir, REFERENCE_MODEL_ID, slots=slots)  # batches up to its slots
     return run_once
 
 

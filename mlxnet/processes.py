@@ -159,11 +159,12 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
 
 def operator_key(coordinator: str, operator: str) -> str | None:
     """A key for the operator on a coordinator this process started (as `mlxnet keys create
-    --operator` would make it), made once; None for any other coordinator."""
-    database_url = _COORDINATOR_DATABASES.get(coordinator)
+    --operator` would make it), made once per database; None for any other coordinator.
+    coordinator may list several, comma-separated (one network): the first names the database."""
+    database_url = _COORDINATOR_DATABASES.get(coordinator.split(",")[0].strip())
     if database_url is None:
         return None
-    if (coordinator, operator) not in _OPERATOR_KEYS:
+    if (database_url, operator) not in _OPERATOR_KEYS:
         from coordinator.storage.database import Database
         from coordinator.world.operator_keys import create_operator_key
 
@@ -174,8 +175,8 @@ def operator_key(coordinator: str, operator: str) -> str | None:
                                              time.time_ns() // 1_000_000)
         finally:
             db.dispose()
-        _OPERATOR_KEYS[(coordinator, operator)] = key
-    return _OPERATOR_KEYS[(coordinator, operator)]
+        _OPERATOR_KEYS[(database_url, operator)] = key
+    return _OPERATOR_KEYS[(database_url, operator)]
 
 
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,

@@ -10,7 +10,8 @@ from mlxnet.receipt_view import check_receipt_locally, render_receipt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator", default="127.0.0.1:50051", help="coordinator HOST:PORT")
+    parser.add_argument("--coordinator", default="127.0.0.1:50051",
+                        help="coordinator HOST:PORT, or several of one network, comma-separated")
     add_trust_arguments(parser)
     parser.add_argument("--model", required=True, help="model id or path a node serves")
     parser.add_argument("--prompt", required=True)

@@ -4,7 +4,8 @@ Four threads: the connection loop (register, then listen for assignments),
 heartbeats, one worker that owns all MLX work and runs jobs from a bounded
 queue in continuous batches (jobs join at step boundaries and leave as they
 end), and the reporter that finishes each generated job (receipt and its
-report) while the worker steps the batch.
+report) while the worker steps the batch. A check of a peer's job (a prefill-only
+replay, node_agent/peer_checks.py) runs on the worker between batch steps.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import hop_trace
@@ -22,6 +24,7 @@ from contracts.commitments import CommitmentError
 from contracts.hardware import HardwareReport
 from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
     Assignment, CallRejected, Challenge, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
@@ -42,6 +45,7 @@ from node_agent.job_reporter import Generated, JobReporter
 from node_agent.job_reports import JobReports
 from node_agent.job_timeline import JobTimeline
 from node_agent.metrics import NodeMetrics
+from node_agent.peer_checks import run_check
 from node_agent.pods.leader import lead_pod_job
 from node_agent.token_sender import SenderThreads, TokenSender
 
@@ -49,14 +53,13 @@ log = logging.getLogger(__name__)
 
 QUEUED_ASSIGNMENTS_MAX = 64
 CHALLENGES_WAITING_MAX = 2  # the coordinator sends one at a time; a resend may overlap
-RECONNECT_DELAY_S_MIN = 0.1  # between attempts to reach the coordinator (reports retry apart)
-RECONNECT_DELAY_S_MAX = 5.0
+RECONNECT_DELAY_S_MAX = 5.0  # a stream that stayed up longer starts the next backoff afresh
 LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    coordinator: str
+    coordinator: str  # HOST:PORT, or several coordinators sharing one database, comma-separated
     identity: Identity
     hardware: HardwareReport
     models: tuple[tuple[ModelSpec, Path], ...]  # each served model and its directory
@@ -65,8 +68,11 @@ class AgentSettings:
     max_concurrent_jobs: int = 1
     operator_key: str = ""  # mlxo_...: proves operator_id to the coordinator
     trust: CoordinatorTrust = CoordinatorTrust()  # how the coordinator's certificate is checked
-    on_first_use: Callable[[str], None] | None = None  # remembers a fingerprint trusted on first use
+    # on_first_use(address, fingerprint) remembers a certificate trusted on first use.
+    on_first_use: Callable[[str, str], None] | None = None
     region: str = ""  # published on MLX World's map; empty: not shown there
+    # Per coordinator address, when they do not share one certificate (trust is for the rest).
+    trust_by_address: Mapping[str, CoordinatorTrust] = field(default_factory=dict)
 
 
 class NodeAgent:
@@ -77,12 +83,15 @@ class NodeAgent:
         self._engine = engine
         self._hooks = hooks or AgentHooks()  # the operator's terms: lending, pods, benchmark
         self._heartbeat_wake = threading.Event()
-        self._client = CoordinatorClient(settings.coordinator, settings.trust, settings.on_first_use)
+        # Nodes given the same coordinators start at different ones (by node id): a fleet spreads.
+        self._client = CoordinatorClient(settings.coordinator, settings.trust, settings.on_first_use,
+                                         settings.trust_by_address,
+                                         start_at=int(settings.identity.node_id[-8:], 16))
         self.stopping = threading.Event()
         self._reports = JobReports(self._client, settings.identity, self._hooks.job_finished,
                                    self.stopping)
         self._paths = {spec.model_id: path for spec, path in settings.models}
-        self._jobs: queue.Queue[tuple[Assignment, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._jobs: queue.Queue[tuple[Assignment | CheckJob, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
         self._challenges: queue.Queue[Challenge] = queue.Queue(CHALLENGES_WAITING_MAX)
         # Up to max_concurrent_jobs jobs of a model decode together in one batch; weights are
         # counted once, each job's KV cache apart, against the GPU budget the node reported.
@@ -103,7 +112,6 @@ class NodeAgent:
         """Run until stop() is called."""
         threading.Thread(target=self._work_forever, name="mlx-worker", daemon=True).start()
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
-        delay_s = RECONNECT_DELAY_S_MIN
         while not self.stopping.is_set():
             opened = time.monotonic()
             try:
@@ -118,15 +126,25 @@ class NodeAgent:
                 self.untrusted = error
                 self.stop()
             except CoordinatorUnavailable as error:
-                # Back off while every try fails at once (a coordinator restarting, a cut link
+                if len(self._client.addresses) == 1:
+                    # Its channel reconnects by itself, and a changed certificate only shows as
+                    # UNAVAILABLE (with several, each new channel checks the certificate).
+                    self._check_trust()
+                if self.stopping.is_set():
+                    break
+                # Back off while every try fails at once (coordinators restarting, a cut link
                 # that accepts and drops): only a stream that stayed up starts again from the
                 # shortest delay, so a fleet does not hammer a coordinator as it comes back.
                 if time.monotonic() - opened > RECONNECT_DELAY_S_MAX:
-                    delay_s = RECONNECT_DELAY_S_MIN
-                log.warning("coordinator unavailable (%s); retrying in %.1fs", error, delay_s)
+                    self._client.connected()
+                failed = self._client.address
+                delay_s = self._client.fail_over()
+                # The session stays valid at the next coordinator (one shared database), so
+                # jobs running here go on and report there; one that refuses it says
+                # SessionExpired, and the node registers again.
+                log.warning("coordinator %s unavailable (%s); trying %s in %.2fs", failed, error,
+                            self._client.address, delay_s)
                 self.stopping.wait(delay_s)
-                delay_s = min(delay_s * 2, RECONNECT_DELAY_S_MAX)
-                self._check_trust()  # a changed certificate only shows as UNAVAILABLE
         self._client.close()
 
     def _check_trust(self) -> None:
@@ -189,18 +207,20 @@ class NodeAgent:
             except CoordinatorUnavailable as error:
                 log.debug("heartbeat failed: %s", error)
 
-    def _accept(self, assignment: Assignment | Challenge) -> None:
+    def _accept(self, assignment: Assignment | CheckJob | Challenge) -> None:
         if isinstance(assignment, Challenge):
             try:
                 self._challenges.put_nowait(assignment)
             except queue.Full:
                 log.warning("challenge benchmark %s dropped: one is already waiting", assignment.challenge_id)
             return
-        hop_trace.adopt(assignment.job_id, assignment.traceparent)  # the coordinator's trace
-        hop_trace.job_hop(assignment.job_id, "node received")
-        if not self._active.admit(assignment.job_id):
+        work_id = assignment.check_id if isinstance(assignment, CheckJob) else assignment.job_id
+        if isinstance(assignment, Assignment):
+            hop_trace.adopt(work_id, assignment.traceparent)  # the coordinator's trace
+        hop_trace.job_hop(work_id, "node received")
+        if not self._active.admit(work_id):
             return
-        self._jobs.put((assignment, JobTimeline(assignment.job_id)))
+        self._jobs.put((assignment, JobTimeline(work_id)))
 
     # --- jobs ----------------------------------------------------------------
 
@@ -251,7 +271,10 @@ class NodeAgent:
                 return
             self._start(assignment, timeline)
 
-    def _start(self, assignment: Assignment, timeline: JobTimeline) -> None:
+    def _start(self, assignment: Assignment | CheckJob, timeline: JobTimeline) -> None:
+        if isinstance(assignment, CheckJob):
+            self._check(assignment, timeline)
+            return
         self._count_running(+1)
         timeline.mark("dequeued")
         started = False
@@ -260,6 +283,26 @@ class NodeAgent:
         finally:
             if not started:
                 self._done_with(assignment.job_id, timeline)
+
+    def _check(self, check: CheckJob, timeline: JobTimeline) -> None:
+        """A peer's job, replayed in one prefill pass on this (the MLX) thread, between batch steps."""
+        self._count_running(+1)
+        try:
+            log.info("checking job %s for the network (check %s, %d tokens)", check.job_id,
+                     check.check_id, len(check.output_ids))
+            try:
+                body, signature = run_check(self._engine, str(self._paths[check.model_id]), check,
+                                            self.settings.identity)
+            except ValueError as error:  # refused input or an unsupported model: another peer is asked
+                self._client.report_check(check.check_id, failure_reason=f"replay failed: {error}"[:1000])
+                return
+            timeline.mark("checked")
+            self._client.report_check(check.check_id, body, signature)
+        except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
+            # The check lapses at its deadline and goes to another peer; nothing is owed here.
+            log.warning("could not report check %s: %s", check.check_id, error)
+        finally:
+            self._done_with(check.check_id, timeline)
 
     def _done_with(self, job_id: str, timeline: JobTimeline) -> None:
         self.metrics.job_ended(job_id)
@@ -318,9 +361,13 @@ class NodeAgent:
             metrics.prompt_counted(job_id, tokens)
             sender.note_prompt_tokens(tokens)
 
+        def on_prompt_cache(prompt_tokens: int, reused_tokens: int) -> None:
+            metrics.prompt_cache_looked_up(job_id, prompt_tokens, reused_tokens)
+            sender.note_cached_prompt_tokens(reused_tokens)
+
         sink = JobSink(on_token, on_prompt, sender.note_logprob, on_end=sender.finish,
                        on_done=lambda job: self._generated(assignment, timeline, sender, job),
-                       on_proven=sender.note_proven)
+                       on_proven=sender.note_proven, on_prompt_cache=on_prompt_cache)
         try:
             # The commitment is arithmetic over recorded values: the reporter makes it.
             self._batches.add(request, assignment.model.max_context_tokens, sink, commit=False)

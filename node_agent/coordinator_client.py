@@ -11,6 +11,10 @@ gRPC failures are translated here, once:
 The channel is TLS (protos.wire.channel), opened at the first call: the certificate is then
 checked against the pin, the system's CAs, or (a node's first join) trusted on first use
 and reported through on_first_use so the agent remembers it.
+
+Given several coordinators (they share one database: contracts/failover.py), the client holds
+one channel at a time; fail_over() moves it to the next address. The session, and each job's
+attempt, stay valid there: sessions live in the shared database.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -29,7 +34,11 @@ from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import HardwareReport
 from contracts.logprobs import TokenLogprob
 from contracts.lending import Heartbeat, LendingState, heartbeat_message
+from contracts.failover import Rotation, after_failure, after_success, parse_addresses
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
+from contracts.receipts import FinishReason
+from contracts.token_checks import TokenSlack
 from contracts.pods import PodDeclaration
 from contracts.signing import session_proof_message
 from contracts.tls import CoordinatorTrust, TransportRefused, decide
@@ -127,6 +136,20 @@ class Chunk:
                      self.prompt_tokens, following.partial_receipt or self.partial_receipt)
 
 
+def _check_job(message: node_pb2.ReceiveAssignmentsResponse, spec: ModelSpec) -> CheckJob | None:
+    """The check job, or None (logged) when it is malformed: it lapses and goes to another peer."""
+    check = message.check
+    if check.finish_reason not in {int(reason) for reason in FinishReason} or not (
+            check.logit_slack >= 0 and check.mass_slack >= 0):
+        log.warning("check job %s is malformed (finish reason %d); not run", message.job_id[:64],
+                    check.finish_reason)
+        return None
+    return CheckJob(message.job_id, check.checked_job_id, spec.model_id, spec.weights_digest,
+                    message.prompt, tuple(check.output_ids), FinishReason(check.finish_reason),
+                    message.sampling.temperature, message.sampling.top_p, message.sampling.seed,
+                    TokenSlack(check.logit_slack, check.mass_slack))
+
+
 def _logprob_pb(entry: TokenLogprob) -> common_pb2.TokenLogprob:
     return common_pb2.TokenLogprob(logprob=entry.logprob, text=entry.text, top=[
         common_pb2.TopLogprob(token_id=t.token_id, text=t.text, logprob=t.logprob)
@@ -162,7 +185,9 @@ def _benchmark_pb(result: BenchmarkResult) -> node_pb2.Benchmark:
         decode_tokens_per_s=result.decode_tokens_per_s,
         prefill_tokens_per_s=result.prefill_tokens_per_s, reference_model=result.reference_model,
         reference_weights_bytes=result.reference_weights_bytes,
-        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms)
+        measured_at_ms=result.measured_at_ms, run_time_ms=result.run_time_ms,
+        batch_decode=[node_pb2.BatchDecode(batch_size=size, tokens_per_s=rate)
+                      for size, rate in result.batch_decode_tokens_per_s])
 
 
 def _pod_pb(pod: PodDeclaration) -> node_pb2.PodDeclaration:
@@ -206,11 +231,18 @@ def register_request(identity: Identity, nonce: bytes, hardware: HardwareReport,
 
 class CoordinatorClient:
     def __init__(self, address: str, trust: CoordinatorTrust = CoordinatorTrust(),
-                 on_first_use: Callable[[str], None] | None = None) -> None:
-        """on_first_use(fingerprint): a certificate was trusted on first use; remember it."""
-        self._address = address
-        self._trust = trust
+                 on_first_use: Callable[[str, str], None] | None = None,
+                 trust_by_address: Mapping[str, CoordinatorTrust] | None = None,
+                 start_at: int = 0) -> None:
+        """address: HOST:PORT, or several separated by commas (tried in turn from start_at).
+
+        trust applies to every address not in trust_by_address (a pin per coordinator).
+        on_first_use(address, fingerprint): a certificate was trusted on first use; remember it.
+        """
+        self._rotation = Rotation(parse_addresses(address)).starting_at(start_at)
+        self._trusts = {a: (trust_by_address or {}).get(a, trust) for a in self._rotation.addresses}
         self._on_first_use = on_first_use
+        self._draws = random.Random()
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub_value: node_pb2_grpc.NodeServiceStub | None = None
@@ -223,7 +255,40 @@ class CoordinatorClient:
 
     @property
     def trust(self) -> CoordinatorTrust:
-        return self._trust
+        """How the current coordinator's certificate is checked."""
+        return self._trusts[self._address]
+
+    @property
+    def _address(self) -> str:
+        return self._rotation.address
+
+    @property
+    def address(self) -> str:
+        """The coordinator this client talks to now."""
+        return self._rotation.address
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self._rotation.addresses
+
+    def fail_over(self) -> float:
+        """The current coordinator failed: close its channel and take the next address.
+
+        Returns the seconds to wait before trying it (contracts.failover: a jitter within a
+        round, the backoff once every address failed in a row). Calls in flight on the old
+        channel end as CoordinatorUnavailable; reports retry them on the new one.
+        """
+        with self._lock:
+            self._rotation, wait_s = after_failure(self._rotation, self._draws.random())
+            if len(self._rotation.addresses) > 1 and self._channel is not None:
+                self._channel.close()
+                self._channel, self._stub_value = None, None
+            return wait_s
+
+    def connected(self) -> None:
+        """The connection held (a stream stayed open): the next failure starts a new round."""
+        with self._lock:
+            self._rotation = after_success(self._rotation)
 
     @property
     def session_token(self) -> str:
@@ -241,20 +306,21 @@ class CoordinatorClient:
             return self._stub_value
 
     def _open(self) -> None:
+        address = self._address
         try:
-            channel, decision = open_channel(self._address, self._trust)
+            channel, decision = open_channel(address, self._trusts[address])
         except TransportRefused as error:
             raise CoordinatorUntrusted(str(error)) from error
         except (OSError, ValueError) as error:
-            raise CoordinatorUnavailable(f"cannot reach {self._address}: {error}") from error
+            raise CoordinatorUnavailable(f"cannot reach {address}: {error}") from error
         if decision.basis == "first use":
             log.warning("trusting the coordinator at %s on first use: certificate fingerprint "
-                        "%s; from now on only this certificate is accepted", self._address,
+                        "%s; from now on only this certificate is accepted", address,
                         decision.fingerprint)
-            self._trust = dataclasses.replace(self._trust, fingerprint=decision.fingerprint,
-                                              trust_on_first_use=False)
+            self._trusts[address] = dataclasses.replace(
+                self._trusts[address], fingerprint=decision.fingerprint, trust_on_first_use=False)
             if self._on_first_use is not None:
-                self._on_first_use(decision.fingerprint)
+                self._on_first_use(address, decision.fingerprint)
         self._channel = channel
         self._stub_value = node_pb2_grpc.NodeServiceStub(channel)
 
@@ -264,8 +330,9 @@ class CoordinatorClient:
         For after a broken connection: a channel pinned to the old certificate only says
         UNAVAILABLE, and this says why. An unreachable coordinator has nothing to check yet.
         """
+        address = self._address
         try:
-            decide(self._address, self._trust)
+            decide(address, self._trusts[address])
         except TransportRefused as error:
             raise CoordinatorUntrusted(str(error)) from error
         except (OSError, ValueError):
@@ -325,9 +392,11 @@ class CoordinatorClient:
         except grpc.RpcError as error:
             raise _translate(error) from error
 
-    def assignments(self) -> Iterator[Assignment | Challenge]:
-        """Blocks for assignments (and challenge benchmarks) until the stream breaks (raised as
-        a CoordinatorCallError)."""
+    def assignments(self) -> Iterator[Assignment | CheckJob | Challenge]:
+        """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError).
+
+        A CheckJob is a prefill-only replay of another node's job (node_agent/peer_checks.py);
+        a Challenge, a challenge benchmark to run on the reference model at once."""
         stream = self._stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
                                                metadata=self._metadata())
         try:
@@ -340,6 +409,11 @@ class CoordinatorClient:
                 if spec is None:
                     raise CallRejected("FAILED_PRECONDITION",
                                        f"assigned model {message.model.model_id} is not served here")
+                if message.HasField("check"):
+                    check = _check_job(message, spec)
+                    if check is not None:
+                        yield check
+                    continue
                 self._note_attempt(message.job_id, message.attempt)
                 yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
                                  max_tokens=message.sampling.max_tokens,
@@ -390,6 +464,15 @@ class CoordinatorClient:
             raise _translate(error) from error
         return response.credited_base_units
 
+    def report_prompt_cache(self, job_id: str, cached_prompt_tokens: int) -> None:
+        """Of the running job's prompt, how many tokens came from the prompt cache (the consumer's usage)."""
+        request = node_pb2.ReportPromptCacheRequest(job_id=job_id, cached_prompt_tokens=cached_prompt_tokens,
+                                                    attempt=self._attempts.get(job_id, 0))
+        try:
+            self._stub.ReportPromptCache(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+
     def report_failure(self, job_id: str, reason: str, handed_back: bool = False,
                        prompt_too_long: bool = False) -> None:
         """The job failed here; with handed_back it is unfinished and goes to another Mac."""
@@ -401,6 +484,18 @@ class CoordinatorClient:
             self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:
             raise _translate(error) from error
+
+    def report_check(self, check_id: str, body: bytes = b"", signature: bytes = b"",
+                     failure_reason: str = "") -> bool:
+        """A check job's signed result, or why it could not run; False: it had lapsed."""
+        request = node_pb2.ReportCheckRequest(check_id=check_id, failure_reason=failure_reason)
+        if not failure_reason:
+            request.result.CopyFrom(node_pb2.SignedCheckResult(body=body, signature=signature))
+        try:
+            response = self._stub.ReportCheck(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return response.accepted
 
     def answer_challenge(self, challenge_id: str, token_ids: tuple[int, ...],
                          decode_tokens_per_s: float) -> str | None:

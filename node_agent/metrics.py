@@ -8,8 +8,9 @@ What the coordinator cannot label without node ids is served here, by the node i
     mlxnet:generation_tokens_total       tokens generated here
     mlxnet:node_decode_tokens_per_second the last job's decode speed (first token to last)
     mlxnet:node_hand_backs_total         jobs handed back unfinished (the owner came back)
+    mlxnet:prefix_cache_queries_total    prompt tokens looked up in the prompt cache (as vLLM's, in tokens)
+    mlxnet:prefix_cache_hits_total       of those, tokens reused from it (a shared system prompt, a chat history)
 
-The engine keeps no prompt cache, so there are no prefix-cache queries or hits to report.
 Recording is in memory and safe from any thread; nothing is served unless serve() is called.
 """
 
@@ -31,6 +32,8 @@ PROMPT_TOKENS = PREFIX + "prompt_tokens"
 GENERATION_TOKENS = PREFIX + "generation_tokens"
 DECODE_TOKENS_PER_S = PREFIX + "node_decode_tokens_per_second"
 HAND_BACKS = PREFIX + "node_hand_backs"
+PREFIX_CACHE_QUERIES = PREFIX + "prefix_cache_queries"
+PREFIX_CACHE_HITS = PREFIX + "prefix_cache_hits"
 JOBS_TRACKED_MAX = 1_024  # far above any node's concurrency; a bound keeps a leak from growing
 
 
@@ -69,6 +72,10 @@ class NodeMetrics:
                                          "speed, first token to last.", model, registry=registry)
         self.hand_backs = Counter(HAND_BACKS, "Jobs handed back unfinished (the owner came back, "
                                   "or the operator's terms stopped them).", registry=registry)
+        self.prefix_cache_queries = Counter(PREFIX_CACHE_QUERIES, "Prompt tokens looked up in the "
+                                            "prompt cache.", model, registry=registry)
+        self.prefix_cache_hits = Counter(PREFIX_CACHE_HITS, "Prompt tokens reused from the prompt "
+                                         "cache (a shared prefix's KV cache).", model, registry=registry)
 
     def _kv_bytes(self) -> int:
         with self._lock:
@@ -85,6 +92,13 @@ class NodeMetrics:
             if job is not None:
                 job.tokens_held += tokens
                 self.prompt_tokens.labels(job.model_id).inc(tokens)
+
+    def prompt_cache_looked_up(self, job_id: str, prompt_tokens: int, reused_tokens: int) -> None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                self.prefix_cache_queries.labels(job.model_id).inc(prompt_tokens)
+                self.prefix_cache_hits.labels(job.model_id).inc(reused_tokens)
 
     def token_made(self, job_id: str) -> None:
         now = time.monotonic()

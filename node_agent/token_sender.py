@@ -16,6 +16,7 @@ nodes pays per stream). The job's end flushes at once.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import queue
 import threading
 import time
@@ -29,6 +30,7 @@ from node_agent.coordinator_client import (
 )
 from node_agent.job_timeline import JobTimeline
 
+log = logging.getLogger(__name__)
 _DONE = None
 CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
 # Longest a token waits for company: text arrives 10 times a second, faster than it is read.
@@ -67,6 +69,7 @@ class TokenSender:
         self.sent: list[Chunk] = []  # as yielded to the call, merged or not
         self.error: CoordinatorCallError | None = None
         self._prompt_tokens = 0
+        self._cached_prompt_tokens = 0
         self._logprobs: dict[int, TokenLogprob] = {}  # noted by generation, sent with the token
         self._ended = threading.Event()  # finish() was called: stop waiting for company
         self._written = threading.Event()  # a chunk went out on the call
@@ -130,11 +133,21 @@ class TokenSender:
             self._client.stream_tokens(self._job_id, self._pending())
         except CoordinatorCallError as error:
             self.error = error
+            return
+        if self._cached_prompt_tokens:  # after the tokens (off the first token's path), before the result
+            try:
+                self._client.report_prompt_cache(self._job_id, self._cached_prompt_tokens)
+            except CoordinatorCallError as error:  # a figure for the consumer's usage: the job goes on
+                log.warning("job %s: prompt cache hits not reported: %s", self._job_id, error)
 
     @property
     def rejected(self) -> bool:
         """The coordinator refused the job's tokens: cancelled or handed back, so stop."""
         return isinstance(self.error, CallRejected)
+
+    def note_cached_prompt_tokens(self, count: int) -> None:
+        """Of the prompt, the tokens reused from the prompt cache; reported once the tokens are sent."""
+        self._cached_prompt_tokens = count
 
     def note_prompt_tokens(self, count: int) -> None:
         """The prompt's length, sent with the first chunk (before any offer)."""

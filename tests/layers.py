@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model", "clock", "errors", "tls"),
     ("placement",),
     ("metrics",),  # the registry and its recording calls; metrics.readings reads the database
-    ("verification.policy", "verification.tolerances", "verification.judge", "verification.tokens"),
+    ("verification.policy", "verification.tolerances", "verification.judge", "verification.tokens",
+     "verification.peers"),
     ("config",),
     ("storage",),
     ("live",),

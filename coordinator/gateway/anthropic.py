@@ -126,7 +126,8 @@ def _matched_stop(text: str, stops: tuple[str, ...]) -> str | None:
 
 def _usage(job: JobRecord, streamed: int) -> dict:
     counts = job_usage(job, streamed)
-    return {"input_tokens": counts["prompt_tokens"], "output_tokens": counts["completion_tokens"]}
+    return {"input_tokens": counts["prompt_tokens"], "output_tokens": counts["completion_tokens"],
+            "cache_read_input_tokens": counts["prompt_tokens_details"]["cached_tokens"]}
 
 
 def whole_message(plan: ResponsePlan, job: JobRecord, chunks: list[TokenChunk]) -> dict:

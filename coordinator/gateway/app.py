@@ -11,7 +11,7 @@ The spec is served at /openapi.json. Every request carries `Authorization: Beare
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -86,7 +86,8 @@ IdempotencyKey = Annotated[str, Header(alias="idempotency-key", max_length=IDEMP
                                       description="a retry with the same key returns the same job")]
 
 
-def create_app(bridge: Bridge) -> FastAPI:
+def create_app(bridge: Bridge, chain: Any = None) -> FastAPI:
+    """chain: where MLX World reads epoch roots (an EpochRootReader); None: MLXNET_PAYOUT_RPC_URL's, if set."""
     service = bridge.service
     app = FastAPI(title="MLX Network API", version=API_VERSION,
                   description="OpenAI-compatible inference on Macs lent to MLX Network, with "
@@ -168,5 +169,5 @@ def create_app(bridge: Bridge) -> FastAPI:
 
     add_messages_route(app, bridge, _GENERATION_ERRORS)  # POST /v1/messages, Anthropic's API
     add_responses_route(app, bridge, _GENERATION_ERRORS, _key_text)  # POST /v1/responses
-    mount_world(app, service)  # MLX World: /world and /world/api (coordinator/world)
+    mount_world(app, service, chain)  # MLX World: /world and /world/api (coordinator/world)
     return app

@@ -26,11 +26,13 @@ from coordinator.gateway.bridge import Bridge, JobEvents
 from coordinator.gateway.errors import JOB_ID_HEADER, JobError, body_for
 from coordinator.gateway.render import (
     DONE_EVENT,
+    ReasoningCounter,
     StreamRenderer,
     ended_well,
     final_body,
     finish_reason,
     job_usage,
+    reasoning_delta,
     sse,
     tool_calls_reason,
 )
@@ -158,7 +160,8 @@ def _authenticate_and_submit(service: CoordinatorService, api_key: str | None,
     hop_trace.hop("submit")
     caller = service.jobs.authenticate_consumer(api_key, to_submit=True)
     submission, plan = submission_for(caller)
-    return caller, plan, *service.jobs.submit_watched(submission, caller, durable=False)
+    view, watch = service.jobs.submit_watched(submission, caller, durable=False)
+    return caller, plan.with_features(service.jobs.chat_features(submission.model_id)), view, watch
 
 
 async def run_completion(bridge: Bridge, request: Request, api_key: str | None,
@@ -217,6 +220,7 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
     renderer = StreamRenderer(plan, events.job_id, created_s)
     scanner = StopScanner(plan.stop)
     calls = StreamedCalls(events.job_id) if plan.tool_calls else None
+    thinking = ReasoningCounter(plan.reasoning_inside) if plan.reasoning else None
     finished, streamed = False, 0
     item = first
     try:
@@ -229,6 +233,10 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
                 text = scanner.feed(item.text)
                 logprobs = item.logprobs if plan.logprobs else ()
                 deltas: list[dict] = []
+                if thinking is not None:
+                    reasoning, text = thinking.feed(text, len(item.token_ids))
+                    if reasoning:
+                        yield renderer.delta_chunk(reasoning_delta(reasoning))
                 if calls is not None:
                     text, deltas = calls.feed(text)
                 if text or logprobs:
@@ -243,7 +251,7 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
         finished = True
         if not ended_well(item.job):  # settle before the client reads the error and looks
             await bridge.call(bridge.service.money.close_billing, events.job_id)
-        yield _ending(renderer, scanner, item.job, streamed, calls)
+        yield _ending(renderer, scanner, item.job, streamed, calls, thinking)
         yield DONE_EVENT
     finally:
         events.close()
@@ -252,12 +260,18 @@ async def _events(bridge: Bridge, plan: ResponsePlan, events: JobEvents,
 
 
 def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, streamed: int,
-            calls: StreamedCalls | None) -> str:
+            calls: StreamedCalls | None, thinking: ReasoningCounter | None) -> str:
     if not ended_well(job):
         return sse(body_for(failure_error(job)))
     ending = ""
     rest = scanner.flush()
     reason = finish_reason(job, scanner.stopped)
+    if thinking is not None:
+        reasoning, rest = thinking.feed(rest, 0)
+        more_reasoning, more = thinking.finish()
+        reasoning, rest = reasoning + more_reasoning, rest + more
+        if reasoning:
+            ending += renderer.delta_chunk(reasoning_delta(reasoning))
     if calls is not None:
         shown, deltas = calls.feed(rest)
         held, more = calls.finish()
@@ -269,7 +283,7 @@ def _ending(renderer: StreamRenderer, scanner: StopScanner, job: JobRecord, stre
         reason = tool_calls_reason(reason) if calls.sent else reason
     ending += renderer.finish_chunk(reason)
     if renderer.plan.include_usage:
-        ending += renderer.usage_chunk(job_usage(job, streamed))
+        ending += renderer.usage_chunk(job_usage(job, streamed, thinking.tokens if thinking else None))
     return ending
 
 

@@ -41,6 +41,7 @@ HTTP_FOR_ERROR: dict[type[errors.CoordinatorError], HttpError] = {
     errors.NotFound: HttpError(404, "invalid_request_error", "not_found"),
     errors.Unauthenticated: HttpError(401, "authentication_error", "invalid_api_key"),
     errors.PermissionDenied: HttpError(403, "permission_error", None),
+    errors.WeightsMismatch: HttpError(409, "invalid_request_error", "weights_mismatch"),
     errors.AlreadyDone: HttpError(409, "invalid_request_error", "already_done"),
     errors.Unplaceable: HttpError(400, "invalid_request_error", "unplaceable"),
     errors.InsufficientBalance: HttpError(402, "insufficient_quota", "insufficient_balance"),
@@ -113,6 +114,8 @@ def _location(loc: tuple) -> str:
     for part in loc[1:] if loc and loc[0] in ("body", "query", "path") else loc:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif str(part).startswith("type="):
+            continue  # a discriminated union's tag (schemas.format_tag): not a field
         elif str(part).isidentifier():
             text += f".{part}" if text else str(part)
         else:

@@ -9,15 +9,14 @@ honoured. Hints are fields OpenAI documents as optional information for the serv
 
 from __future__ import annotations
 
+from contracts.structured_output import SUPPORTED as SCHEMA_FEATURES
+
 # Fields refused with a reason more useful than "not supported" (any other unknown field gets
 # the generic one). Keyed by the field's path as the error handler names it.
 REFUSAL_REASONS: dict[str, str] = {
-    "response_format": "structured output (json_object, json_schema) is not supported yet; "
-                       "only {\"type\": \"text\"} is accepted",
     "functions": "the legacy `functions` field is not supported; send `tools`",
     "function_call": "the legacy `function_call` field is not supported; send `tool_choice`",
     "logit_bias": "logit_bias is not supported",
-    "reasoning_effort": "reasoning_effort is not supported",
     "audio": "audio output is not supported",
     "modalities": "only the text modality is supported",
     "prediction": "predicted outputs are not supported",
@@ -40,6 +39,9 @@ def refused_field(param: str) -> str | None:
 def refusal_message(param: str) -> str:
     """The 400's message for a field this gateway cannot honour."""
     last = param.split(".")[-1].split("[")[0]
+    if ".schema." in param:  # a JSON-schema keyword structured output does not decode under
+        return (f"{param} is not supported: the schema feature {last!r} is not one structured "
+                f"output decodes under; supported: {SCHEMA_FEATURES}")
     reason = REFUSAL_REASONS.get(param) or REFUSAL_REASONS.get(last)
     detail = reason or "this gateway does not support it"
     return f"{param} is not supported: {detail}. Remove it, or see the API description for " \

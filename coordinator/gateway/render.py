@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contracts.logprobs import TokenLogprob
+from contracts.reasoning import ReasoningReader, split_reasoning
 from contracts.tool_calls import parse_tool_calls
 from coordinator.gateway import tools
 from coordinator.gateway.requests import ResponsePlan
@@ -21,14 +22,44 @@ def sse(data: dict) -> str:
     return f"data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0) -> dict:
+    """OpenAI's usage; cached_tokens: prompt tokens the node reused from its prompt cache."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_prompt_tokens}}
 
 
-def job_usage(job: JobRecord, streamed_tokens: int) -> dict:
-    """Counts from the receipt once completed; before that, what the node reported and streamed."""
-    return usage(job.prompt_tokens, job.completion_tokens or streamed_tokens)
+def job_usage(job: JobRecord, streamed_tokens: int, reasoning_tokens: int | None = None) -> dict:
+    """Counts from the receipt once completed; before that, what the node reported and streamed.
+    A thinking model's answer also counts its reasoning tokens."""
+    counts = usage(job.prompt_tokens, job.completion_tokens or streamed_tokens,
+                   job.cached_prompt_tokens)
+    if reasoning_tokens is not None:
+        counts["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return counts
+
+
+class ReasoningCounter:
+    """Splits streamed text into reasoning and answer, counting the reasoning's tokens: those
+    of each chunk that began inside the block (the gateway sees chunks, not single tokens)."""
+
+    def __init__(self, inside: bool) -> None:
+        self.reader = ReasoningReader(inside)
+        self.tokens = 0
+
+    def feed(self, text: str, token_count: int) -> tuple[str, str]:
+        was_inside = self.reader.inside
+        reasoning, answer = self.reader.feed(text)
+        if was_inside or reasoning or self.reader.inside:
+            self.tokens += token_count
+        return reasoning, answer
+
+    def finish(self) -> tuple[str, str]:
+        return self.reader.finish()
+
+
+def reasoning_delta(text: str) -> dict:
+    return {"reasoning_content": text, "reasoning": text}
 
 
 def ended_well(job: JobRecord) -> bool:
@@ -145,10 +176,20 @@ def final_body(plan: ResponsePlan, job: JobRecord, chunks: list[TokenChunk]) -> 
     entries = logprobs_before(chunks, len(text)) if plan.logprobs else []
     streamed = sum(len(chunk.token_ids) for chunk in chunks)
     reason = finish_reason(job, stopped)
+    reasoning, reasoning_tokens = "", None
+    if plan.reasoning:
+        counter = ReasoningCounter(plan.reasoning_inside)
+        for chunk in chunks:
+            counter.feed(chunk.text, len(chunk.token_ids))
+        reasoning, text = split_reasoning(text, plan.reasoning_inside)
+        reasoning_tokens = counter.tokens
     common = {"id": response_id(plan, job.job_id), "created": job.created_at_ms // 1000,
-              "model": plan.model, "usage": job_usage(job, streamed), "system_fingerprint": None}
+              "model": plan.model, "usage": job_usage(job, streamed, reasoning_tokens),
+              "system_fingerprint": None}
     if plan.kind == "chat":
         message: dict = {"role": "assistant", "content": text, "refusal": None}
+        if reasoning:
+            message.update(reasoning_content=reasoning, reasoning=reasoning)
         if plan.tool_calls and (parsed := parse_tool_calls(text)).calls:
             message["content"] = parsed.content.strip() or None
             message["tool_calls"] = [tools.call_json(job.job_id, index, call)

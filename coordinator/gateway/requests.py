@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from contracts.chat import ChatMessage
+from contracts.chat import NO_OPTIONS, ChatMessage, ChatOptions, canonical_json
+from contracts.models import CHAT_FEATURE_THINKING
+from contracts.reasoning import starts_inside
+from contracts.structured_output import (
+    FORMAT_JSON_OBJECT,
+    FORMAT_JSON_SCHEMA,
+    canonical_format,
+    schema_problem,
+)
 from coordinator.errors import InvalidRequest
 from coordinator.gateway import tools as tool_calls
-from coordinator.gateway.schemas import ChatCompletionRequest, ChatMessageIn, CompletionRequest, Stop
+from coordinator.gateway.schemas import (
+    ChatCompletionRequest,
+    ChatMessageIn,
+    CompletionRequest,
+    ResponseFormat,
+    ResponseFormatJsonObject,
+    ResponseFormatJsonSchema,
+    Stop,
+)
 from coordinator.jobs.submission import SEED_MAX, Submission
 from coordinator.money.api_keys import Caller
 from coordinator.model import DELIVERY_STREAM, DELIVERY_WHOLE
@@ -30,6 +47,16 @@ class ResponsePlan:
     top_logprobs: int
     stop: tuple[str, ...]
     tool_calls: bool = False  # read the output for tool calls
+    enable_thinking: bool | None = None  # as the request set it for the template
+    reasoning: bool = False  # the model thinks: its reasoning is shown apart (with_features)
+    reasoning_inside: bool = False  # and its output starts inside the reasoning block
+
+    def with_features(self, features: tuple[str, ...]) -> ResponsePlan:
+        """The plan once the model's chat features are known (after the submit checked it)."""
+        if self.kind != "chat" or CHAT_FEATURE_THINKING not in features:
+            return self
+        return dataclasses.replace(self, reasoning=True,
+                                   reasoning_inside=starts_inside(features, self.enable_thinking))
 
 
 def _stops(stop: Stop) -> tuple[str, ...]:
@@ -42,6 +69,34 @@ def _content(message: ChatMessageIn) -> str:
     if message.content is None or isinstance(message.content, str):
         return message.content or ""
     return "".join(part.text for part in message.content)
+
+
+def response_format_json(response_format: ResponseFormat | None, param: str) -> str:
+    """The format a chat prompt carries ("" for free text); a schema feature the node cannot
+    decode under is refused, named."""
+    if isinstance(response_format, ResponseFormatJsonObject):
+        return canonical_json(canonical_format(FORMAT_JSON_OBJECT))
+    if isinstance(response_format, ResponseFormatJsonSchema):
+        schema = response_format.json_schema.schema_.as_json()
+        problem = schema_problem(schema)
+        if problem:
+            raise InvalidRequest(f"{param} cannot be used: {problem}", param=param)
+        return canonical_json(canonical_format(FORMAT_JSON_SCHEMA, schema))
+    return ""
+
+
+def _template_kwargs(body: ChatCompletionRequest) -> dict:
+    kwargs = body.chat_template_kwargs.model_dump(exclude_none=True) if body.chat_template_kwargs else {}
+    if body.reasoning_effort is not None:  # the top-level field wins, as published
+        kwargs["reasoning_effort"] = body.reasoning_effort
+    return kwargs
+
+
+def chat_options(body: ChatCompletionRequest) -> ChatOptions:
+    kwargs = _template_kwargs(body)
+    options = ChatOptions(response_format_json(body.response_format, "response_format.json_schema.schema"),
+                          canonical_json(kwargs) if kwargs else "")
+    return options if options != ChatOptions() else NO_OPTIONS
 
 
 def seed_for(seed: int | None) -> int:
@@ -70,11 +125,12 @@ def chat_submission(body: ChatCompletionRequest, caller: Caller,
         top_p=body.top_p or 1.0, seed=seed_for(body.seed), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=messages, stop=stops, top_logprobs=top_logprobs,
         api_key_id=caller.key.key_id if caller.key else None, tools=tools,
-        delivery=_delivery(body.stream))
+        delivery=_delivery(body.stream), options=chat_options(body))
+    thinking = body.chat_template_kwargs.enable_thinking if body.chat_template_kwargs else None
     plan = ResponsePlan("chat", body.model, bool(body.stream),
                         bool(body.stream_options and body.stream_options.include_usage),
                         top_logprobs >= 0, max(0, top_logprobs), stops,
-                        tool_calls.reads_calls(tools))
+                        tool_calls.reads_calls(tools), thinking)
     return submission, plan
 
 

@@ -18,23 +18,32 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import Response
 
-from contracts.chat import ChatFormatError, ChatMessage, ChatTools, ToolCall, decode_chat
+from contracts.chat import (
+    NO_OPTIONS, ChatFormatError, ChatMessage, ChatOptions, ChatTools, ToolCall, decode_chat,
+)
+from contracts.reasoning import split_reasoning
 from contracts.tool_calls import CallReader, ParsedCall, parse_tool_calls
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.gateway import tools as chat_tools
 from coordinator.gateway.bridge import Bridge, JobEvents
 from coordinator.gateway.completions import Answer, failure_error, run_completion
 from coordinator.gateway.errors import body_for
-from coordinator.gateway.render import ended_well, finish_reason, job_usage
-from coordinator.gateway.requests import TEMPERATURE_DEFAULT, ResponsePlan, seed_for
+from coordinator.gateway.render import ReasoningCounter, ended_well, finish_reason, job_usage
+from coordinator.gateway.requests import (
+    TEMPERATURE_DEFAULT, ResponsePlan, response_format_json, seed_for,
+)
 from coordinator.gateway.responses_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputText,
+    JsonObjectFormat,
+    JsonSchemaTextFormat,
     MessageItem,
     ResponsesRequest,
 )
-from coordinator.gateway.schemas import ChatCompletionRequest
+from coordinator.gateway.schemas import (
+    ChatCompletionRequest, JsonSchemaFormat, ResponseFormatJsonObject, ResponseFormatJsonSchema,
+)
 from coordinator.jobs.stops import cut_at_stop
 from coordinator.jobs.submission import Submission
 from coordinator.model import JobRecord, TokenChunk
@@ -105,6 +114,19 @@ def _tools(body: ResponsesRequest) -> ChatTools:
     return chat_tools.chat_tools(as_chat)
 
 
+def _options(body: ResponsesRequest) -> ChatOptions:
+    """text.format as chat's response_format: the same grammar on the node."""
+    text_format = body.text.format if body.text else None
+    if isinstance(text_format, JsonObjectFormat):
+        as_chat = ResponseFormatJsonObject(type="json_object")
+    elif isinstance(text_format, JsonSchemaTextFormat):
+        as_chat = ResponseFormatJsonSchema(type="json_schema", json_schema=JsonSchemaFormat(
+            name=text_format.name, schema=text_format.schema_))
+    else:
+        return NO_OPTIONS
+    return ChatOptions(response_format_json(as_chat, "text.format.schema"))
+
+
 def responses_submission(service: CoordinatorService, body: ResponsesRequest, caller: Caller,
                          request_id: str = "") -> tuple[Submission, ResponsePlan]:
     messages = [ChatMessage("system", body.instructions)] if body.instructions else []
@@ -120,7 +142,7 @@ def responses_submission(service: CoordinatorService, body: ResponsesRequest, ca
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
         top_p=body.top_p or 1.0, seed=seed_for(None), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=tuple(messages),
-        api_key_id=caller.key.key_id if caller.key else None, tools=tools)
+        api_key_id=caller.key.key_id if caller.key else None, tools=tools, options=_options(body))
     plan = ResponsePlan("chat", body.model, bool(body.stream), True, False, 0, (),
                         chat_tools.reads_calls(tools))
     return submission, plan
@@ -139,11 +161,19 @@ def _call_item(job_id: str, index: int, call: ParsedCall, status: str = "complet
             "arguments": call.arguments if status == "completed" else "", "status": status}
 
 
-def _usage(job: JobRecord, streamed: int) -> dict:
+def _reasoning_item(job_id: str, text: str, status: str = "completed") -> dict:
+    """A thinking model's reasoning, as its own output item before the answer."""
+    return {"type": "reasoning", "id": f"rs_{job_id}", "summary": [], "status": status,
+            "content": [{"type": "reasoning_text", "text": text}] if status == "completed" else []}
+
+
+def _usage(job: JobRecord, streamed: int, reasoning_tokens: int = 0) -> dict:
     counts = job_usage(job, streamed)
-    return {"input_tokens": counts["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+    return {"input_tokens": counts["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": counts["prompt_tokens_details"]["cached_tokens"]},
             "output_tokens": counts["completion_tokens"],
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": counts["total_tokens"]}
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": counts["total_tokens"]}
 
 
 def _response(body: ResponsesRequest, job: JobRecord, output: list[dict], status: str,
@@ -171,12 +201,20 @@ def _status(job: JobRecord) -> str:
 def whole_response(body: ResponsesRequest) -> Callable[[ResponsePlan, JobRecord, list[TokenChunk]], dict]:
     def whole(plan: ResponsePlan, job: JobRecord, chunks: list[TokenChunk]) -> dict:
         text = "".join(chunk.text for chunk in chunks)
+        thinking = ReasoningCounter(plan.reasoning_inside) if plan.reasoning else None
+        reasoning = ""
+        if thinking is not None:
+            for chunk in chunks:
+                thinking.feed(chunk.text, len(chunk.token_ids))
+            reasoning, text = split_reasoning(text, plan.reasoning_inside)
         calls = parse_tool_calls(text).calls if plan.tool_calls else ()
         shown = parse_tool_calls(text).content.strip() if calls else text
-        output = [_message_item(job.job_id, shown)] if shown or not calls else []
+        output = [_reasoning_item(job.job_id, reasoning)] if reasoning else []
+        output += [_message_item(job.job_id, shown)] if shown or not calls else []
         output += [_call_item(job.job_id, index, call) for index, call in enumerate(calls)]
         streamed = sum(len(chunk.token_ids) for chunk in chunks)
-        return _response(body, job, output, _status(job), _usage(job, streamed))
+        usage = _usage(job, streamed, thinking.tokens if thinking else 0)
+        return _response(body, job, output, _status(job), usage)
     return whole
 
 
@@ -186,6 +224,7 @@ class _Events:
     def __init__(self, job_id: str) -> None:
         self.job_id, self.number, self.output = job_id, 0, []  # type: list[dict]
         self._text: str | None = None  # the open message item's text
+        self._reasoning: str | None = None  # the open reasoning item's text
         self.calls = 0
 
     def event(self, kind: str, **data: object) -> str:
@@ -193,10 +232,32 @@ class _Events:
         body = {"type": kind, "sequence_number": self.number - 1, **data}
         return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
+    def reasoning(self, text: str) -> str:
+        if not text:
+            return ""
+        out, item_id = "", f"rs_{self.job_id}"
+        if self._reasoning is None:
+            self._reasoning = ""
+            out += self.event("response.output_item.added", output_index=len(self.output),
+                              item=_reasoning_item(self.job_id, "", "in_progress"))
+        self._reasoning += text
+        return out + self.event("response.reasoning_text.delta", item_id=item_id,
+                                output_index=len(self.output), content_index=0, delta=text)
+
+    def close_reasoning(self) -> str:
+        if self._reasoning is None:
+            return ""
+        text, self._reasoning, index = self._reasoning, None, len(self.output)
+        item = _reasoning_item(self.job_id, text)
+        self.output.append(item)
+        return (self.event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                           content_index=0, text=text)
+                + self.event("response.output_item.done", output_index=index, item=item))
+
     def text(self, text: str) -> str:
         if not text:
             return ""
-        out, item_id = "", f"msg_{self.job_id}"
+        out, item_id = self.close_reasoning(), f"msg_{self.job_id}"
         if self._text is None:
             self._text = ""
             out += self.event("response.output_item.added", output_index=len(self.output),
@@ -222,7 +283,8 @@ class _Events:
                 + self.event("response.output_item.done", output_index=index, item=item))
 
     def call(self, call: ParsedCall) -> str:
-        out, index = self.close_text(), len(self.output)
+        out = self.close_reasoning() + self.close_text()
+        index = len(self.output)
         item = _call_item(self.job_id, self.calls, call)
         out += self.event("response.output_item.added", output_index=index,
                           item=_call_item(self.job_id, self.calls, call, "in_progress"))
@@ -240,7 +302,18 @@ def stream_response(body: ResponsesRequest):  # type: ignore[no-untyped-def]
     async def stream(bridge: Bridge, plan: ResponsePlan, events: JobEvents, first: TokenChunk | JobView,
                      caller: Caller, created_s: int) -> AsyncIterator[str]:
         numbered, reader = _Events(events.job_id), CallReader()
+        thinking = ReasoningCounter(plan.reasoning_inside) if plan.reasoning else None
         finished, streamed, item = False, 0, first
+
+        def thought(text: str | None, token_count: int) -> str:
+            """The reasoning's events; then shown() takes the answer's text."""
+            if thinking is None:
+                return shown(text)
+            if text is None:
+                reasoning, answer = thinking.finish()
+                return numbered.reasoning(reasoning) + shown(answer) + shown(None)
+            reasoning, answer = thinking.feed(text, token_count)
+            return numbered.reasoning(reasoning) + shown(answer)
 
         def shown(text: str | None) -> str:
             if not plan.tool_calls:
@@ -257,7 +330,7 @@ def stream_response(body: ResponsesRequest):  # type: ignore[no-untyped-def]
             yield numbered.event("response.in_progress", response=start)
             while isinstance(item, TokenChunk):
                 streamed += len(item.token_ids)
-                yield shown(item.text)
+                yield thought(item.text, len(item.token_ids))
                 item = await events.next()
             finished = True
             job = item.job
@@ -267,9 +340,10 @@ def stream_response(body: ResponsesRequest):  # type: ignore[no-untyped-def]
                 yield numbered.event("error", code=error["code"], message=error["message"],
                                      param=error["param"])
                 return
-            ending = shown(None) + numbered.close_text()
+            ending = thought(None, 0) + numbered.close_reasoning() + numbered.close_text()
             status = _status(job)
-            final = _response(body, job, numbered.output, status, _usage(job, streamed))
+            final = _response(body, job, numbered.output, status,
+                              _usage(job, streamed, thinking.tokens if thinking else 0))
             yield ending + numbered.event(f"response.{status}", response=final)
         finally:
             events.close()

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.gateway.schemas import (
+    HINT_CHARS_MAX,
     MAX_TOKENS_MAX,
     MODEL_CHARS_MAX,
+    SCHEMA_NAME_PATTERN,
     TOOL_CALL_ID_CHARS_MAX,
     FunctionName,
     Hint,
+    JsonSchemaSubset,
     Metadata,
     _Request,
+    format_tag,
 )
 
 CallId = Annotated[str, Field(min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX)]
@@ -75,11 +79,29 @@ class NamedFunctionChoice(_Request):
 
 
 class TextFormat(_Request):
-    type: Literal["text"] = Field(description="json_object and json_schema are refused")
+    type: Literal["text"]
+
+
+class JsonObjectFormat(_Request):
+    type: Literal["json_object"]
+
+
+class JsonSchemaTextFormat(_Request):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    type: Literal["json_schema"]
+    name: str = Field(pattern=SCHEMA_NAME_PATTERN)
+    description: str | None = Field(default=None, max_length=HINT_CHARS_MAX)
+    schema_: JsonSchemaSubset = Field(alias="schema", description="decoded under its grammar on the node, as "
+                          "chat's response_format json_schema (the same features are supported)")
+    strict: bool | None = None
 
 
 class TextOptions(_Request):
-    format: TextFormat | None = None
+    format: Annotated[Annotated[TextFormat, Tag("type=text")]
+                      | Annotated[JsonObjectFormat, Tag("type=json_object")]
+                      | Annotated[JsonSchemaTextFormat, Tag("type=json_schema")],
+                      Discriminator(format_tag)] | None = None
 
 
 class ResponsesRequest(_Request):

@@ -7,13 +7,16 @@ dropped (fields.py says why, and which fields are only hints).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, StrictInt, Tag
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
 from contracts.limits import MODEL_ID_CHARS_MAX, PROMPT_CHARS_CEILING, is_valid_text
 from contracts.logprobs import TOP_LOGPROBS_MAX
+from contracts.reasoning import REASONING_EFFORTS
+from contracts.structured_output import ENUM_VALUES_MAX
+from contracts.structured_output import SUPPORTED as STRUCTURED_SUPPORTED
 from coordinator.config import CoordinatorConfig
 from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.jobs.submission import SEED_MAX, STOP_CHARS_MAX, STOP_SEQUENCES_MAX
@@ -61,9 +64,91 @@ NoPenalty = Annotated[float | None, Field(default=None, ge=0.0, le=0.0,
                                           description="only 0 (no penalty) is supported")]
 
 
-class ResponseFormat(_Request):
-    type: Literal["text"] = Field(description="json_object and json_schema (structured output) "
-                                  "are refused with a 400 naming response_format")
+class ResponseFormatText(_Request):
+    type: Literal["text"]
+
+
+class ResponseFormatJsonObject(_Request):
+    type: Literal["json_object"] = Field(description="the answer is a JSON object: decoded "
+                                         "under a grammar of JSON on the node")
+
+
+SCHEMA_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # as OpenAI
+TypeName = Literal["object", "array", "string", "number", "integer", "boolean", "null"]
+Count = Annotated[StrictInt, Field(ge=0)]
+REF_PATTERN = r"^#/(\$defs|definitions)/"
+
+
+class JsonSchemaSubset(_Request):
+    """The JSON-schema features structured output decodes under (contracts/structured_output.py),
+    published as a schema of schemas: any other keyword is a 400 naming it. Beyond what JSON
+    Schema can state: a $ref names one of the schema's own $defs, and at most 16 levels nest."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    # Unset keywords stay out (as_json); the annotations leave null out of the published schema.
+    type: TypeName | Annotated[list[TypeName], Field(min_length=1)] = None  # type: ignore[assignment]
+    properties: dict[str, JsonSchemaSubset] = None  # type: ignore[assignment]
+    required: list[str] = None  # type: ignore[assignment]
+    additionalProperties: bool | JsonSchemaSubset = None  # type: ignore[assignment]
+    items: JsonSchemaSubset = None  # type: ignore[assignment]
+    enum: Annotated[list[Any], Field(min_length=1, max_length=ENUM_VALUES_MAX)] = None  # type: ignore[assignment]
+    const: Any = None
+    anyOf: Annotated[list[JsonSchemaSubset], Field(min_length=1)] = None  # type: ignore[assignment]
+    minItems: Count = None  # type: ignore[assignment]
+    maxItems: Count = None  # type: ignore[assignment]
+    minLength: Count = None  # type: ignore[assignment]
+    maxLength: Count = None  # type: ignore[assignment]
+    defs: dict[str, JsonSchemaSubset] = Field(default=None, alias="$defs")  # type: ignore[assignment]
+    definitions: dict[str, JsonSchemaSubset] = None  # type: ignore[assignment]
+    ref: str = Field(default=None, alias="$ref", pattern=REF_PATTERN)  # type: ignore[assignment]
+    title: str = None  # type: ignore[assignment]
+    description: str = None  # type: ignore[assignment]
+    default: Any = None
+    examples: Any = None
+    schema_uri: str = Field(default=None, alias="$schema")  # type: ignore[assignment]
+    id_uri: str = Field(default=None, alias="$id")  # type: ignore[assignment]
+    comment: str = Field(default=None, alias="$comment")  # type: ignore[assignment]
+
+    def as_json(self) -> dict:
+        """The schema as the client sent it (keywords it left out stay out)."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+class JsonSchemaFormat(_Request):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    name: str = Field(pattern=SCHEMA_NAME_PATTERN)
+    description: Text | None = Field(default=None, max_length=HINT_CHARS_MAX)
+    schema_: JsonSchemaSubset = Field(alias="schema", description=(
+        "the JSON schema the answer follows, decoded under its grammar on the node. "
+        "Supported: " + STRUCTURED_SUPPORTED + "; any other feature gets a 400 naming it"))
+    strict: bool | None = Field(default=None, description="true or false: the schema is "
+                                "enforced either way (constrained decoding)")
+
+
+class ResponseFormatJsonSchema(_Request):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+def format_tag(value: object) -> str:
+    """A format's union tag: "type=..." (errors.py leaves such tags out of a field's path)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"type={kind}"
+
+
+ResponseFormat = Annotated[Annotated[ResponseFormatText, Tag("type=text")]
+                           | Annotated[ResponseFormatJsonObject, Tag("type=json_object")]
+                           | Annotated[ResponseFormatJsonSchema, Tag("type=json_schema")],
+                           Discriminator(format_tag)]
+
+
+class ChatTemplateKwargs(_Request):
+    enable_thinking: bool | None = Field(default=None, description=(
+        "passed to the model's chat template; a 400 when its template does not read it"))
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="as the top-level reasoning_effort (which wins when both are sent)")
 
 
 class TextPart(_Request):
@@ -96,6 +181,11 @@ class ChatMessageIn(_Request):
     tool_call_id: Text | None = Field(default=None, min_length=1, max_length=TOOL_CALL_ID_CHARS_MAX,
                                      description="a tool message: the call it answers")
     refusal: None = Field(default=None, description="only null (as an assistant message echoed)")
+    reasoning_content: Text | None = Field(default=None, max_length=PROMPT_CHARS_CEILING, description=(
+        HINT_DESCRIPTION + ": an assistant's reasoning sent back is not rendered (as thinking "
+        "models' templates drop past turns' reasoning)"))
+    reasoning: Text | None = Field(default=None, max_length=PROMPT_CHARS_CEILING,
+                                   description="as reasoning_content")
 
 
 class FunctionDefinition(_Request):
@@ -159,7 +249,14 @@ class ChatCompletionRequest(_Generation):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_MAX)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(default=None, ge=0, le=TOP_LOGPROBS_MAX)
-    response_format: ResponseFormat | None = None
+    response_format: ResponseFormat | None = Field(default=None, description=(
+        "json_object and json_schema are decoded under a grammar on the node, and the "
+        "verifier replays under the same grammar"))
+    reasoning_effort: Literal[REASONING_EFFORTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="passed to the model's chat template; a 400 when its "
+                                  "template does not read reasoning_effort")
+    chat_template_kwargs: ChatTemplateKwargs | None = Field(default=None, description=(
+        "options for the model's chat template (as vLLM and mlx_lm.server take them)"))
     tools: list[ToolDefinition] | None = Field(default=None, max_length=TOOLS_MAX, description=(
         "rendered by the model's chat template on the node; a model whose template has no "
         "tools is refused with a 400"))
@@ -182,10 +279,21 @@ class CompletionRequest(_Generation):
 
 # --- responses -------------------------------------------------------------
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = Field(description="tokens of the reasoning block (chunks that began "
+                                  "inside it)")
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = Field(description="prompt tokens the node reused from its prompt cache")
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | None = None
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class TopLogprobOut(BaseModel):
@@ -222,6 +330,9 @@ class ChatMessageOut(BaseModel):
     content: str | None
     refusal: None = None
     tool_calls: list[ToolCallOut] | None = None
+    reasoning_content: str | None = Field(default=None, description="a thinking model's "
+                                          "reasoning, apart from its answer")
+    reasoning: str | None = Field(default=None, description="the same, as mlx_lm.server names it")
 
 
 class ChatChoice(BaseModel):

@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
@@ -66,16 +67,17 @@ class RunningGateway:
 def start_gateway(service: CoordinatorService, host: str = "127.0.0.1",
                   port: int = 0, streams_max: int = STREAMS_MAX,
                   header_read_s: float = HTTP_HEADER_READ_S,
-                  tls: ServerTls | None = None) -> RunningGateway:
+                  tls: ServerTls | None = None, chain: Any = None) -> RunningGateway:
     """Listen on host:port (0 picks a free port) and serve until stop(), over TLS with tls.
 
     streams_max: jobs streamed at once; more are refused with 503.
+    chain: where MLX World reads epoch roots (the coordinator's payout chain).
     header_read_s: a connection that sends no whole request head in this long is closed."""
     if tls is None and not is_loopback(host):
         raise PlaintextRefused(f"plaintext HTTP on {host} refused: only loopback may go without TLS")
     bridge = Bridge(service, SERVICE_CALLS_MAX, streams_max)
     listener = socket.create_server((host, port), reuse_port=False)
-    app = create_app(bridge)
+    app = create_app(bridge, chain)
     config = uvicorn.Config(BodyLimit(app), log_config=None, access_log=False,
                             timeout_graceful_shutdown=int(STOP_TIMEOUT_S), lifespan="off",
                             http=header_deadline_protocol(header_read_s),

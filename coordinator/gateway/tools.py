@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from contracts.chat import FUNCTION_CHOICE, NO_TOOLS, ChatTools, ToolCall, canonical_json
 from contracts.tool_calls import CallReader, ParsedCall
 from coordinator.errors import InvalidRequest
+from coordinator.jobs.answers import call_id
 from coordinator.gateway.schemas import ChatCompletionRequest, ChatMessageIn
 
 
@@ -45,10 +46,6 @@ def message_tool_calls(message: ChatMessageIn) -> tuple[ToolCall, ...]:
 def reads_calls(tools: ChatTools) -> bool:
     """Whether the answer's text is read for calls: tools offered, and not tool_choice none."""
     return bool(tools.definitions) and tools.choice != "none"
-
-
-def call_id(job_id: str, index: int) -> str:
-    return f"call_{job_id}_{index}"
 
 
 def call_json(job_id: str, index: int, call: ParsedCall) -> dict:

@@ -123,6 +123,16 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
     return False
 
 
+def note_cached_prompt(session: Session, node: NodeRecord, job_id: str, cached_prompt_tokens: int,
+                       attempt: int = 0) -> None:
+    """The node reused this many of the running job's prompt tokens from its prompt cache."""
+    job = _own_active_job(session, node, job_id, attempt)
+    if not 0 <= cached_prompt_tokens <= job.prompt_tokens:
+        raise InvalidRequest(f"cached_prompt_tokens must be from 0 to the job's {job.prompt_tokens} prompt "
+                             f"tokens; got {cached_prompt_tokens}")
+    job_rows.transition_job(session, job_id, frozenset({job.status}), cached_prompt_tokens=cached_prompt_tokens)
+
+
 def keep_partial_receipt(session: Session, job_id: str, partial: SignedReceipt) -> None:
     if len(partial.body) > RECEIPT_BYTES_MAX or len(partial.signature) > RECEIPT_BYTES_MAX:
         raise InvalidRequest(f"a partial receipt is at most {RECEIPT_BYTES_MAX} bytes")

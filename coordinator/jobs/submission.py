@@ -15,16 +15,24 @@ from sqlalchemy.orm import Session
 from contracts import limits
 from contracts.chat import (
     MESSAGES_MAX,
+    NO_OPTIONS,
     NO_TOOLS,
     ROLES,
     ChatMessage,
+    ChatOptions,
     ChatTools,
     encode_chat_prompt,
     is_chat_prompt,
 )
 from contracts.ids import JobId, job_id_for_request, new_job_id
 from contracts.logprobs import TOP_LOGPROBS_MAX
-from contracts.models import CHAT_FEATURE_TOOLS, ModelSpec
+from contracts.models import (
+    CHAT_FEATURE_ENABLE_THINKING,
+    CHAT_FEATURE_REASONING_EFFORT,
+    CHAT_FEATURE_TOOLS,
+    ModelSpec,
+)
+from contracts.reasoning import starts_inside
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest, UnknownModel
 from coordinator.model import (
@@ -58,15 +66,38 @@ class Submission:
     # How the consumer reads the output: a stream, or a whole answer only when the job ends
     # well (then a failed job delivered nothing, and costs nothing; coordinator.jobs.ending).
     delivery: str = DELIVERY_STREAM
+    options: ChatOptions = NO_OPTIONS  # a chat's response format and template options
 
     @property
     def prompt_text(self) -> str:
         """What the job stores and the receipt digests: the prompt, or the canonical messages."""
-        return encode_chat_prompt(self.messages, self.tools) if self.messages else self.prompt
+        return encode_chat_prompt(self.messages, self.tools, self.options) if self.messages else self.prompt
+
+
+# Each template option: the chat feature a model needs to take it, and the field that sets it.
+_TEMPLATE_OPTIONS = {"enable_thinking": (CHAT_FEATURE_ENABLE_THINKING, "chat_template_kwargs.enable_thinking"),
+                     "reasoning_effort": (CHAT_FEATURE_REASONING_EFFORT, "reasoning_effort")}
+
+
+def _check_options(sub: Submission, spec: ModelSpec) -> None:
+    """Template options go only to a template that reads them; a JSON answer cannot follow a
+    reasoning block the prompt opened (the grammar would bind the reasoning)."""
+    kwargs = sub.options.kwargs()
+    for name in kwargs:
+        feature, param = _TEMPLATE_OPTIONS.get(name, ("", f"chat_template_kwargs.{name}"))
+        if feature not in spec.chat_features:
+            raise InvalidRequest(f"model {spec.model_id!r} cannot take {param}: its chat "
+                                 f"template does not read {name}", param=param)
+    thinking = kwargs.get("enable_thinking")
+    if sub.options.response_format and starts_inside(spec.chat_features, thinking):
+        raise InvalidRequest(f"model {spec.model_id!r} thinks before it answers, and a JSON "
+                             "response_format cannot follow its reasoning; set "
+                             "chat_template_kwargs.enable_thinking to false", param="response_format")
 
 
 def _check_template(sub: Submission, spec: ModelSpec) -> None:
     """Tools, or messages about calls, go only to a model whose chat template renders them."""
+    _check_options(sub, spec)
     if CHAT_FEATURE_TOOLS in spec.chat_features:
         return
     if sub.tools.definitions and sub.tools.choice != "none":

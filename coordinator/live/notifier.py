@@ -143,10 +143,10 @@ class Notifier:
                     del self._waiters[topic]
             return self._versions.get(topic, 0)
 
-    def waiting(self) -> int:
-        """Waiters enlisted now, on every topic (for tests and gauges)."""
+    def waiting(self, besides: frozenset[str] = frozenset()) -> int:
+        """Waiters enlisted now, on every topic but `besides` (for tests and gauges)."""
         with self._lock:
-            return sum(len(waiters) for waiters in self._waiters.values())
+            return sum(len(waiters) for topic, waiters in self._waiters.items() if topic not in besides)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -160,3 +160,16 @@ def job_topic(job_id: str) -> str:
 
 def node_topic(node_id: str) -> str:
     return f"node:{node_id}"
+
+
+FLEET_TOPIC_PREFIX = "fleet:"
+
+
+def fleet_topic(node_id: str) -> str:
+    """A node registered or left: other coordinators re-read it into their placement index."""
+    return FLEET_TOPIC_PREFIX + node_id
+
+
+def fleet_changes(topics: tuple[str, ...]) -> list[str]:
+    """The node ids of the fleet topics among these."""
+    return [t[len(FLEET_TOPIC_PREFIX):] for t in topics if t.startswith(FLEET_TOPIC_PREFIX)]

@@ -11,6 +11,12 @@ While the relay is down (PostgreSQL restarting, the connection cut) streams fall
 polling the database every `stream_poll_interval_s`; while it is up they wait for news,
 reading again only every `relayed_poll_interval_s` as a safety net. Its two threads are
 supervised: errors are logged, retried with backoff, and `healthy` says whether it works.
+A listener that reconnects wakes every waiter (Notifier.set_relayed), so news sent while
+it was away is read from the database then: nothing is lost, only delayed.
+
+Each payload carries when its oldest topic was published (`ORIGIN@MICROSECONDS topic ...`):
+the receiver reports the lag (on_lag, the `mlxnet:event_bus_lag_seconds` histogram). It is
+measured on the wall clock, so across hosts it includes their clocks' skew.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import psycopg
 
@@ -40,15 +48,24 @@ def libpq_url(sqlalchemy_url: str) -> str:
     return f"postgresql://{rest}"
 
 
+def _now_us() -> int:
+    return time.time_ns() // 1_000
+
+
 class PostgresRelay:
     def __init__(self, database_url: str, wake_local: Callable[..., None],
-                 on_health: Callable[[bool], None] = lambda _healthy: None) -> None:
-        """wake_local(*topics) wakes this process's waiters; on_health(up) hears every change."""
+                 on_health: Callable[[bool], None] = lambda _healthy: None,
+                 on_lag: Callable[[float], None] = lambda _seconds: None) -> None:
+        """wake_local(*topics) wakes this process's waiters; on_health(up) hears every change;
+        on_lag(seconds) hears, for each notification from another coordinator, how long its
+        oldest topic took from publish() there to its arrival here."""
         self._url = libpq_url(database_url)
         self._wake_local = wake_local
         self._on_health = on_health
+        self._on_lag = on_lag
         self._origin = uuid.uuid4().hex[:12]  # our own notifications come back: skip them
-        self._outbox: queue.Queue[tuple[str, ...]] = queue.Queue(OUTBOX_MAX)
+        # (microseconds published, topics), oldest first
+        self._outbox: queue.Queue[tuple[int, tuple[str, ...]]] = queue.Queue(OUTBOX_MAX)
         self._listening = threading.Event()
         self._sending = threading.Event()
         self.dropped = 0
@@ -66,7 +83,7 @@ class PostgresRelay:
     def publish(self, topics: tuple[str, ...]) -> None:
         """From any thread, after a commit: tell the other coordinators."""
         try:
-            self._outbox.put_nowait(topics)
+            self._outbox.put_nowait((_now_us(), topics))
         except queue.Full:
             self.dropped += 1  # they read the database on their fallback poll instead
 
@@ -99,24 +116,28 @@ class PostgresRelay:
             self._set(self._listening, True)
             while not stopping.is_set():
                 for notification in connection.notifies(timeout=LISTEN_TICK_S):
-                    origin, _, topics = notification.payload.partition(" ")
-                    if origin != self._origin and topics:
-                        self._wake_local(*topics.split(" "))
+                    news = parse_payload(notification.payload)
+                    if news.origin == self._origin or not news.topics:
+                        continue
+                    self._wake_local(*news.topics)
+                    if news.published_us is not None:
+                        self._on_lag(max(0, _now_us() - news.published_us) / 1e6)
 
     def _send(self, stopping: threading.Event) -> None:
         with psycopg.connect(self._url, autocommit=True) as connection:
             self._set(self._sending, True)
             while not stopping.is_set():
                 try:
-                    topics = set(self._outbox.get(timeout=LISTEN_TICK_S))
+                    published_us, first = self._outbox.get(timeout=LISTEN_TICK_S)
                 except queue.Empty:
                     continue
+                topics = set(first)
                 while len(topics) < 512:  # what queued meanwhile goes in the same NOTIFY
                     try:
-                        topics.update(self._outbox.get_nowait())
+                        topics.update(self._outbox.get_nowait()[1])
                     except queue.Empty:
                         break
-                for payload in payloads(self._origin, sorted(topics)):
+                for payload in payloads(f"{self._origin}@{published_us}", sorted(topics)):
                     connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
 
@@ -131,3 +152,18 @@ def payloads(origin: str, topics: list[str]) -> list[str]:
     if current != origin:
         payloads.append(current)
     return payloads
+
+
+@dataclass(frozen=True)
+class News:
+    origin: str
+    published_us: int | None  # None from a coordinator that does not stamp its payloads
+    topics: tuple[str, ...]
+
+
+def parse_payload(payload: str) -> News:
+    """`ORIGIN[@MICROSECONDS] topic topic ...` as payloads() writes it."""
+    head, _, topics = payload.partition(" ")
+    origin, _, stamp = head.partition("@")
+    published_us = int(stamp) if stamp.isascii() and stamp.isdigit() else None
+    return News(origin, published_us, tuple(topics.split(" ")) if topics else ())

@@ -28,6 +28,11 @@ CREDITS_POSTED = PREFIX + "operator_credits_posted_base_units"  # all time, a co
 CREDITS_VOIDED = PREFIX + "operator_credits_voided_base_units"  # all time, a counter
 LEDGER_TRANSFERS = PREFIX + "ledger_transfers"  # all time, a counter
 READINGS_FAILED = PREFIX + "metrics_readings_failed"  # scrapes whose database reading failed
+# Several coordinators on one database (coordinator/live/pg_relay.py).
+EVENT_BUS_LAG = PREFIX + "event_bus_lag_seconds"  # another coordinator's publish to arrival here
+EVENT_BUS_UP = PREFIX + "event_bus_up"  # 1 while other coordinators' news arrives, else 0
+EVENT_BUS_LAG_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+                           2.5, 5.0, 10.0)
 
 # As vLLM's buckets, so panels built for vLLM read the same.
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,

@@ -85,6 +85,14 @@ class CoordinatorMetrics:
         self.heartbeats = Counter(names.HEARTBEATS, "Node heartbeats accepted.", registry=registry)
         self.streams_open = Gauge(names.STREAMS_OPEN, "Streams open now, by kind.", ("kind",),
                                   registry=registry)
+        self.event_bus_lag = Histogram(
+            names.EVENT_BUS_LAG, "Time from another coordinator publishing an event (after its "
+            "commit) to its arrival here through PostgreSQL NOTIFY (wall clocks: includes skew "
+            "across hosts).", buckets=names.EVENT_BUS_LAG_BUCKETS_S, registry=registry)
+        self.event_bus_up = Gauge(
+            names.EVENT_BUS_UP, "1 while other coordinators' events arrive (the LISTEN/NOTIFY "
+            "relay works, or there is no other: SQLite); 0 while streams poll the database.",
+            registry=registry)
         for kind in (names.STREAM_NODE, names.STREAM_CONSUMER):
             self.streams_open.labels(kind)  # present at 0 from the start
         for outcome in (OUTCOME_PLACED, OUTCOME_WAITING, OUTCOME_REFUSED):
@@ -127,6 +135,12 @@ class CoordinatorMetrics:
 
     def heartbeat(self) -> None:
         self.heartbeats.inc()
+
+    def event_bus_arrived(self, lag_s: float) -> None:
+        self.event_bus_lag.observe(lag_s)
+
+    def event_bus_health(self, up: bool) -> None:
+        self.event_bus_up.set(1 if up else 0)
 
     @contextlib.contextmanager
     def stream_open(self, kind: str) -> Iterator[None]:

@@ -6,9 +6,11 @@ coordinator process runs close_epochs_forever in a background thread; `mlxnet le
 close-epoch` calls close_due_epoch once.
 
 Settings come from the environment, so every coordinator of one database agrees:
-MLXNET_EPOCH_LENGTH_S (default 3600), and for a real chain MLXNET_PAYOUT_RPC_URL,
-MLXNET_PAYOUT_DISTRIBUTOR and MLXNET_PAYOUT_PUBLISHER_KEY; without a URL, the coordinator
-starts its own anvil (ledger.anvil) with its state in its data dir, on a free port or MLXNET_ANVIL_PORT.
+MLXNET_EPOCH_LENGTH_S (default 3600). The chain comes from the coordinator's --chain-* flags
+(ledger.chain_settings: RPC URL, chain id, distributor, publisher key, confirmations, gas caps),
+or for tools from MLXNET_PAYOUT_RPC_URL, MLXNET_PAYOUT_DISTRIBUTOR and MLXNET_PAYOUT_PUBLISHER_KEY;
+without a URL, the coordinator starts its own anvil (ledger.anvil) with its state in its data dir,
+on a free port or MLXNET_ANVIL_PORT.
 """
 
 from __future__ import annotations
@@ -27,20 +29,22 @@ from sqlalchemy.orm import Session
 from contracts.hardware import ChipTier
 from contracts.lending import LendingMode
 from coordinator.model import JobStatus
-from coordinator.storage import node_rows
+from coordinator.storage import liveness_rows, node_rows
 from coordinator.storage.database import Database
 from coordinator.storage.tables import job_assignments, jobs
 from ledger.api import (
     EPOCH_LENGTH_S_DEFAULT,
     AnvilProcess,
     ChainError,
+    ChainSettings,
+    ChainSettingsError,
     EpochClose,
     ExpectedCredit,
     HeadSigner,
     LedgerError,
     PayoutChainLike,
     SeatInput,
-    anchor_epochs,
+    anchor_pass,
     availability_bps,
     close_epoch,
     connect_chain,
@@ -92,8 +96,9 @@ def gather_seats(session: Session, number: int, settings: EpochSettings) -> list
     end_ms = start_ms + settings.length_s * 1_000
     seats = []
     for node in node_rows.all_nodes(session):
-        times = node_rows.heartbeat_times(session, node.node_id, start_ms, end_ms,
-                                        modes=frozenset({LendingMode.ULTRA_SEAT}))
+        times = liveness_rows.proof_times(session, node.node_id, start_ms, end_ms,
+                                          settings.heartbeat_credit_ms,
+                                          modes=frozenset({LendingMode.ULTRA_SEAT}))
         if node.lending.mode is not LendingMode.ULTRA_SEAT and not times:
             continue
         # Only a measured Ultra: a claim without a benchmark that fits the chip earns no bonus.
@@ -137,32 +142,61 @@ def payout_chain_from_environment() -> PayoutChainLike:
 
 
 class PayoutChains:
-    """Where the coordinator anchors: MLXNET_PAYOUT_RPC_URL when set, else an anvil process of its own
-    with its state in chain_dir (started on first use, so only once an epoch has a root to anchor)."""
+    """Where the coordinator anchors: the network in `settings` (--chain-rpc-url), else
+    MLXNET_PAYOUT_RPC_URL when set, else an anvil process of its own with its state in chain_dir
+    (started on first use, so only once an epoch has a root to anchor, or a page reads one)."""
 
-    def __init__(self, chain_dir: Path | None) -> None:
-        self._chain_dir = chain_dir
+    def __init__(self, chain_dir: Path | None, settings: ChainSettings = ChainSettings(),
+                 publisher_key: str | None = None) -> None:
+        self._chain_dir, self._settings, self._key = chain_dir, settings, publisher_key
         self._process: AnvilProcess | None = None
         self._chain: PayoutChainLike | None = None
+        self._lock = threading.Lock()  # the epochs loop and MLX World's pages both ask
+
+    @property
+    def settings(self) -> ChainSettings:
+        return self._settings
 
     def get(self) -> PayoutChainLike:
-        if self._chain is None:
-            if os.environ.get(RPC_URL_ENV) or self._chain_dir is None:
-                self._chain = payout_chain_from_environment()
-            else:
-                port = int(os.environ.get(ANVIL_PORT_ENV, str(ANVIL_PORT_DEFAULT)))
-                self._process, self._chain = embedded_chain(self._chain_dir, port=port)
-        return self._chain
+        with self._lock:
+            if self._chain is None:
+                self._chain = self._connect()
+            return self._chain
+
+    def _connect(self) -> PayoutChainLike:
+        settings = self._settings
+        if not settings.embedded:
+            assert settings.rpc_url is not None and settings.distributor is not None
+            return connect_chain(settings.rpc_url, settings.distributor, self._key, chain_id=settings.chain_id,
+                                 gas=settings.gas, receipt_timeout_s=settings.receipt_timeout_s)
+        if os.environ.get(RPC_URL_ENV) or self._chain_dir is None:
+            return payout_chain_from_environment()
+        port = int(os.environ.get(ANVIL_PORT_ENV, str(ANVIL_PORT_DEFAULT)))
+        self._process, chain = embedded_chain(self._chain_dir, port=port, gas=settings.gas,
+                                              receipt_timeout_s=settings.receipt_timeout_s)
+        return chain
+
+    def check_at_start(self) -> None:
+        """A real network is looked at once before the coordinator serves: a node on another chain, or
+        no distributor at the address, raises ChainSettingsError; an unreachable one only delays anchoring."""
+        if self._settings.embedded:
+            return
+        try:
+            self.get()
+        except ChainError as error:
+            log.warning("the payout chain cannot be reached yet; anchoring waits for it: %s", error)
 
     def close(self) -> None:
-        if self._process is not None:
-            self._process.stop()
-            self._process, self._chain = None, None
+        with self._lock:
+            if self._process is not None:
+                self._process.stop()
+                self._process, self._chain = None, None
 
 
-def anchor_closed_epochs(db: Database, chain: PayoutChainLike) -> int:
+def anchor_closed_epochs(db: Database, chain: PayoutChainLike, confirmations: int = 1) -> int:
+    """Anchor every closed epoch's root not yet on chain; how many were recorded (confirmations deep)."""
     with db.transaction() as session:
-        return len(anchor_epochs(session, chain))
+        return len(anchor_pass(session, chain, confirmations=confirmations).anchored)
 
 
 class EpochCloser:
@@ -172,8 +206,9 @@ class EpochCloser:
 
     def __init__(self, db: Database, settings: EpochSettings,
                  chain_factory: Callable[[], PayoutChainLike] = payout_chain_from_environment,
-                 signer: HeadSigner | None = None) -> None:
+                 signer: HeadSigner | None = None, confirmations: int = 1) -> None:
         self._db, self._settings, self._signer = db, settings, signer
+        self._confirmations = confirmations
         self._chain_factory = chain_factory
         self._chain: PayoutChainLike | None = None
         self._anchoring_due: bool | None = None  # unknown until the first pass reads the epochs
@@ -192,13 +227,18 @@ class EpochCloser:
         if self._anchoring_due:
             try:
                 self._chain = self._chain or self._chain_factory()
-                anchor_closed_epochs(self._db, self._chain)
+                with self._db.transaction() as session:
+                    waiting = anchor_pass(session, self._chain, confirmations=self._confirmations).waiting
             except ChainError as error:
                 # An unreachable chain delays anchoring (the next pass retries); it must not mark
                 # the coordinator unhealthy, or a balancer would stop sending it jobs.
                 log.warning("anchoring delayed, retrying next pass: %s", error)
                 return
-            self._anchoring_due = False
+            except ChainSettingsError as error:  # the RPC now serves another chain: loud, but jobs go on
+                log.error("anchoring stopped until the payout chain is fixed: %s", error)
+                self._chain = None
+                return
+            self._anchoring_due = bool(waiting)  # roots short of their confirmations: look again
 
 
 def close_epochs_forever(db: Database, stopping: threading.Event, settings: EpochSettings,

@@ -11,7 +11,9 @@ post or void the held credit, and read what it cost.
   the reservation is released whole and nobody is paid (`settle_failed`). No credit is ever
   written without a verified receipt, so `mlxnet ledger audit` holds after any fault.
 - A check decides the held credit: posted (`release_credit`) or voided, the consumer refunded
-  (`reject_credit`).
+  (`reject_credit`). A failed check also takes the node's stake: other held credits voided the
+  same way, and posted ones clawed back (`claw_back`), a debt where the balance falls short,
+  which the operator's next posted credits repay first (`repay_debts`).
 
 Every job with a reservation is closed once: `billing_closed_at_ms` is set, in the same write of
 the job's row that ends it, when its reservation is resolved and the key's spend corrected to the
@@ -43,6 +45,7 @@ from ledger.api import (
     TransferKind,
     TransferState,
     balance,
+    claw_back as ledger_claw_back,
     complete_job,
     consumer_account_id,
     get_transfer,
@@ -54,6 +57,7 @@ from ledger.api import (
     reject_job_credit,
     release_job_credit,
     release_job_credits,
+    repay_debt,
     reserve_job,
     transfers_for_job,
     void_job,
@@ -242,6 +246,22 @@ def reject_credit(session: Session, job_id: str) -> JobPayment:
     if job is not None and job.api_key_id and job.billing_closed_at_ms is not None and charge:
         api_keys.refund_spend(session, job.api_key_id, charge.amount)
     return payment
+
+
+def claw_back(session: Session, operator_id: str, failed_job_id: str, amount: int) -> tuple[int, int]:
+    """Take back `amount` of what was posted to the operator, after its node failed the check of
+    failed_job_id: (taken from its balance, left as a debt)."""
+    taken = ledger_claw_back(session, OperatorId(operator_id), f"clawback:{failed_job_id}", amount)
+    return taken.taken, taken.owed
+
+
+def repay_debts(session: Session, released: list[tuple[str, str]]) -> int:
+    """After credits were posted: each operator's claw-back debt is repaid from them first.
+    released: (operator id, job id whose credit was posted), the job naming the repayment."""
+    repaid = 0
+    for operator_id, job_id in dict(released).items():  # once per operator, named by its last job
+        repaid += repay_debt(session, OperatorId(operator_id), f"debt-repaid:{job_id}")
+    return repaid
 
 
 def _refund_unspent(session: Session, job: JobRecord, charged: int) -> None:

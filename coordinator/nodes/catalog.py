@@ -5,23 +5,25 @@ once broke every keyed submit for its model). Each model id is then bound, in th
 model_catalog table, to one spec and weights digest: pinned by the coordinator (its
 verifier's own copy at start-up, or `mlxnet catalog pin`), else by the first node to
 serve it. A node that declares other weights or another shape under a bound id is
-refused with the fields that differ, so a model id always means one set of weights
-(issue 32) and a poisoned spec never reaches placement (issue 25).
+refused (WeightsMismatch, FAILED_PRECONDITION: the request is well formed, and succeeds
+once the node serves the bound weights) with the fields that differ, so a model id always
+means one set of weights (issue 32) and a poisoned spec never reaches placement (issue 25).
+A checker for a job is therefore found by weights digest (nodes_serving, checkable_by_peers).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from contracts.models import VOCAB_SIZE_MAX, ModelSpec
-from coordinator.errors import InvalidRequest, PermissionDenied
+from coordinator.errors import InvalidRequest, WeightsMismatch
 from coordinator.model import NodeRecord
-from coordinator.storage import catalog_rows
+from coordinator.storage import catalog_rows, node_rows
 
 # Limits a real model stays far inside; each says why in the refusal.
 LAYERS_MAX = 1_024
@@ -93,7 +95,7 @@ def check_and_bind(session: Session, models: Iterable[ModelSpec], node_id: str, 
         if differences:
             who = ("pinned by the coordinator" if entry.source == catalog_rows.SOURCE_COORDINATOR
                    else f"bound by node {entry.bound_by}, the first to serve it")
-            raise PermissionDenied(
+            raise WeightsMismatch(
                 f"model {_short(spec.model_id)!r} is bound to weights {entry.spec.weights_digest[:16]}... "
                 f"({who}); this node declares " + "; ".join(differences) +
                 ". Serve the bound weights, or serve yours under another model id")
@@ -115,3 +117,37 @@ def model_catalog(nodes: Iterable[NodeRecord]) -> dict[str, ModelSpec]:
         for spec in node.models:
             catalog.setdefault(spec.model_id, spec)
     return catalog
+
+
+def nodes_serving(nodes: Iterable[NodeRecord], model_id: str, weights_digest: str) -> list[NodeRecord]:
+    """The nodes that declare these very weights under this model id (the catalog keeps every
+    registered node of a bound id on the bound digest, so the digest is the test that counts)."""
+    return [node for node in nodes
+            if any(s.model_id == model_id and s.weights_digest == weights_digest for s in node.models)]
+
+
+def checkable_by_peers(nodes: Iterable[NodeRecord], operators_min: int = 2) -> frozenset[tuple[str, str]]:
+    """(model id, weights digest) pairs served by nodes of at least `operators_min` operators:
+    a job on one of them can be replayed by a node of another operator."""
+    operators: dict[tuple[str, str], set[str]] = {}
+    for node in nodes:
+        for spec in node.models:
+            operators.setdefault((spec.model_id, spec.weights_digest), set()).add(node.operator_id)
+    return frozenset(pair for pair, who in operators.items() if len(who) >= operators_min)
+
+
+class PeerCheckablePairs:
+    """checkable_by_peers over the registered nodes, read at most every refresh_ms in the
+    caller's session (a receipt's): the fleet changes slowly, receipts come often."""
+
+    def __init__(self, now_ms: Callable[[], int], refresh_ms: int = 10_000) -> None:
+        self._now_ms, self._refresh_ms = now_ms, refresh_ms
+        self._pairs: frozenset[tuple[str, str]] = frozenset()
+        self._read_at_ms: int | None = None
+
+    def __call__(self, session: Session) -> frozenset[tuple[str, str]]:
+        now = self._now_ms()
+        if self._read_at_ms is None or now - self._read_at_ms >= self._refresh_ms:
+            self._pairs = checkable_by_peers(n for n in node_rows.all_nodes(session) if n.left_at_ms is None)
+            self._read_at_ms = now
+        return self._pairs

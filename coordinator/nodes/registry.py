@@ -123,19 +123,23 @@ def register(session: Session, registration: Registration, node_id: NodeId, now_
 PROOF_CHARS_MAX = 128
 
 
-def authenticate(session: Session, token: str | None, proof: str | None, now_ms: int) -> NodeRecord:
-    """The node whose session this is, if the proof (`<ms>.<base64url signature>` over
-    contracts.signing.session_proof_message) shows the call comes from the key that registered
-    it, recently: a session token copied without the node's key is refused."""
+def authenticate(session: Session, token: str | None) -> NodeRecord:
+    """The node whose session this is (check_proof then shows the call is its own)."""
     if not token:
         raise Unauthenticated("missing x-mlxnet-session metadata; call Register first")
     node = node_rows.node_by_session(session, token_sha256(token))
     if node is None:
         raise Unauthenticated("unknown or replaced node session; register again")
+    return node
+
+
+def check_proof(node: NodeRecord, token: str, proof: str | None, now_ms: int) -> None:
+    """Raise Unauthenticated unless the proof (`<ms>.<base64url signature>` over
+    contracts.signing.session_proof_message) shows the call comes from the key that registered
+    the session, recently: a session token copied without the node's key is refused."""
     refused = _proof_problem(node, token, proof or "", now_ms)
     if refused is not None:
         raise Unauthenticated(refused)
-    return node
 
 
 def _proof_problem(node: NodeRecord, token: str, proof: str, now_ms: int) -> str | None:

@@ -1,8 +1,9 @@
 """What nodes report about themselves: heartbeats, lending state, benchmarks, leaving.
 
-A signed heartbeat is stored (node_heartbeats) as proof the node was online,
-which the ledger turns into Ultra-seat availability; an unsigned one only keeps
-the session alive. Everything here takes the caller's session.
+A signed heartbeat is verified here and counted in the node's uptime span
+(coordinator.nodes.uptime), the proof the node was online that the ledger turns into
+Ultra-seat availability; an unsigned one only keeps the session alive. Everything
+here that touches the database takes the caller's session.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from contracts.signing import signature_is_valid
 from coordinator.errors import InvalidRequest, PermissionDenied
 from coordinator.model import ACTIVE_STATUSES, JobStatus, NodeRecord
 from coordinator.nodes.benchmark_check import benchmark_flag
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import job_rows, liveness_rows, node_rows
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def check_lending(node: NodeRecord, lending: LendingState) -> None:
                              f"{node.hardware.chip!r}; use mode dedicated")
 
 
-def _check_report(node: NodeRecord, report: HeartbeatReport) -> None:
+def check_report(node: NodeRecord, report: HeartbeatReport) -> None:
     if not 0 <= report.running_jobs <= RUNNING_JOBS_MAX:
         raise InvalidRequest(f"running_jobs must be between 0 and {RUNNING_JOBS_MAX}")
     if len(report.warm_models) > WARM_MODELS_MAX:
@@ -59,8 +60,9 @@ def _check_report(node: NodeRecord, report: HeartbeatReport) -> None:
         check_lending(node, report.lending)
 
 
-def _store_signed(session: Session, node: NodeRecord, report: HeartbeatReport, now_ms: int) -> bool:
-    """Verify and store a signed heartbeat; False for a replay (not newer than the last one)."""
+def verified_heartbeat(node: NodeRecord, report: HeartbeatReport, now_ms: int) -> Heartbeat:
+    """The signed heartbeat, once its clock and signature check out (whether it is newer than the
+    node's last one is the uptime book's to say: coordinator.nodes.uptime)."""
     if report.lending is None:
         raise InvalidRequest("a signed heartbeat must carry the lending state it signs")
     if abs(now_ms - report.sent_at_ms) > HEARTBEAT_CLOCK_SKEW_MS_MAX:
@@ -70,23 +72,7 @@ def _store_signed(session: Session, node: NodeRecord, report: HeartbeatReport, n
     if not signature_is_valid(node.public_key, heartbeat_message(heartbeat), report.signature):
         raise PermissionDenied(f"heartbeat signature does not verify with node "
                                f"{node.node_id}'s key")
-    last = node_rows.last_signed_heartbeat_ms(session, node.node_id)
-    if last is not None and report.sent_at_ms <= last:
-        log.warning("node %s re-sent a heartbeat from %d; not stored", node.node_id,
-                    report.sent_at_ms)
-        return False
-    return node_rows.insert_signed_heartbeat(session, heartbeat, now_ms, report.signature)
-
-
-def accept_heartbeat(session: Session, node: NodeRecord, report: HeartbeatReport,
-                     now_ms: int) -> None:
-    _check_report(node, report)
-    if report.signature:
-        _store_signed(session, node, report, now_ms)
-    node_rows.record_heartbeat(session, node.node_id, now_ms, report.running_jobs,
-                             report.lending, report.warm_models)
-    if report.benchmark is not None:
-        accept_benchmark(session, node, report.benchmark, now_ms)
+    return heartbeat
 
 
 def accept_benchmark(session: Session, node: NodeRecord, result: BenchmarkResult,
@@ -129,10 +115,15 @@ def leave(session: Session, node: NodeRecord, reason: str, now_ms: int) -> list[
     return touched
 
 
+def prune_due(now_ms: int) -> bool:
+    return now_ms - _last_prune_ms >= HEARTBEAT_PRUNE_INTERVAL_MS
+
+
 def prune_heartbeats_now_and_then(session: Session, now_ms: int) -> int:
-    """Drop heartbeats past retention, at most once an hour per process."""
+    """Drop heartbeats and spans past retention, at most once an hour per process."""
     global _last_prune_ms
-    if now_ms - _last_prune_ms < HEARTBEAT_PRUNE_INTERVAL_MS:
+    if not prune_due(now_ms):
         return 0
     _last_prune_ms = now_ms
-    return node_rows.prune_heartbeats(session, now_ms - HEARTBEAT_RETENTION_MS)
+    before_ms = now_ms - HEARTBEAT_RETENTION_MS
+    return node_rows.prune_heartbeats(session, before_ms) + liveness_rows.prune_spans(session, before_ms)

@@ -41,7 +41,8 @@ def mac_placement(terms: JobTerms, mac: MacCandidate, chosen: Scored, explanatio
         reserved_memory_bytes=(terms.memory.total_bytes,), predicted_decode_tokens_per_s=decode,
         predicted_prefill_tokens_per_s=prefill,
         predicted_time_to_first_token_s=time_to_first_token_s(job, prefill, decode, load_bytes, config.speed),
-        explanation=explanation, job_id=job.job_id, score=chosen.total)
+        explanation=explanation, job_id=job.job_id, score=chosen.total,
+        shared_memory_bytes=terms.memory.batch_shared_bytes)
 
 
 def pod_placement(terms: JobTerms, pod: PodCandidate, members: tuple[MacCandidate, ...], free: tuple[int, ...],

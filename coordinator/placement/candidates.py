@@ -54,9 +54,21 @@ class MacCandidate:
     memory_cap_bytes: int | None = None  # the operator's cap on what the network may use
     price_per_million_tokens: int = 0  # base units of the MLX token
     measured_decode_efficiency: float | None = None  # η from the node's own benchmark
+    # (model id, bytes, jobs): a model's weights and runtime, held once in committed_memory_bytes
+    # and shared by this many running jobs of it (jobs of one model batch on one Mac). By model id.
+    shared_memory: tuple[tuple[str, int, int], ...] = ()
+    # (jobs decoding together, their tokens/s in all), sizes ascending, from the node's own benchmark:
+    # a job's speed here counts the jobs already running (speed.batch_share). Empty: not measured.
+    batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         assert self.committed_memory_bytes >= 0 and self.running_jobs >= 0
+        assert [model_id for model_id, _, _ in self.shared_memory] == sorted({m for m, _, _ in self.shared_memory})
+        assert all(held > 0 and jobs >= 1 for _, held, jobs in self.shared_memory)
+        assert sum(jobs for _, _, jobs in self.shared_memory) <= self.running_jobs
+        sizes = [size for size, _ in self.batch_decode_tokens_per_s]
+        assert sizes == sorted(set(sizes)) and all(size >= 1 for size in sizes)
+        assert all(rate > 0 for _, rate in self.batch_decode_tokens_per_s)
         assert self.max_concurrent_jobs >= 0
         assert 0.0 <= self.reputation <= 1.0, "reputation is a fraction"
         assert self.price_per_million_tokens >= 0

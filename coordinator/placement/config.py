@@ -57,6 +57,11 @@ class SpeedConfig:
     gpu_flops_per_core: float = 0.4e12
     prefill_to_decode_ratio: float = 10.0  # when GPU cores are unknown: a conservative multiple
     cold_load_bytes_per_s: float = 3e9  # reading weights from SSD when the model is not warm
+    # Jobs on one Mac decode in one batch: a busy Mac is slower per job and faster in total. Until a
+    # node measures it (its benchmark's batch_decode_tokens_per_s), its tokens/s in all at a batch of
+    # b jobs is taken as alone x (1 + gain x (b - 1)): 0.1 is below every published curve (Darkbloom's
+    # M4 Max: 0.5 at 2, 0.18 at 4, 0.22 at 8; mlx-lm's granite: 0.16 at 32), so a guess never flatters.
+    unmeasured_batch_gain: float = 0.1
 
     def __post_init__(self) -> None:
         assert 0.0 < self.decode_efficiency <= 1.0
@@ -66,6 +71,7 @@ class SpeedConfig:
         assert {kind for kind, _ in self.link_latency_s} == set(LinkKind), "a latency per link kind"
         assert self.prefill_efficiency > 0 and self.gpu_flops_per_core > 0
         assert self.prefill_to_decode_ratio > 0 and self.cold_load_bytes_per_s > 0
+        assert self.unmeasured_batch_gain >= 0.0
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,18 @@ class Placement:
     explanation: Explanation
     job_id: JobId = JobId("")
     score: float = 0.0  # the combined score that won, 0..1
+    # Of a single Mac's reservation, what jobs of the model there share (its weights and runtime):
+    # committed once while any of them runs. 0 on a pod: pod ranks do not batch.
+    shared_memory_bytes: int = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.explanation.model_id
 
     def __post_init__(self) -> None:
         members = len(self.node_ids)
+        assert 0 <= self.shared_memory_bytes <= self.reserved_memory_bytes[0]
+        assert self.pod_id is None or self.shared_memory_bytes == 0, "pod ranks do not share memory"
         assert members >= 1 and len(self.layer_split) == members == len(self.reserved_memory_bytes)
         assert (self.pod_id is None) == (self.strategy is Strategy.SINGLE) == (members == 1)
         assert min(self.reserved_memory_bytes) > 0 and min(self.layer_split) >= 1

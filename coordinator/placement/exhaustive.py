@@ -14,14 +14,16 @@ from coordinator.placement.candidates import FleetSnapshot, JobRequest, MacCandi
 from coordinator.placement.config import PlacementConfig
 from coordinator.placement.decision import Placement, Unplaceable
 from coordinator.placement.filters import FilterReason, mac_state_reason
-from coordinator.placement.memory import mac_ceiling_bytes
+from coordinator.placement.memory import held_for_model, mac_ceiling_bytes
 from coordinator.placement.planner import decide
 from coordinator.placement.pods import fit_pod, pod_topology
 from coordinator.placement.scoring import (
     best_fit_score, speed_part, speed_score, static_score, static_score_quantum, total_score,
 )
 from coordinator.placement.search import Best, SearchResult
-from coordinator.placement.speed import SpeedProfile, decode_tokens_per_s, effective_bandwidth_step
+from coordinator.placement.speed import (
+    SpeedProfile, decode_tokens_per_s, effective_bandwidth_step, loaded_bandwidth_step,
+)
 from coordinator.placement.terms import JobTerms, plan_pod
 from coordinator.placement.vocabulary import Strategy
 
@@ -36,6 +38,8 @@ class ExhaustiveView:
         self.pod_count = len(snapshot.pods)
         self._rows = [(mac, mac_ceiling_bytes(mac, config.memory), effective_bandwidth_step(mac, config.speed),
                        mac_state_reason(mac)) for mac in snapshot.macs]
+        # The speed a new job gets on each Mac with the jobs already in its batch.
+        self._loaded_steps = [loaded_bandwidth_step(mac, mac.running_jobs, config.speed) for mac in snapshot.macs]
         self._by_node = {row[0].node_id: row for row in self._rows}
 
     def mac_at(self, position: int) -> MacCandidate:
@@ -67,13 +71,16 @@ class ExhaustiveView:
             if reason is not None:
                 filtered[reason] += 1
                 continue
-            decode = decode_by_step.get(step)
+            loaded = self._loaded_steps[position]
+            decode = decode_by_step.get(loaded)
             if decode is None:
-                decode = decode_by_step[step] = decode_tokens_per_s(SpeedProfile(step), terms.bytes_per_token, config.speed)
+                decode = decode_by_step[loaded] = decode_tokens_per_s(SpeedProfile(loaded), terms.bytes_per_token,
+                                                                      config.speed)
             if decode < terms.job.min_decode_tokens_per_s:
                 filtered[FilterReason.BELOW_MIN_SPEED] += 1
                 continue
-            free = ceiling - mac.committed_memory_bytes
+            # Jobs of one model on one Mac batch: what its running jobs hold for the model is the new job's too.
+            free = ceiling - mac.committed_memory_bytes + held_for_model(mac, model_id)
             if free < need:
                 filtered[FilterReason.DOES_NOT_FIT] += 1
                 continue

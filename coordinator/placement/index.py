@@ -29,7 +29,9 @@ from coordinator.placement.memory import mac_ceiling_bytes
 from coordinator.placement.natives import bisect_left, bisect_right, insort
 from coordinator.placement.pods import PodTopology, pod_topology
 from coordinator.placement.scoring import STATIC_SCORE_BITS, STATIC_SCORE_SCALE, static_score_quantum
-from coordinator.placement.speed import SpeedProfile, effective_bandwidth_step, step_bandwidth_bytes_per_s
+from coordinator.placement.speed import (
+    SpeedProfile, effective_bandwidth_step, loaded_bandwidth_step, step_bandwidth_bytes_per_s,
+)
 
 POSITION_BITS: Final = 20
 POSITION_MASK: Final = (1 << POSITION_BITS) - 1
@@ -82,7 +84,7 @@ class Group:
 class MacClass:
     """Macs serving one model with one speed profile."""
 
-    __slots__ = ("profile", "bandwidth_bytes_per_s", "cold", "warm", "ceilings")
+    __slots__ = ("profile", "bandwidth_bytes_per_s", "cold", "warm", "ceilings", "members")
 
     def __init__(self, profile: SpeedProfile, bandwidth_bytes_per_s: float) -> None:
         self.profile = profile
@@ -92,6 +94,9 @@ class MacClass:
         self.cold = Group()
         self.warm = Group()
         self.ceilings: list[int] = []  # every serving Mac in any state: could it ever fit?
+        # Macs whose keys are filed here, in any state: a busy Mac's load moves it between classes,
+        # and a class no Mac is in or has its ceiling in is dropped, so the index stays as if built anew.
+        self.members = 0
 
 
 class PodClass:
@@ -137,13 +142,19 @@ class ModelEntry:
 
     def add_class(self, key, new_class) -> None:
         self.classes[key] = new_class
+        self._classes_changed(new_class)
+
+    def drop_class(self, key) -> None:
+        self._classes_changed(self.classes.pop(key))
+
+    def _classes_changed(self, changed) -> None:
         self.group_speeds.clear()
         self.fit_starts.clear()
         self.fit_needs.clear()
         self.fit_starts_by_need.clear()
         self.topology_plans.clear()
         self.fastest_first = sorted(self.classes.values(), key=_class_step, reverse=True)
-        if isinstance(new_class, MacClass):
+        if isinstance(changed, MacClass):
             self.mac_groups = [(mac_class.bandwidth_bytes_per_s, group, warm) for mac_class in self.fastest_first
                                for group, warm in ((mac_class.cold, False), (mac_class.warm, True))]
             self.mac_keys = [group.keys for _, group, _ in self.mac_groups]
@@ -186,22 +197,27 @@ class Membership(NamedTuple):
     group: Group
     tail: int  # the static score and position part of the key
     static_quantum: int
+    model_id: str
 
 
 class MacSlot:
     __slots__ = ("position", "candidate", "ceiling", "committed", "running", "reason", "step",
-                 "static_cold", "static_warm", "pods", "memberships")
+                 "static_cold", "static_warm", "pods", "memberships", "shared", "loaded_step")
     position: int
     candidate: MacCandidate
     ceiling: int
     committed: int
     running: int
     reason: FilterReason | None
-    step: int
+    step: int  # its bandwidth step idle: its ceilings and pods are filed by it
+    loaded_step: int  # what a new job would get with its running jobs: its keys are filed by it
     static_cold: int
     static_warm: int
     pods: list[PodSlot]  # the pods it is a member of
     memberships: list[Membership]
+    # model id -> (bytes, jobs): memory committed once for a model's running jobs, which a new job
+    # of it shares (its weights and runtime). A model's keys are filed under free + those bytes.
+    shared: dict[str, tuple[int, int]]
 
     def static_quantum(self, model_id: str) -> int:
         return self.static_warm if model_id in self.candidate.warm_models else self.static_cold
@@ -209,6 +225,10 @@ class MacSlot:
     @property
     def free(self) -> int:
         return self.ceiling - self.committed
+
+    def held(self, model_id: str) -> int:
+        shared = self.shared.get(model_id)
+        return shared[0] if shared is not None else 0
 
 
 class PodSlot:
@@ -288,6 +308,11 @@ class FleetIndex:
         """Jobs running on the Mac now, its own commits included."""
         return self._mac_by_node[node_id].running
 
+    def commitment(self, node_id: NodeId) -> tuple[int, int, tuple[tuple[str, int, int], ...]]:
+        """(committed bytes, running jobs, shared memory by model) as job_rows.committed_by_node reads them."""
+        slot = self._mac_by_node[node_id]
+        return slot.committed, slot.running, shared_tuple(slot.shared)
+
     def snapshot(self) -> FleetSnapshot:
         macs = tuple(self._current(slot) for slot in self.mac_slots if slot is not None)
         pods = tuple(slot.candidate for slot in self.pod_slots if slot is not None)
@@ -301,9 +326,11 @@ class FleetIndex:
     @staticmethod
     def _current(slot: MacSlot) -> MacCandidate:
         mac = slot.candidate
-        if mac.committed_memory_bytes == slot.committed and mac.running_jobs == slot.running:
+        shared = shared_tuple(slot.shared)
+        if mac.committed_memory_bytes == slot.committed and mac.running_jobs == slot.running \
+                and mac.shared_memory == shared:
             return mac
-        return replace(mac, committed_memory_bytes=slot.committed, running_jobs=slot.running)
+        return replace(mac, committed_memory_bytes=slot.committed, running_jobs=slot.running, shared_memory=shared)
 
     # -- changing Macs ------------------------------------------------------------------
 
@@ -328,10 +355,10 @@ class FleetIndex:
         old = slot.candidate
         dynamic_only = replace(old, online=mac.online, owner_active=mac.owner_active,
                                committed_memory_bytes=mac.committed_memory_bytes,
-                               running_jobs=mac.running_jobs) == mac
+                               running_jobs=mac.running_jobs, shared_memory=mac.shared_memory) == mac
         if dynamic_only:
             slot.candidate = mac
-            self._set_loads([(slot, mac.committed_memory_bytes, mac.running_jobs)])
+            self._set_loads([(slot, mac.committed_memory_bytes, mac.running_jobs, shared_dict(mac.shared_memory))])
             return
         pods = list(slot.pods)
         for pod in pods:
@@ -354,35 +381,41 @@ class FleetIndex:
         """Reserve a decision's memory, re-checking capacity; False when it is no longer there."""
         if placement.pod_id is None:  # one Mac, the common case: no lists to build
             slot = self._mac_by_node.get(placement.node_ids[0])
-            share = placement.reserved_memory_bytes[0]
-            if slot is None or slot.reason is not None or slot.ceiling - slot.committed < share:
+            if slot is None or slot.reason is not None:
                 return False
-            self._set_load(slot, slot.committed + share, slot.running + 1)
+            added, shared = commit_shared(slot.shared, placement.model_id, placement.reserved_memory_bytes[0],
+                                          placement.shared_memory_bytes)
+            if slot.ceiling - slot.committed < added:
+                return False
+            self._set_load(slot, slot.committed + added, slot.running + 1, shared)
             return True
-        loads: list[tuple[MacSlot, int, int]] = []
+        loads: list[tuple[MacSlot, int, int, dict[str, tuple[int, int]]]] = []
         for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
             member = self._mac_by_node.get(node_id)
             if member is None or member.reason is not None or member.free < share:
                 return False
-            loads.append((member, member.committed + share, member.running + 1))
+            loads.append((member, member.committed + share, member.running + 1, member.shared))
         self._set_loads(loads)
         return True
 
     def release(self, placement: Placement) -> None:
         """A committed job finished: give its memory back."""
-        self.release_shares(placement.node_ids, placement.reserved_memory_bytes)
+        self.release_shares(placement.node_ids, placement.reserved_memory_bytes, placement.model_id,
+                            placement.shared_memory_bytes)
 
-    def release_shares(self, node_ids: tuple[NodeId, ...], reserved_memory_bytes: tuple[int, ...]) -> None:
+    def release_shares(self, node_ids: tuple[NodeId, ...], reserved_memory_bytes: tuple[int, ...],
+                       model_id: str = "", shared_memory_bytes: int = 0) -> None:
         """The same, for a caller that kept only where the job ran and what it reserved."""
         if len(node_ids) == 1:  # one Mac, the common case: no lists to build
             slot, share = self._mac_by_node[node_ids[0]], reserved_memory_bytes[0]
-            assert slot.committed >= share and slot.running >= 1, "released more than was committed"
-            self._set_load(slot, slot.committed - share, slot.running - 1)
+            freed, shared = release_shared(slot.shared, model_id, share, shared_memory_bytes)
+            assert slot.committed >= freed and slot.running >= 1, "released more than was committed"
+            self._set_load(slot, slot.committed - freed, slot.running - 1, shared)
             return
         slots = [self._mac_by_node[node_id] for node_id in node_ids]
         for slot, share in zip(slots, reserved_memory_bytes):
             assert slot.committed >= share and slot.running >= 1, "released more than was committed"
-        self._set_loads([(slot, slot.committed - share, slot.running - 1)
+        self._set_loads([(slot, slot.committed - share, slot.running - 1, slot.shared)
                          for slot, share in zip(slots, reserved_memory_bytes)])
 
     def exclude(self, node_ids: frozenset[str]) -> list[MacSlot]:
@@ -444,36 +477,46 @@ class FleetIndex:
             else:
                 by_ceiling.remove((-slot.ceiling_sum, slot.position))
 
-    def _set_loads(self, loads: list[tuple[MacSlot, int, int]]) -> None:
+    def _set_loads(self, loads: list[tuple[MacSlot, int, int, dict[str, tuple[int, int]]]]) -> None:
         """New commitments for some Macs; a pod they share is re-filed once, not once per member."""
-        pods = list(dict.fromkeys([pod for slot, _, _ in loads for pod in slot.pods]))
-        for slot, committed, running in loads:
-            self._refile_mac(slot, committed, running)
+        pods = list(dict.fromkeys([pod for slot, _, _, _ in loads for pod in slot.pods]))
+        for slot, committed, running, shared in loads:
+            self._refile_mac(slot, committed, running, shared)
         for pod in pods:
             self._refile_pod(pod)
 
-    def _set_load(self, slot: MacSlot, committed: int, running: int) -> None:
+    def _set_load(self, slot: MacSlot, committed: int, running: int, shared: dict[str, tuple[int, int]]) -> None:
         """_set_loads for one Mac."""
         if slot.pods:
-            self._set_loads([(slot, committed, running)])
+            self._set_loads([(slot, committed, running, shared)])
         else:
-            self._refile_mac(slot, committed, running)
+            self._refile_mac(slot, committed, running, shared)
 
-    def _refile_mac(self, slot: MacSlot, committed: int, running: int) -> None:
+    def _refile_mac(self, slot: MacSlot, committed: int, running: int, shared: dict[str, tuple[int, int]]) -> None:
         mac = slot.candidate
         reason = state_reason(mac.online, mac.owner_active, running, mac.max_concurrent_jobs)
-        if reason is None and slot.reason is None:  # available before and after: move its keys
+        if running != slot.running:
+            loaded_step = loaded_bandwidth_step(mac, running, self.config.speed)
+            if loaded_step != slot.loaded_step:  # a new job would decode at another speed: other groups
+                self._detach_mac_state(slot)
+                self._leave_groups(slot)
+                slot.committed, slot.running, slot.reason, slot.shared = committed, running, reason, shared
+                slot.loaded_step = loaded_step
+                self._join_groups(slot)
+                self._attach_mac_state(slot)
+                return
+        same_held = _same_held(slot.shared, shared)
+        if reason is None and slot.reason is None and same_held:  # available before and after: move its keys
             old_free, new_free = slot.ceiling - slot.committed, slot.ceiling - committed
-            slot.committed, slot.running = committed, running
-            # Over its ceiling (a lowered cap) a Mac is filed with 0 free; conditionals, as max() costs a call.
-            self._move_mac_state(slot, old_free if old_free > 0 else 0, new_free if new_free > 0 else 0)
+            slot.committed, slot.running, slot.shared = committed, running, shared
+            self._move_mac_state(slot, old_free, new_free)
             return
         if reason is not None and slot.reason is None:  # a commit filled it (the common change): one pass
             self._detach_mac_state(slot, reason)
-            slot.committed, slot.running, slot.reason = committed, running, reason
+            slot.committed, slot.running, slot.reason, slot.shared = committed, running, reason, shared
             return
         self._detach_mac_state(slot)
-        slot.committed, slot.running, slot.reason = committed, running, reason
+        slot.committed, slot.running, slot.reason, slot.shared = committed, running, reason, shared
         self._attach_mac_state(slot)
 
     def _fill_mac_slot(self, slot: MacSlot, mac: MacCandidate) -> None:
@@ -481,40 +524,71 @@ class FleetIndex:
         slot.candidate = mac
         slot.ceiling = mac_ceiling_bytes(mac, config.memory)
         slot.committed, slot.running = mac.committed_memory_bytes, mac.running_jobs
+        slot.shared = shared_dict(mac.shared_memory)
         slot.reason = state_reason(mac.online, mac.owner_active, mac.running_jobs, mac.max_concurrent_jobs)
         slot.step = effective_bandwidth_step(mac, config.speed)
+        slot.loaded_step = loaded_bandwidth_step(mac, mac.running_jobs, config.speed)
         slot.static_cold = static_score_quantum(mac.reputation, mac.price_per_million_tokens, False, config)
         slot.static_warm = static_score_quantum(mac.reputation, mac.price_per_million_tokens, True, config)
 
     def _register_mac(self, slot: MacSlot) -> None:
-        mac = slot.candidate
-        slot.memberships = []
-        for model_id in mac.served_models:
+        for model_id in slot.candidate.served_models:
             entry = self.mac_models.get(model_id)
             if entry is None:
                 entry = self.mac_models[model_id] = ModelEntry()
             entry.served += 1
-            mac_class = entry.classes.get(slot.step)
-            if mac_class is None:
-                bandwidth = step_bandwidth_bytes_per_s(slot.step, self.config.speed) * 1.0
-                mac_class = MacClass(SpeedProfile(slot.step), bandwidth)
-                entry.add_class(slot.step, mac_class)
-            insort(mac_class.ceilings, slot.ceiling)
+            # Its ceiling is filed at its idle speed: whether it could ever take a job does not wait on its load.
+            insort(self._mac_class(entry, slot.step).ceilings, slot.ceiling)
+        self._join_groups(slot)
+        self._attach_mac_state(slot)
+
+    def _mac_class(self, entry: ModelEntry, step: int) -> MacClass:
+        mac_class = entry.classes.get(step)
+        if mac_class is None:
+            bandwidth = step_bandwidth_bytes_per_s(step, self.config.speed) * 1.0
+            mac_class = MacClass(SpeedProfile(step), bandwidth)
+            entry.add_class(step, mac_class)
+        return mac_class
+
+    def _join_groups(self, slot: MacSlot) -> None:
+        """The groups its keys go in: its models' classes at the speed a new job would get there now."""
+        mac = slot.candidate
+        slot.memberships = []
+        for model_id in mac.served_models:
+            entry = self.mac_models[model_id]
+            mac_class = self._mac_class(entry, slot.loaded_step)
+            mac_class.members += 1
             if model_id in mac.warm_models:
                 group, static = mac_class.warm, slot.static_warm
             else:
                 group, static = mac_class.cold, slot.static_cold
-            # Groups are never dropped, so this holds until the Mac's served or warm models change.
-            slot.memberships.append(Membership(entry, group, group_key(0, static, slot.position), static))
-        self._attach_mac_state(slot)
+            # Groups are never dropped, so this holds until the Mac's models, warmth or load change.
+            slot.memberships.append(Membership(entry, group, group_key(0, static, slot.position), static, model_id))
 
     def _unregister_mac(self, slot: MacSlot) -> None:
         self._detach_mac_state(slot)
+        self._leave_groups(slot)
         for model_id in slot.candidate.served_models:
             entry = self.mac_models[model_id]
             entry.served -= 1
             ceilings = entry.classes[slot.step].ceilings
             del ceilings[bisect_left(ceilings, slot.ceiling)]
+            self._drop_if_unused(entry, slot.step)
+
+    def _leave_groups(self, slot: MacSlot) -> None:
+        """Undo _join_groups (the Mac's keys are already detached)."""
+        for membership in slot.memberships:
+            entry = membership.entry
+            mac_class: MacClass = entry.classes[slot.loaded_step]
+            mac_class.members -= 1
+            self._drop_if_unused(entry, slot.loaded_step)
+
+    @staticmethod
+    def _drop_if_unused(entry: ModelEntry, step: int) -> None:
+        mac_class: MacClass | None = entry.classes.get(step)
+        if mac_class is not None and mac_class.members == 0 and not mac_class.ceilings:
+            assert not mac_class.cold.keys and not mac_class.warm.keys
+            entry.drop_class(step)
 
     def _attach_mac_state(self, slot: MacSlot) -> None:
         reason = slot.reason
@@ -523,11 +597,12 @@ class FleetIndex:
                 unavailable = membership.entry.unavailable
                 unavailable[reason] = unavailable.get(reason, 0) + 1
             return
-        free = slot.ceiling - slot.committed
-        free = free if free > 0 else 0  # as max(free, 0), which costs a call
-        shifted = free << FREE_SHIFT
-        for entry, group, tail, static in slot.memberships:  # Group.add, inline: a commit runs this per model
-            keys, key = group.keys, shifted | tail
+        raw_free = slot.ceiling - slot.committed
+        shared = slot.shared
+        for entry, group, tail, static, model_id in slot.memberships:  # Group.add, inline: a commit runs this per model
+            free = raw_free + slot.held(model_id) if shared else raw_free  # what a job of this model finds free
+            free = free if free > 0 else 0  # as max(free, 0), which costs a call
+            keys, key = group.keys, (free << FREE_SHIFT) | tail
             i = bisect_right(keys, key)
             keys[i:i] = (key,)  # insort, but the tail moves by one memmove, not list.insert's loop
             if static > group.static_max:
@@ -549,11 +624,12 @@ class FleetIndex:
             for membership in slot.memberships:
                 membership.entry.unavailable[reason] -= 1
             return
-        free = slot.ceiling - slot.committed
-        free = free if free > 0 else 0
-        shifted = free << FREE_SHIFT
-        for entry, group, tail, _ in slot.memberships:
-            keys, key = group.keys, shifted | tail
+        raw_free = slot.ceiling - slot.committed
+        shared = slot.shared
+        for entry, group, tail, _, model_id in slot.memberships:
+            free = raw_free + slot.held(model_id) if shared else raw_free
+            free = free if free > 0 else 0
+            keys, key = group.keys, (free << FREE_SHIFT) | tail
             i = bisect_left(keys, key)
             assert i < len(keys) and keys[i] == key, "index out of step with its slots"
             del keys[i]
@@ -566,13 +642,19 @@ class FleetIndex:
                 unavailable = entry.unavailable
                 unavailable[counted_as] = unavailable.get(counted_as, 0) + 1
 
-    def _move_mac_state(self, slot: MacSlot, old_free: int, new_free: int) -> None:
-        """An available Mac's free memory changed and it stays available: re-file its keys in one pass."""
-        old_shifted, new_shifted = old_free << FREE_SHIFT, new_free << FREE_SHIFT
-        # A fit start counts the Macs short of its need: only needs between the two values change.
-        low, high, change = (new_free, old_free, 1) if new_free < old_free else (old_free, new_free, -1)
-        for entry, group, tail, _ in slot.memberships:
-            move_key(group.keys, old_shifted | tail, new_shifted | tail)
+    def _move_mac_state(self, slot: MacSlot, old_raw_free: int, new_raw_free: int) -> None:
+        """An available Mac's free memory changed, its shared memory did not, and it stays available:
+        re-file its keys in one pass."""
+        shared = slot.shared
+        for entry, group, tail, _, model_id in slot.memberships:
+            held = slot.held(model_id) if shared else 0
+            old_free, new_free = old_raw_free + held, new_raw_free + held
+            # Over its ceiling (a lowered cap) a Mac is filed with 0 free; conditionals, as max() costs a call.
+            old_free = old_free if old_free > 0 else 0
+            new_free = new_free if new_free > 0 else 0
+            # A fit start counts the Macs short of its need: only needs between the two values change.
+            low, high, change = (new_free, old_free, 1) if new_free < old_free else (old_free, new_free, -1)
+            move_key(group.keys, (old_free << FREE_SHIFT) | tail, (new_free << FREE_SHIFT) | tail)
             needs = entry.fit_needs
             if needs:
                 first = bisect_right(needs, low)
@@ -652,7 +734,8 @@ class FleetIndex:
             insort(pod_class.by_ceiling, (-slot.ceiling_sum, slot.position))
             static = slot.static_quantum(model_id)
             # Classes are never dropped, so this holds until the pod's members or their models change.
-            slot.memberships.append(Membership(entry, pod_class.group, group_key(0, static, slot.position), static))
+            slot.memberships.append(Membership(entry, pod_class.group, group_key(0, static, slot.position), static,
+                                               model_id))
         self._attach_pod_state(slot)
 
     def _unregister_pod(self, slot: PodSlot) -> None:
@@ -673,14 +756,14 @@ class FleetIndex:
     def _change_pod_state(self, slot: PodSlot, sign: int) -> None:
         reason = slot.reason
         if reason is not None:
-            for entry, _, _, _ in slot.memberships:
+            for entry, _, _, _, _ in slot.memberships:
                 entry.unavailable[reason] = entry.unavailable.get(reason, 0) + sign
             return
         if sign > 0:  # a pod is re-filed whenever a member's load changes, so these stay current
             slot.filed_free = self.pod_free_sum(slot)
             slot.smallest_free = min([member.free for member in slot.members])
         shifted = slot.filed_free << FREE_SHIFT  # its keys are filed under this sum until re-filed
-        for _, group, tail, quantum in slot.memberships:
+        for _, group, tail, quantum, _ in slot.memberships:
             group.add(shifted | tail, quantum) if sign > 0 else group.remove(shifted | tail)
 
     def _refile_pod(self, slot: PodSlot) -> None:
@@ -691,7 +774,7 @@ class FleetIndex:
             slot.filed_free = self.pod_free_sum(slot)
             slot.smallest_free = min([member.free for member in slot.members])
             new_shifted = slot.filed_free << FREE_SHIFT
-            for _, group, tail, _ in slot.memberships:
+            for _, group, tail, _, _ in slot.memberships:
                 move_key(group.keys, old_shifted | tail, new_shifted | tail)
             return
         self._detach_pod_state(slot)
@@ -718,3 +801,58 @@ def move_key(keys: list[int], old_key: int, new_key: int) -> None:
         else:
             keys[j:j] = (new_key,)
             del keys[i]
+
+
+def shared_dict(shared_memory: tuple[tuple[str, int, int], ...]) -> dict[str, tuple[int, int]]:
+    return {model_id: (held, jobs) for model_id, held, jobs in shared_memory}
+
+
+def shared_tuple(shared: dict[str, tuple[int, int]]) -> tuple[tuple[str, int, int], ...]:
+    """A MacCandidate's shared_memory: by model id."""
+    return tuple([(model_id, held, jobs) for model_id, (held, jobs) in sorted(shared.items())])
+
+
+def _same_held(old: dict[str, tuple[int, int]], new: dict[str, tuple[int, int]]) -> bool:
+    """Whether every model's shared bytes are unchanged (its job count may differ): then no key changes
+    but by the Mac's free memory."""
+    if len(old) != len(new):
+        return False
+    for model_id, (held, _) in old.items():
+        other = new.get(model_id)
+        if other is None or other[0] != held:
+            return False
+    return True
+
+
+def commit_shared(shared: dict[str, tuple[int, int]], model_id: str, reserved: int,
+                  shared_bytes: int) -> tuple[int, dict[str, tuple[int, int]]]:
+    """A single-Mac job of model_id commits: (bytes it adds, the Mac's shared memory after).
+
+    The first running job of a model commits all it reserves; each later one all but the shared part,
+    which the first already holds (a job never adds less than its own part)."""
+    if shared_bytes <= 0:
+        return reserved, shared
+    held = shared.get(model_id)
+    after = dict(shared)
+    if held is None:
+        after[model_id] = (shared_bytes, 1)
+        return reserved, after
+    held_bytes, jobs = held
+    after[model_id] = (held_bytes, jobs + 1)
+    return reserved - (shared_bytes if shared_bytes < held_bytes else held_bytes), after
+
+
+def release_shared(shared: dict[str, tuple[int, int]], model_id: str, reserved: int,
+                   shared_bytes: int) -> tuple[int, dict[str, tuple[int, int]]]:
+    """commit_shared undone: (bytes freed, the Mac's shared memory after); the last job of a model
+    frees the shared part too."""
+    held = shared.get(model_id) if shared_bytes > 0 else None
+    if held is None:
+        return reserved, shared
+    held_bytes, jobs = held
+    after = dict(shared)
+    if jobs == 1:
+        del after[model_id]
+        return reserved - (shared_bytes if shared_bytes < held_bytes else held_bytes) + held_bytes, after
+    after[model_id] = (held_bytes, jobs - 1)
+    return reserved - (shared_bytes if shared_bytes < held_bytes else held_bytes), after

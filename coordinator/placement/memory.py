@@ -29,6 +29,12 @@ class MemoryEstimate:
         assert self.total_bytes == self.weights_bytes + self.kv_cache_bytes + self.overhead_bytes
 
     @property
+    def batch_shared_bytes(self) -> int:
+        """The weights and the fixed runtime: held once on a Mac however many jobs of the model it runs
+        (they decode in one batch); each job adds the rest, its KV cache and working memory."""
+        return self.weights_bytes + self.fixed_overhead_bytes
+
+    @property
     def shareable_bytes(self) -> int:
         """Weights, KV cache and the overhead that grows with them: split across pod members."""
         return self.total_bytes - self.fixed_overhead_bytes
@@ -79,6 +85,14 @@ def mac_ceiling_bytes(mac: MacCandidate, config: MemoryConfig) -> int:
     if mac.mode is LendingMode.IDLE:
         ceiling = min(ceiling, mac.hardware.memory_bytes - owner_reserve_bytes(mac.hardware.memory_bytes, config))
     return max(ceiling, 0)
+
+
+def held_for_model(mac: MacCandidate, model_id: str) -> int:
+    """Memory already committed on this Mac for the model's running jobs that a new job of it shares."""
+    for held_model, held, _ in mac.shared_memory:
+        if held_model == model_id:
+            return held
+    return 0
 
 
 def mac_free_bytes(mac: MacCandidate, config: MemoryConfig) -> int:

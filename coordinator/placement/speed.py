@@ -34,6 +34,39 @@ def effective_bandwidth_step(mac: MacCandidate, config: SpeedConfig) -> int:
     return math.floor(math.log2(efficiency * bandwidth_gb_s * 1e9) * config.bandwidth_grid_per_octave)
 
 
+def batch_share(batch_decode_tokens_per_s: tuple[tuple[int, float], ...], jobs: int, config: SpeedConfig) -> float:
+    """What fraction of its alone speed one job gets when `jobs` decode together on a Mac.
+
+    From the Mac's measured tokens/s in all at each batch size (linear between sizes, flat past
+    the largest: never more than measured), or the config's conservative guess when unmeasured.
+    Never above 1: a batch never makes one job faster."""
+    assert jobs >= 1
+    if jobs == 1:
+        return 1.0
+    points = batch_decode_tokens_per_s
+    if not points or points[0][0] != 1:
+        share = (1.0 + config.unmeasured_batch_gain * (jobs - 1)) / jobs
+        return share if share < 1.0 else 1.0
+    alone = points[0][1]
+    total = points[-1][1]  # past the largest measured size
+    for (b0, a0), (b1, a1) in zip(points, points[1:]):
+        if jobs <= b1:
+            total = a0 + (a1 - a0) * (jobs - b0) / (b1 - b0)
+            break
+    share = total / (jobs * alone)
+    return share if share < 1.0 else 1.0
+
+
+def loaded_bandwidth_step(mac: MacCandidate, running_jobs: int, config: SpeedConfig) -> int:
+    """The bandwidth step a new job on this Mac decodes at, with `running_jobs` already in its batch:
+    η x bandwidth x the job's batch share, snapped down to the grid as effective_bandwidth_step."""
+    base = effective_bandwidth_step(mac, config)
+    if running_jobs <= 0:
+        return base
+    share = batch_share(mac.batch_decode_tokens_per_s, running_jobs + 1, config)
+    return base + math.floor(math.log2(share) * config.bandwidth_grid_per_octave)
+
+
 def step_bandwidth_bytes_per_s(step: int, config: SpeedConfig) -> float:
     return 2.0 ** (step / config.bandwidth_grid_per_octave)
 

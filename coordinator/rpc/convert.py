@@ -6,17 +6,21 @@ import json
 
 from contracts import hop_trace
 from contracts.benchmarks import BenchmarkResult
-from contracts.chat import ChatMessage
+from contracts.chat import ChatMessage, ToolCall
 from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
 from contracts.ids import NodeId
 from contracts.lending import LendingMode, LendingState
 from contracts.logprobs import TOP_LOGPROBS_MAX, TokenLogprob, TopLogprob
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
+from contracts.limits import CHECK_RESULT_BYTES_MAX
+from contracts.signing import SIGNATURE_BYTES
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
+from coordinator.jobs import answers, chat_options
 from coordinator.jobs.submission import Submission
 from coordinator.model import (
-    ERROR_PROMPT_TOO_LONG, JobRecord, JobStatus, SignedReceipt, SpotChallenge, TokenChunk,
+    ERROR_PROMPT_TOO_LONG, PROMPT_CHAT, JobRecord, JobStatus, SignedReceipt, SpotChallenge, TokenChunk,
 )
 from coordinator.nodes.registry import Registration
 from coordinator.nodes.reports import HeartbeatReport
@@ -88,11 +92,12 @@ def benchmark_from_pb(message: node_pb2.Benchmark) -> BenchmarkResult:
             prefill_tokens_per_s=message.prefill_tokens_per_s,
             reference_model=message.reference_model,
             reference_weights_bytes=message.reference_weights_bytes,
-            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms)
+            measured_at_ms=message.measured_at_ms, run_time_ms=message.run_time_ms,
+            batch_decode_tokens_per_s=tuple((point.batch_size, point.tokens_per_s) for point in message.batch_decode))
     except AssertionError as error:
         raise InvalidRequest("benchmark needs positive bandwidth, tokens/s, reference weight "
-                             "bytes and times, and a reference model name under 256 "
-                             "characters") from error
+                             "bytes and times, a reference model name under 256 "
+                             "characters, and batch_decode sizes ascending with positive tokens/s") from error
 
 
 def pod_from_pb(message: node_pb2.PodDeclaration) -> PodDeclaration:
@@ -132,19 +137,32 @@ def registration_from_pb(request: node_pb2.RegisterRequest) -> Registration:
         region=request.region)
 
 
+def _chat_message(message: common_pb2.ChatMessage) -> ChatMessage:
+    calls = tuple(ToolCall(c.id, c.name, c.arguments_json) for c in message.tool_calls)
+    return ChatMessage(message.role, message.content, calls, message.tool_call_id)
+
+
 def submission_from_pb(request: job_pb2.SubmitJobRequest, consumer_id: str,
                        api_key_id: str | None = None) -> Submission:
     sampling = request.sampling
     if request.top_logprobs and not request.logprobs:
         raise InvalidRequest("top_logprobs needs logprobs set", param="top_logprobs")
+    tools = chat_options.chat_tools(
+        tuple(chat_options.FunctionTool(t.name, t.description, t.parameters_json) for t in request.tools),
+        request.tool_choice, request.tool_choice_function,
+        request.parallel_tool_calls if request.HasField("parallel_tool_calls") else None)
+    options = chat_options.chat_options(request.response_format_json, request.chat_template_kwargs_json)
+    if not request.messages and (tools.definitions or options != chat_options.NO_OPTIONS):
+        raise InvalidRequest("tools, response_format_json and chat_template_kwargs_json need a "
+                             "chat job: send messages, not a prompt", param="messages")
     return Submission(
         consumer_id=consumer_id, model_id=request.model, prompt=request.prompt,
         max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
         seed=sampling.seed, request_id=request.request_id,
         min_decode_tokens_per_s=request.min_decode_tokens_per_s,
-        messages=tuple(ChatMessage(m.role, m.content) for m in request.messages),
+        messages=tuple(_chat_message(m) for m in request.messages),
         stop=tuple(request.stop), top_logprobs=request.top_logprobs if request.logprobs else -1,
-        api_key_id=api_key_id)
+        api_key_id=api_key_id, tools=tools, options=options)
 
 
 def sampling_to_pb(job: JobRecord) -> common_pb2.SamplingParams:
@@ -169,6 +187,28 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         message.layer_split.extend(layers)
         message.pod_id, message.pod_leader_node_id = declaration.pod_id, declaration.leader
     return message
+
+
+def check_assignment_to_pb(check: CheckJob, spec: ModelSpec) -> node_pb2.ReceiveAssignmentsResponse:
+    """A check job in the assignment stream: the checked job's prompt, sampling and claimed output."""
+    return node_pb2.ReceiveAssignmentsResponse(
+        job_id=check.check_id, model=model_spec_to_pb(spec), prompt=check.prompt,
+        sampling=common_pb2.SamplingParams(max_tokens=0, temperature=check.temperature,
+                                           top_p=check.top_p, seed=check.seed),
+        strategy="single",
+        check=node_pb2.PeerCheckJob(checked_job_id=check.job_id, output_ids=list(check.output_ids),
+                                    finish_reason=int(check.finish_reason),
+                                    logit_slack=check.slack.logit_slack, mass_slack=check.slack.mass_slack))
+
+
+def check_result_from_pb(request: node_pb2.ReportCheckRequest) -> tuple[bytes, bytes]:
+    """(body, signature) of a check's signed result, bounded before anything reads it."""
+    body, signature = request.result.body, request.result.signature
+    if len(body) > CHECK_RESULT_BYTES_MAX:
+        raise InvalidRequest(f"result.body is {len(body)} bytes; at most {CHECK_RESULT_BYTES_MAX}")
+    if len(signature) != SIGNATURE_BYTES:
+        raise InvalidRequest(f"result.signature must be {SIGNATURE_BYTES} bytes")
+    return body, signature
 
 
 def partial_receipt_from_pb(
@@ -201,7 +241,15 @@ def failure_code_from_pb(failure: int) -> str | None:
     return ERROR_PROMPT_TOO_LONG if failure == node_pb2.JOB_FAILURE_PROMPT_TOO_LONG else None
 
 
-def job_to_pb(view: JobView) -> job_pb2.Job:
+def _answer_to_pb(job_id: str, answer: answers.ChatAnswer) -> job_pb2.ChatAnswer:
+    return job_pb2.ChatAnswer(content=answer.content, reasoning=answer.reasoning, tool_calls=[
+        common_pb2.ChatToolCall(id=answers.call_id(job_id, index), name=call.name,
+                                arguments_json=call.arguments)
+        for index, call in enumerate(answer.calls)])
+
+
+def job_to_pb(view: JobView, chat_features: tuple[str, ...] = ()) -> job_pb2.Job:
+    """chat_features: the model's, to read a completed chat job's reasoning apart."""
     job = view.job
     message = job_pb2.Job(
         job_id=job.job_id, status=_STATUS_TO_PB[job.status], model=job.model_id,
@@ -217,6 +265,10 @@ def job_to_pb(view: JobView) -> job_pb2.Job:
     if job.receipt_body is not None and job.receipt_signature is not None:
         message.receipt.CopyFrom(common_pb2.SignedReceipt(body=job.receipt_body,
                                                           signature=job.receipt_signature))
+    if job.status is JobStatus.COMPLETED and job.prompt_format == PROMPT_CHAT:
+        answer = answers.chat_answer(job.prompt, view.text, chat_features)
+        if answer is not None:
+            message.answer.CopyFrom(_answer_to_pb(job.job_id, answer))
     return message
 
 

@@ -19,7 +19,7 @@ from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
 from coordinator.rpc.status import translate_errors, translate_stream_errors
 from coordinator.rpc.stream_limits import OpenStreams
-from coordinator.service import CoordinatorService
+from coordinator.service import CoordinatorService, JobView
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc
 
 CONSUMER_METADATA_KEY = "x-mlxnet-consumer"  # an anonymous caller's self-chosen name
@@ -64,13 +64,13 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             request, caller.consumer_id, caller.key.key_id if caller.key else None)
         view = await self._offload.call(functools.partial(
             self._service.jobs.submit, submission, caller, place_now=request.no_queue))
-        return job_pb2.SubmitJobResponse(job=convert.job_to_pb(view))
+        return job_pb2.SubmitJobResponse(job=self._job_pb(view))
 
     @translate_errors
     async def GetJob(self, request, context):  # noqa: N802
         caller = await self._caller(context)
         view = await self._offload.call(self._service.jobs.get, request.job_id, caller)
-        return job_pb2.GetJobResponse(job=convert.job_to_pb(view))
+        return job_pb2.GetJobResponse(job=self._job_pb(view))
 
     @translate_stream_errors
     async def StreamJob(self, request, context):  # noqa: N802
@@ -96,7 +96,11 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                 else:
                     if rest := scanner.flush():  # text held back in case a stop sequence followed
                         yield job_pb2.StreamJobResponse(first_index=next_index, text=rest)
-                    yield job_pb2.StreamJobResponse(final_job=convert.job_to_pb(item))
+                    yield job_pb2.StreamJobResponse(final_job=self._job_pb(item))
+
+    def _job_pb(self, view: JobView) -> job_pb2.Job:
+        """The job; a completed chat job's answer read with its model's chat features."""
+        return convert.job_to_pb(view, self._service.jobs.chat_features(view.job.model_id))
 
     def _end_at_stop(self, job_id: str, caller: Caller) -> None:
         try:
@@ -116,4 +120,4 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     async def CancelJob(self, request, context):  # noqa: N802
         caller = await self._caller(context)
         view = await self._offload.call(self._service.jobs.cancel, request.job_id, caller)
-        return job_pb2.CancelJobResponse(job=convert.job_to_pb(view))
+        return job_pb2.CancelJobResponse(job=self._job_pb(view))

@@ -8,6 +8,7 @@ import time
 import grpc
 
 from contracts import hop_trace
+from contracts.peer_checks import CheckJob
 from coordinator.errors import InvalidRequest
 from coordinator.model import NodeRecord, SpotChallenge
 from coordinator.nodes.admission import address_of_peer
@@ -73,12 +74,17 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         node = await self._offload.call(self._node, _session_token(context))
         with self._streams.hold("ReceiveAssignments", f"node {node.node_id}",
                                 self._streams.limits.assignment_streams_per_node):
+            # Headers now, not with the first job: the node knows it is listening.
+            await context.send_initial_metadata(())
             async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
                 if isinstance(job, SpotChallenge):
                     yield convert.challenge_to_pb(job)
                     continue
                 spec = node.model(job.model_id)
-                assert spec is not None, "jobs are only placed on nodes serving their model"
+                assert spec is not None, "jobs and checks only go to nodes serving their model"
+                if isinstance(job, CheckJob):
+                    yield convert.check_assignment_to_pb(job, spec)
+                    continue
                 pod = await self._offload.step(self._service.nodes.pod_assignment, job)
                 yield convert.assignment_to_pb(job, spec, pod)
 
@@ -124,12 +130,39 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.ReportResultResponse(credited_base_units=result.credited_base_units)
 
     @translate_errors
+    async def ReportPromptCache(self, request, context):  # noqa: N802
+        await self._offload.call(self._report_prompt_cache, _session_token(context), request)
+        return node_pb2.ReportPromptCacheResponse()
+
+    def _report_prompt_cache(self, token: tuple[str | None, str | None], request) -> None:  # type: ignore[no-untyped-def]
+        self._service.nodes.note_cached_prompt(self._node(token), request.job_id, request.cached_prompt_tokens,
+                                               request.attempt)
+
+    @translate_errors
+    async def ReportCheck(self, request, context):  # noqa: N802
+        return await self._offload.call(self._report_check, _session_token(context), request)
+
+    def _report_check(self, token: tuple[str | None, str | None], request):  # type: ignore[no-untyped-def]
+        node = self._node(token)
+        if not request.check_id or len(request.check_id) > 64:
+            raise InvalidRequest("check_id must be 1-64 characters")
+        if request.failure_reason:
+            accepted = self._service.peers.accept_failure(node, request.check_id, request.failure_reason[:1000])
+            return node_pb2.ReportCheckResponse(accepted=accepted)
+        if not request.HasField("result"):
+            raise InvalidRequest("ReportCheck needs a result or a failure_reason")
+        body, signature = convert.check_result_from_pb(request)
+        outcome = self._service.peers.accept_result(node, request.check_id, body, signature)
+        return node_pb2.ReportCheckResponse(accepted=outcome.accepted)
+
+    @translate_errors
     async def AnswerChallenge(self, request, context):  # noqa: N802
         problem = await self._offload.call(self._answer, _session_token(context), request.challenge_id,
                                            len(request.token_ids))
         return node_pb2.AnswerChallengeResponse(passed=problem is None, reason=problem or "")
 
-    def _answer(self, token: tuple[str | None, str | None], challenge_id: str, tokens_answered: int) -> str | None:
+    def _answer(self, token: tuple[str | None, str | None], challenge_id: str,
+                tokens_answered: int) -> str | None:
         return self._service.spot_checks.answer(self._node(token), challenge_id, tokens_answered)
 
     @translate_errors

@@ -19,6 +19,7 @@ STATUS_FOR_ERROR: dict[type[errors.CoordinatorError], grpc.StatusCode] = {
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    errors.WeightsMismatch: grpc.StatusCode.FAILED_PRECONDITION,
     errors.AlreadyDone: grpc.StatusCode.ALREADY_EXISTS,
     errors.Unplaceable: grpc.StatusCode.FAILED_PRECONDITION,
     errors.InsufficientBalance: grpc.StatusCode.FAILED_PRECONDITION,

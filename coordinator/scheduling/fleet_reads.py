@@ -43,19 +43,19 @@ def placement_figures(node: NodeRecord, config: CoordinatorConfig) -> tuple[Hard
             measured if measured is not None and measured < floor else None)
 
 
-def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]],
+def mac_candidates(nodes: list[NodeRecord], committed: dict[str, job_rows.Commitment],
                    now_ms: int, config: CoordinatorConfig,
                    reputations: dict[str, float] | None = None) -> tuple[MacCandidate, ...]:
     candidates = []
     for node in nodes:
-        memory, running = committed.get(node.node_id, (0, 0))
+        memory, running, shared = committed.get(node.node_id, (0, 0, ()))
         lending = node.lending
         hardware, measured_bandwidth_gb_s = placement_figures(node, config)
         candidates.append(MacCandidate(
             node_id=node.node_id, hardware=hardware,
             online=(now_ms - node.last_heartbeat_ms <= config.node_offline_after_ms
                     and node.left_at_ms is None),
-            committed_memory_bytes=memory, running_jobs=running,
+            committed_memory_bytes=memory, running_jobs=running, shared_memory=shared,
             max_concurrent_jobs=node.max_concurrent_jobs,
             served_models=frozenset(m.model_id for m in node.models),
             warm_models=frozenset(node.warm_models),
@@ -65,6 +65,8 @@ def mac_candidates(nodes: list[NodeRecord], committed: dict[str, tuple[int, int]
             owner_active=lending.owner_active or not lending.accepting_jobs,
             memory_cap_bytes=lending.memory_cap_bytes,
             measured_bandwidth_gb_s=measured_bandwidth_gb_s,
+            # Believed once its benchmark fits its chip; until then the conservative default (speed.batch_share).
+            batch_decode_tokens_per_s=node.batch_decode_tokens_per_s if node.hardware_verified else (),
             reputation=(reputations or {}).get(node.node_id, 1.0),
         ))
     return tuple(candidates)
@@ -79,7 +81,7 @@ def pod_candidates(pods: list[PodDeclaration], node_ids: set[str]) -> tuple[PodC
 
 
 def usable_macs(nodes: list[NodeRecord], trust: dict[str, check_store.NodeTrust],
-                committed: dict[str, tuple[int, int]], now_ms: int,
+                committed: dict[str, job_rows.Commitment], now_ms: int,
                 config: CoordinatorConfig) -> tuple[MacCandidate, ...]:
     """Candidates for these nodes; quarantined nodes (failed checks) are left out entirely."""
     usable = [n for n in nodes if n.node_id not in trust or trust[n.node_id].quarantined_at_ms is None]
@@ -101,7 +103,7 @@ def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[
 class FreshMacs:
     macs: dict[NodeId, MacCandidate | None]  # None: unknown or quarantined
     nodes: list[NodeRecord]  # the records read, quarantined ones too
-    committed: dict[str, tuple[int, int]]  # as committed_by_node, for these nodes
+    committed: dict[str, job_rows.Commitment]  # as committed_by_node, for these nodes
 
 
 def fresh_macs(session: Session, node_ids: list[str], now_ms: int, config: CoordinatorConfig) -> FreshMacs:

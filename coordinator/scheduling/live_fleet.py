@@ -44,15 +44,17 @@ class LiveFleet:
         self._noted: set[str] = set()
         self._pods_noted = False
         self._rebuild_noted = False
+        self._leases_noted: dict[str, int] = {}  # node -> a lease this process just wrote
         # Owned by the pass that holds _pass_lock:
         self._index: FleetIndex | None = None
         self._rebuilt_this_pass = False
         self._rebuild_at_ms = 0
-        self._committed: dict[str, tuple[int, int]] = {}  # as last read, plus our own commits
+        self._committed: dict[str, job_rows.Commitment] = {}  # as last read, plus our own commits
         self._heartbeats: dict[str, int] = {}  # indexed node -> the last heartbeat it was read with
         self._offline_due: list[tuple[int, str]] = []  # heap: (first ms the node counts offline, node)
         self._declared: dict[str, NodeRecord] = {}  # every node, quarantined too: the model catalog's input
         self._catalog: dict[str, ModelSpec] | None = None
+        self._last_catalog: dict[str, ModelSpec] = {}  # read without the pass lock
         self._first_registered: dict[str, int] = {}  # made with the catalog
         self._commits_this_pass = 0
         self._read_this_pass: set[str] = set()  # nodes re-read in this pass's transaction
@@ -65,6 +67,15 @@ class LiveFleet:
         with self._notes_lock:
             self._noted.update(node_ids)
             self._pods_noted |= pods
+
+    def note_leases(self, leases: dict[str, int]) -> None:
+        """These nodes' leases were renewed (a liveness batch): nothing else of them changed, so
+        the index keeps them as they are instead of re-reading them when the old lease runs out."""
+        if leases:
+            with self._notes_lock:
+                for node_id, last_heartbeat_ms in leases.items():
+                    if last_heartbeat_ms > self._leases_noted.get(node_id, -1):
+                        self._leases_noted[node_id] = last_heartbeat_ms
 
     def note_rebuild(self) -> None:
         with self._notes_lock:
@@ -124,12 +135,18 @@ class LiveFleet:
         assert self._pass_lock.locked()
         if self._catalog is None:
             self._catalog = model_catalog(self._declared.values())
+            self._last_catalog = self._catalog
             self._first_registered = {}
             for node in self._declared.values():
                 for spec in node.models:
                     earliest = self._first_registered.get(spec.model_id, node.registered_at_ms)
                     self._first_registered[spec.model_id] = min(earliest, node.registered_at_ms)
         return self._catalog
+
+    def last_catalog(self) -> dict[str, ModelSpec]:
+        """The catalog as a pass last built it, read without the lock: for what may be a pass
+        old (a submit's answer reading the spec its own pass checked)."""
+        return self._last_catalog
 
     def first_registered_ms(self) -> dict[str, int]:
         """Each model in the catalog: when the first node serving it registered (kept with it)."""
@@ -171,9 +188,8 @@ class LiveFleet:
         assert self._pass_lock.locked() and self._index is not None
         assert self._index.try_commit(placement), "the commit re-check saw these Macs as the index does"
         self._commits_this_pass += 1
-        for node_id, share in zip(placement.node_ids, placement.reserved_memory_bytes):
-            memory, running = self._committed.get(node_id, (0, 0))
-            self._committed[node_id] = (memory + share, running + 1)
+        for node_id in placement.node_ids:  # as the database now reads it (a model's shared memory once)
+            self._committed[node_id] = self._index.commitment(node_id)
 
     # -- keeping up ------------------------------------------------------------------------
 
@@ -182,9 +198,11 @@ class LiveFleet:
             noted, self._noted = self._noted, set()
             pods, self._pods_noted = self._pods_noted, False
             rebuild, self._rebuild_noted = self._rebuild_noted, False
+            leases, self._leases_noted = self._leases_noted, {}
         if self._index is None or rebuild or now_ms >= self._rebuild_at_ms:
             self._rebuild(session, now_ms)
             return
+        self._renew(leases, now_ms)
         noted |= self._gone_offline(now_ms)
         committed = job_rows.committed_by_node(session)
         noted.update(node_id for node_id in committed.keys() | self._committed.keys()
@@ -215,6 +233,16 @@ class LiveFleet:
             self._heartbeats[node.node_id] = node.last_heartbeat_ms
             if node.left_at_ms is None and now_ms - node.last_heartbeat_ms <= offline_after:
                 heapq.heappush(self._offline_due, (node.last_heartbeat_ms + offline_after + 1, node.node_id))
+
+    def _renew(self, leases: dict[str, int], now_ms: int) -> None:
+        """Move the offline clock of indexed nodes whose lease was renewed (no read needed)."""
+        offline_after = self._config.node_offline_after_ms
+        for node_id, last_heartbeat_ms in leases.items():
+            before = self._heartbeats.get(node_id)
+            if before is None or last_heartbeat_ms <= before or now_ms - before > offline_after:
+                continue  # not indexed, nothing new, or indexed as offline (noted, so re-read)
+            self._heartbeats[node_id] = last_heartbeat_ms
+            heapq.heappush(self._offline_due, (last_heartbeat_ms + offline_after + 1, node_id))
 
     def _gone_offline(self, now_ms: int) -> set[str]:
         """Nodes read while online whose heartbeat has since gone stale."""

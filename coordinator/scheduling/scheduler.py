@@ -79,7 +79,8 @@ def _assigned(job: JobRecord, placement: Placement, now_ms: int) -> JobRecord:
 
 def _add_assignments(session: Session, job: JobRecord, placement: Placement) -> None:
     job_rows.add_assignments(session, job.job_id, job.attempt, tuple(
-        zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)))
+        zip(placement.node_ids, placement.reserved_memory_bytes, placement.layer_split)),
+        placement.shared_memory_bytes)
 
 
 def _commit(session: Session, job: JobRecord, placement: Placement, now_ms: int) -> JobRecord | None:

@@ -33,7 +33,8 @@ class Checks:
     def attach_checker(self, checker: Checker, name: str = "coordinator-verifier") -> None:
         """Check sampled jobs with this checker (a child process's replayer in production)."""
         self.verifier = VerifierWorker(self._core.db, self._core.clock, checker, self._core.config.trust,
-                                       self._core.config.tolerances, name)
+                                       self._core.config.tolerances, name,
+                                       peers=self._core.config.peer_checks.enabled)
 
     def run(self) -> list[check_outcomes.VerdictOutcome]:
         """Replay the waiting checks; post, or void and re-run, each job's held credit."""

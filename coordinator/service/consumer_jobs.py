@@ -136,6 +136,11 @@ class ConsumerJobs:
                 key = api_keys.authenticate(session, api_key)
         return Caller(key.consumer_id, key)
 
+    def chat_features(self, model_id: str) -> tuple[str, ...]:
+        """What the model's chat template does (tools, thinking), as the last submit's pass read it."""
+        spec = self._core.fleet.last_catalog().get(model_id)
+        return spec.chat_features if spec is not None else ()
+
     def submit_watched(self, sub: submission.Submission, caller: Caller | None = None, *,
                        durable: bool = True) -> tuple[JobView, Watch | None]:
         """submit_job, with a Watch on the job's chunks when it was placed at once.

@@ -10,15 +10,18 @@ import logging
 import random
 from collections.abc import Callable
 
+from sqlalchemy.orm import Session
+
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
 from coordinator.live.chunks import LiveChunks
 from coordinator.live.health import HealthBoard
-from coordinator.live.notifier import Notifier, job_topic, node_topic
+from coordinator.live.notifier import Notifier, fleet_changes, job_topic, node_topic
 from coordinator.metrics import readings, timing
 from coordinator.metrics.recorder import CoordinatorMetrics
 from coordinator.model import TERMINAL_STATUSES, JobStatus
+from coordinator.nodes.catalog import PeerCheckablePairs
 from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
 from coordinator.storage import job_rows
@@ -46,12 +49,16 @@ class ServiceCore:
         self.draws = draws or random.SystemRandom()
         # The (model id, weights digest) pairs this coordinator's verifier replays (service.checks).
         self.replayable: Callable[[], frozenset[tuple[str, str]]] = frozenset
+        # The pairs nodes of two or more operators serve, so a peer can check them, read in the
+        # receipt's session (nodes.catalog). Sampled jobs of no such pair are held longer.
+        self.peer_checkable: Callable[[Session], frozenset[tuple[str, str]]] = PeerCheckablePairs(clock.now_ms)
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
         self.metrics.watch(readings.NetworkCollector(self.read_network))
 
     def check_context(self) -> CheckContext:
         """What opening a check needs: the trust policy, a fresh draw, and who can replay."""
-        return CheckContext(self.config.trust, self.draws.random(), self.replayable())
+        return CheckContext(self.config.trust, self.draws.random(), self.replayable(),
+                            self.config.peer_checks.enabled, self.peer_checkable)
 
     def poll_interval_s(self) -> float:
         """How long a stream or a waiter goes without news before it reads the database anyway."""
@@ -74,6 +81,15 @@ class ServiceCore:
                     continue
                 streamed = job_rows.token_count(session, job_id) if job.status is JobStatus.FAILED else 0
                 self.metrics.request_finished(timing.finished_request(job, streamed))
+
+    def hear_relayed(self, *topics: str) -> None:
+        """News from another coordinator on the same database (live.pg_relay): wake our
+        waiters, and re-read nodes that registered or left there into our placement index,
+        so a job submitted here may go to a Mac connected there at once."""
+        changed = fleet_changes(topics)
+        if changed:
+            self.fleet.note_changed(changed, pods=True)
+        self.notifier.notify_local(*topics)
 
     def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
         """After commit: readers of these jobs, and streams of these nodes, look again."""

@@ -23,7 +23,9 @@ class Money:
         """Post the held credits of unchecked jobs whose check window has closed."""
         with self._core.db.transaction() as session:
             released = check_outcomes.release_due_credits(
-                session, self._core.clock.now_ms(), self._core.config.credits_released_per_pass_max)
+                session, self._core.clock.now_ms(), self._core.config.credits_released_per_pass_max,
+                self._core.config.trust.stake.unverifiable_hold_s if self._core.config.peer_checks.enabled
+                else None)
         self._core.notifier.notify(*(job_topic(j) for j in released))
         return released
 

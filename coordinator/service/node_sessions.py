@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, job_topic, node_topic, on_this_thread
+from coordinator.live.notifier import Wait, fleet_topic, job_topic, node_topic, on_this_thread
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -23,13 +23,18 @@ from coordinator.model import (
     TokenChunk,
 )
 from contracts.models import ModelSpec
+from contracts.peer_checks import CheckJob
 from coordinator.nodes import catalog, registry, reports
+from coordinator.nodes.liveness import Beat, LivenessBook
+from coordinator.nodes.session_cache import SessionCache
+from coordinator.nodes.uptime import UptimeBook
 from coordinator.errors import RateLimited
 from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
-from coordinator.storage import challenge_rows, job_rows, node_rows
+from coordinator.storage import challenge_rows, job_rows, liveness_rows, node_rows
+from coordinator.verification import peer_checks
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
@@ -49,6 +54,15 @@ class NodeSessions:
                                              limits.buckets_max)
         self._operator_buckets = TokenBuckets(limits.per_operator_burst, limits.per_operator_per_minute,
                                               limits.buckets_max)
+        config = core.config
+        # Liveness in memory, written in batches and on change (flush_liveness); see nodes.liveness.
+        self.liveness = LivenessBook(config.node_offline_after_ms)
+        # A signed heartbeat proves the node online until it would count as offline (the
+        # epochs' heartbeat credit, server.py), so spans break on longer gaps.
+        self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
+        self.sessions = SessionCache(config.session_cache_ttl_ms)
+        self._orphans_swept_at_ms: int | None = None
+        self._expiry_due_ms: int | None = None  # no node can expire before (None: look now)
 
     def challenge(self, public_key: bytes, source_address: str | None = None) -> tuple[bytes, int]:
         """A single-use nonce the node signs into its next registration, and its expiry.
@@ -70,7 +84,11 @@ class NodeSessions:
             node = node_rows.node_by_id(session, node_id)
             assert node is not None, "registered in this transaction"
             operator_id = node.operator_id  # proven by its key, not as claimed
+        self.sessions.drop(node_id)
+        self.sessions.put(registry.token_sha256(token), node, node.registered_at_ms)
+        self.liveness.adopt(node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
+        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
         if registration.region:
             for listener in list(self.region_listeners):
@@ -88,20 +106,76 @@ class NodeSessions:
                      pinned_by)
 
     def authenticate(self, token: str | None, proof: str | None) -> NodeRecord:
-        """The calling node: its session token, proven by its key (registry.authenticate)."""
-        with self._core.db.read_transaction() as session:
-            return registry.authenticate(session, token, proof, self._core.clock.now_ms())
+        """The session's node (from the session cache, else one read, then cached), once the
+        proof shows its key made this call (registry.check_proof): every call, cached or not."""
+        now = self._core.clock.now_ms()
+        token_sha256 = registry.token_sha256(token) if token else ""
+        node = self.sessions.get(token_sha256, now) if token else None
+        if node is None:
+            with self._core.db.read_transaction() as session:
+                node = registry.authenticate(session, token)
+            self.sessions.put(token_sha256, node, now)
+        registry.check_proof(node, token or "", proof, now)
+        return node
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
                   report: reports.HeartbeatReport | None = None) -> int:
+        """Note the heartbeat in memory. The database hears of it now only when placement must
+        (the node came back, or its terms changed), then with one scheduling pass; otherwise the
+        next liveness batch writes what changed, and nothing else runs."""
         now = self._core.clock.now_ms()
-        with self._core.db.transaction() as session:
-            reports.accept_heartbeat(
-                session, node, report or reports.HeartbeatReport(running_jobs), now)
-        self._core.fleet.note_changed([node.node_id])
+        report = report or reports.HeartbeatReport(running_jobs)
+        reports.check_report(node, report)
+        if report.signature:
+            self._note_signed(node, report, now)
+        if not self.liveness.knows(node.node_id):
+            self.liveness.adopt(node.node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
+        outcome = self.liveness.beat(Beat(node.node_id, now, report.running_jobs, report.lending,
+                                          report.warm_models))
         self._core.metrics.heartbeat()
+        if not outcome.schedulable and report.benchmark is None:
+            return now
+        write = self.liveness.current_write(node.node_id)
+        with self._core.db.transaction() as session:
+            node_rows.record_heartbeat(session, node.node_id, write.last_heartbeat_ms,
+                                       write.running_jobs, report.lending, report.warm_models)
+            if report.benchmark is not None:
+                reports.accept_benchmark(session, node, report.benchmark, now)
+        self.liveness.stored([write])
+        self._core.fleet.note_changed([node.node_id])
         self._core.run_scheduler()
         return now
+
+    def _note_signed(self, node: NodeRecord, report: reports.HeartbeatReport, now_ms: int) -> None:
+        """Verify a signed heartbeat and add it to the node's uptime span (a replay is not)."""
+        heartbeat = reports.verified_heartbeat(node, report, now_ms)
+        if not self.uptime.knows(node.node_id):  # first heard by this process: continue its span
+            with self._core.db.read_transaction() as session:
+                span, last_sent_at_ms = liveness_rows.latest_span(session, node.node_id)
+            self.uptime.resume(node.node_id, span, last_sent_at_ms)
+        assert report.lending is not None, "verified_heartbeat refuses a heartbeat without terms"
+        if not self.uptime.record(node.node_id, report.lending.mode.value, heartbeat.sent_at_ms,
+                                  now_ms, report.signature):
+            log.warning("node %s re-sent a heartbeat from %d; not counted", node.node_id,
+                        heartbeat.sent_at_ms)
+
+    def flush_liveness(self, everything: bool = False) -> int:
+        """Write what changed since the last batch, in one transaction; rows written (none: no
+        transaction). everything: every span's unwritten end too (a coordinator stopping)."""
+        now = self._core.clock.now_ms()
+        leases = self.liveness.due_writes(now)
+        spans = self.uptime.due_writes(now, everything)
+        if not leases and not spans:
+            return 0
+        # Spans are what Ultra seats are paid from: their batch commits durably.
+        with self._core.db.transaction(durable=bool(spans)) as session:
+            liveness_rows.write_leases(session, leases)
+            liveness_rows.save_spans(session, spans)
+        self.liveness.stored(leases)
+        self.uptime.stored([span for span, _ in spans])
+        # The placement index learns the new leases without re-reading the nodes.
+        self._core.fleet.note_leases({w.node_id: w.last_heartbeat_ms for w in leases})
+        return len(leases) + len(spans)
 
     def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:
         """The node gives a job back unfinished (owner returned, leaving): place it elsewhere."""
@@ -115,9 +189,12 @@ class NodeSessions:
         """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
         with self._core.db.transaction() as session:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
+        self.liveness.forget(node.node_id)
+        self.uptime.forget(node.node_id)
         self._core.fleet.note_changed([node.node_id])
         log.info("node %s left (%s); %d jobs handed back", node.node_id, reason, len(touched))
-        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id))
+        self._core.notifier.notify(*(job_topic(j) for j in touched), node_topic(node.node_id),
+                                   fleet_topic(node.node_id))
         self._core.run_scheduler()
         return len(touched)
 
@@ -129,17 +206,17 @@ class NodeSessions:
             return node_rows.pod_assignment(session, job)
 
     def assignments(self, node: NodeRecord,
-                    is_active: Callable[[], bool]) -> Iterator[JobRecord | SpotChallenge]:
-        """Jobs assigned to the node and not yet started, each sent once (and challenge
-        benchmarks); waits on this thread."""
+                    is_active: Callable[[], bool]) -> Iterator[JobRecord | CheckJob | SpotChallenge]:
+        """Jobs assigned to the node and not yet started, check jobs it is to run for its peers
+        (prefill-only replays) and challenge benchmarks, each sent once; waits on this thread."""
         return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
-    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | SpotChallenge | Wait]:
-        """assignments' steps, with a Wait wherever it would wait; challenge benchmarks too."""
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | SpotChallenge | Wait]:
+        """assignments' steps, with a Wait wherever it would wait."""
         with self._core.metrics.stream_open(STREAM_NODE):
             yield from self._assignment_steps(node)
 
-    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | SpotChallenge | Wait]:
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | SpotChallenge | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -150,9 +227,14 @@ class NodeSessions:
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                    checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances)
                     challenges = challenge_rows.unsent_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
+                for check in checks:
+                    if check.check_id not in sent:
+                        sent.add(check.check_id)
+                        yield check
                 for challenge in challenges:  # its clock starts as it is handed to the stream
                     with self._core.db.transaction(durable=False) as session:
                         taken = challenge_rows.mark_sent(session, challenge.challenge_id, self._core.clock.now_ms())
@@ -185,6 +267,11 @@ class NodeSessions:
         self._core.notifier.notify(job_topic(job_id))
         return stored
 
+    def note_cached_prompt(self, node: NodeRecord, job_id: str, cached_prompt_tokens: int, attempt: int = 0) -> None:
+        """The node reused part of the job's prompt from its prompt cache: usage reports it."""
+        with self._core.db.transaction(durable=False) as session:  # a figure for the consumer, no money
+            results.note_cached_prompt(session, node, job_id, cached_prompt_tokens, attempt)
+
     def accept_receipt(self, node: NodeRecord, job_id: str, body: bytes,
                        signature: bytes, attempt: int = 0) -> results.AcceptedResult:
         context = self._core.check_context()
@@ -216,27 +303,59 @@ class NodeSessions:
 
         A lease, not a guess: a node is gone only once the offline limit has passed since its
         last heartbeat and since this coordinator started, so after a restart every node has
-        the full limit to reconnect, and a node that does keeps its jobs."""
+        the full limit to reconnect, and a node that does keeps its jobs.
+
+        Incremental: the nodes this process heard stop are known from memory, and are handed
+        back only if no other coordinator renewed their lease. Nodes nobody hears (a dead
+        coordinator's) are swept with one read every orphan_sweep_interval_ms. A pass where
+        nothing went offline opens no transaction."""
         now = self._core.clock.now_ms()
-        offline_after = self._core.config.node_offline_after_ms
+        config = self._core.config
+        offline_after = config.node_offline_after_ms
         if now - self._core.started_at_ms <= offline_after:
             return []  # the restart grace: nobody can have missed a heartbeat to this process
+        gone = self.liveness.gone_offline(now)
+        sweep = self._due(self._orphans_swept_at_ms, config.orphan_sweep_interval_ms, now)
+        expire = self._expiry_due_ms is None or now >= self._expiry_due_ms
+        prune = reports.prune_due(now)
+        if not gone and not sweep and not expire and not prune:
+            return []
         touched: list[str] = []
+        stale_before = now - offline_after
         with self._core.db.transaction() as session:
-            reports.prune_heartbeats_now_and_then(session, now)
-            # Only silent nodes that hold jobs: a silent node is visited once, not every pass, so
-            # a stranger's thousand idle sessions do not hold the write lock from honest heartbeats.
-            for node_id in job_rows.silent_nodes_holding_jobs(session, now - offline_after):
+            # One query either way, however many silent nodes there are (most hold no job); the
+            # sweep's finds every silent node holding jobs, those this process heard stop too.
+            if sweep:
+                stopped = job_rows.silent_nodes_holding_jobs(session, stale_before)
+            else:
+                stopped = liveness_rows.stale_holding_jobs_among(session, gone, stale_before) if gone else []
+            for node_id in stopped:
                 touched += handback.hand_back_jobs(session, node_id, "heartbeats stopped", now,
                                                   self._core.check_context())
-            expired = node_rows.expire_silent(
-                session, now - self._core.config.registration_limits.node_expire_after_ms,
-                NODES_EXPIRED_PER_PASS_MAX)
+            reports.prune_heartbeats_now_and_then(session, now)
+            expired: list[str] = []
+            if expire:
+                expire_after = config.registration_limits.node_expire_after_ms
+                expired = node_rows.expire_silent(session, now - expire_after, NODES_EXPIRED_PER_PASS_MAX)
+                oldest = liveness_rows.oldest_lease(session)
+                expiry_due = now + expire_after if oldest is None else oldest + expire_after + 1
+        if sweep:
+            self._orphans_swept_at_ms = now
+        if expire:
+            self._expiry_due_ms = expiry_due
+        for node_id in expired:
+            self.liveness.forget(node_id)
+            self.sessions.drop(node_id)
+        if gone or expired:
+            self._core.fleet.note_changed([*gone, *expired])
         if expired:
-            self._core.fleet.note_changed(expired)
             log.info("%d silent nodes expired (marked left)", len(expired))
         if touched:
             self._core.notifier.notify(*(job_topic(j) for j in touched))
             self._core.record_ended(touched)
             self._core.run_scheduler()
         return touched
+
+    @staticmethod
+    def _due(last_ms: int | None, interval_ms: int, now_ms: int) -> bool:
+        return last_ms is None or now_ms - last_ms >= interval_ms

@@ -10,7 +10,7 @@ import functools
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import Update, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Update, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,7 +26,7 @@ _JOB_SCALARS = ("job_id", "consumer_id", "request_id", "model_id", "prompt", "ma
                 "credited_base_units", "error", "assigned_at_ms", "started_at_ms", "finished_at_ms",
                 "api_key_id", "reserved_base_units", "billing_closed_at_ms", "prompt_format",
                 "top_logprobs", "error_code", "partial_receipt_body", "partial_receipt_signature",
-                "delivery")
+                "delivery", "cached_prompt_tokens")
 
 
 # Statements on the submit and token paths are built once: a reused statement skips
@@ -43,9 +43,30 @@ _QUEUED_AHEAD = select(func.count()).select_from(jobs).where(
     | ((jobs.c.created_at_ms == bindparam("created_at_ms")) & (jobs.c.job_id < bindparam("job_id"))))
 _ANY_QUEUED = select(jobs.c.job_id).where(jobs.c.status == JobStatus.QUEUED.value).limit(1)
 _INSERT_ASSIGNMENT = insert(job_assignments)
-_COMMITTED_BY_NODE = select(
-    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
-).where(job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id)
+# Per node and model: the memory reserved, the shared part of it, counted once, and the jobs. A model's
+# shared part (weights and runtime) is held once however many of its jobs run on one Mac.
+_SHARED = job_assignments.c.shared_memory_bytes
+_COMMITMENT_COLUMNS = (
+    job_assignments.c.node_id, jobs.c.model_id, func.sum(job_assignments.c.reserved_memory_bytes),
+    func.sum(_SHARED), func.max(_SHARED), func.count(), func.sum(case((_SHARED > 0, 1), else_=0)))
+_COMMITTED_BY_NODE = select(*_COMMITMENT_COLUMNS).join(jobs, jobs.c.job_id == job_assignments.c.job_id).where(
+    job_assignments.c.active.is_(True)).group_by(job_assignments.c.node_id, jobs.c.model_id)
+
+# node id -> (committed bytes, running jobs, (model id, shared bytes, jobs sharing them) by model id),
+# as placement's MacCandidate holds them.
+Commitment = tuple[int, int, tuple[tuple[str, int, int], ...]]
+
+
+def _commitments(rows) -> dict[str, Commitment]:  # type: ignore[no-untyped-def]
+    """Fold per-model rows into each node's commitment."""
+    folded: dict[str, tuple[int, int, list[tuple[str, int, int]]]] = {}
+    for node_id, model_id, reserved, shared_sum, shared_max, count, sharing in rows:
+        memory, running, shared = folded.get(node_id, (0, 0, []))
+        memory += int(reserved) - int(shared_sum or 0) + int(shared_max or 0)
+        if shared_max:
+            shared.append((model_id, int(shared_max), int(sharing)))
+        folded[node_id] = (memory, running + int(count), shared)
+    return {node_id: (memory, running, tuple(sorted(shared))) for node_id, (memory, running, shared) in folded.items()}
 
 
 def _job_from_row(session: Session, row) -> JobRecord:  # type: ignore[no-untyped-def]
@@ -160,11 +181,14 @@ def _transition_statement(from_statuses: frozenset[JobStatus], columns: tuple[st
 # --- assignments ---------------------------------------------------------
 
 def add_assignments(session: Session, job_id: str, attempt: int,
-                    shares: tuple[tuple[str, int, int], ...]) -> None:
-    """shares: (node_id, reserved_memory_bytes, layers) for each node of the placement."""
+                    shares: tuple[tuple[str, int, int], ...], shared_memory_bytes: int = 0) -> None:
+    """shares: (node_id, reserved_memory_bytes, layers) for each node of the placement;
+    shared_memory_bytes: of a single Mac's reservation, what jobs of the model there share."""
+    assert shared_memory_bytes == 0 or len(shares) == 1, "pod ranks share nothing"
     for node_id, memory, layers in shares:  # one Mac's, mostly
         session.execute(_INSERT_ASSIGNMENT, dict(job_id=job_id, node_id=node_id, attempt=attempt,
-                                                 reserved_memory_bytes=memory, layers=layers, active=True))
+                                                 reserved_memory_bytes=memory, layers=layers, active=True,
+                                                 shared_memory_bytes=shared_memory_bytes))
 
 
 def save_partial_receipt(session: Session, job_id: str, body: bytes, signature: bytes) -> None:
@@ -182,33 +206,28 @@ def release_assignments(session: Session, job_id: str) -> list[str]:
     return list(freed)
 
 
-def committed_by_node(session: Session) -> dict[str, tuple[int, int]]:
-    """node_id -> (reserved memory bytes, active job count) over active assignments."""
-    rows = session.execute(_COMMITTED_BY_NODE)
-    return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
+def committed_by_node(session: Session) -> dict[str, Commitment]:
+    """node_id -> its commitment over active assignments (a model's shared memory counted once)."""
+    return _commitments(session.execute(_COMMITTED_BY_NODE))
 
 
-_COMMITTED_FOR_NODES = select(
-    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
-).where(job_assignments.c.active.is_(True),
-        job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))).group_by(job_assignments.c.node_id)
+_COMMITTED_FOR_NODES = select(*_COMMITMENT_COLUMNS).join(jobs, jobs.c.job_id == job_assignments.c.job_id).where(
+    job_assignments.c.active.is_(True), job_assignments.c.node_id.in_(bindparam("node_ids", expanding=True))
+).group_by(job_assignments.c.node_id, jobs.c.model_id)
 
 
-_COMMITTED_FOR_NODE = select(
-    job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes), func.count()
-).where(job_assignments.c.active.is_(True),
-        job_assignments.c.node_id == bindparam("node_id")).group_by(job_assignments.c.node_id)
+_COMMITTED_FOR_NODE = select(*_COMMITMENT_COLUMNS).join(jobs, jobs.c.job_id == job_assignments.c.job_id).where(
+    job_assignments.c.active.is_(True), job_assignments.c.node_id == bindparam("node_id")
+).group_by(job_assignments.c.node_id, jobs.c.model_id)
 
 
-def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, tuple[int, int]]:
+def committed_for_nodes(session: Session, node_ids: list[str]) -> dict[str, Commitment]:
     """committed_by_node for just these nodes."""
-    committed: dict[str, tuple[int, int]] = {}
     if len(node_ids) == 1:  # as nodes_by_ids: no expanding list for one id
-        rows = session.execute(_COMMITTED_FOR_NODE, {"node_id": node_ids[0]})
-        return {node_id: (int(memory), int(count)) for node_id, memory, count in rows}
+        return _commitments(session.execute(_COMMITTED_FOR_NODE, {"node_id": node_ids[0]}))
+    committed: dict[str, Commitment] = {}
     for start in range(0, len(node_ids), 500):
-        rows = session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})
-        committed.update({node_id: (int(memory), int(count)) for node_id, memory, count in rows})
+        committed.update(_commitments(session.execute(_COMMITTED_FOR_NODES, {"node_ids": node_ids[start:start + 500]})))
     return committed
 
 

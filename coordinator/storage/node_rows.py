@@ -68,8 +68,22 @@ def _node_from_row(row) -> NodeRecord:  # type: ignore[no-untyped-def]
         warm_models=tuple(json.loads(row.warm_models_json)),
         measured_bandwidth_gb_s=stored_gb_s(row.measured_bandwidth_gb_s, "measured bandwidth"),
         benchmark_flag=row.benchmark_flag, left_at_ms=row.left_at_ms,
+        batch_decode_tokens_per_s=_batch_decode_from_json(row.batch_decode_json),
         challenge_flag=row.challenge_flag,
     )
+
+
+def _batch_decode_to_json(points: tuple[tuple[int, float], ...]) -> str:
+    return json.dumps([[size, rate] for size, rate in points])
+
+
+def _batch_decode_from_json(text: str) -> tuple[tuple[int, float], ...]:
+    points = tuple((int(size), float(rate)) for size, rate in json.loads(text or "[]"))
+    if [size for size, _ in points] != sorted({size for size, _ in points}) or not all(
+            size >= 1 and math.isfinite(rate) and rate > 0 for size, rate in points):
+        log.warning("skipping stored batch decode figures that are out of order or not positive: %s", text)
+        return ()
+    return points
 
 
 def _lending_from_row(row) -> LendingState:  # type: ignore[no-untyped-def]
@@ -244,9 +258,10 @@ def save_benchmark(session: Session, node_id: str, result: BenchmarkResult, rece
         decode_tokens_per_s=result.decode_tokens_per_s,
         prefill_tokens_per_s=result.prefill_tokens_per_s, reference_model=result.reference_model,
         reference_weights_bytes=result.reference_weights_bytes, run_time_ms=result.run_time_ms,
-        flag=flag))
+        flag=flag, batch_decode_json=_batch_decode_to_json(result.batch_decode_tokens_per_s)))
     session.execute(update(nodes).where(nodes.c.node_id == node_id).values(
-        measured_bandwidth_gb_s=result.memory_bandwidth_gb_s, benchmark_flag=flag))
+        measured_bandwidth_gb_s=result.memory_bandwidth_gb_s, benchmark_flag=flag,
+        batch_decode_json=_batch_decode_to_json(result.batch_decode_tokens_per_s)))
     stale = session.execute(select(node_benchmarks.c.measured_at_ms)
                             .where(node_benchmarks.c.node_id == node_id)
                             .order_by(node_benchmarks.c.measured_at_ms.desc())
@@ -264,7 +279,8 @@ def benchmarks(session: Session, node_id: str) -> list[StoredBenchmark]:
         memory_bandwidth_gb_s=r.memory_bandwidth_gb_s, decode_tokens_per_s=r.decode_tokens_per_s,
         prefill_tokens_per_s=r.prefill_tokens_per_s, reference_model=r.reference_model,
         reference_weights_bytes=r.reference_weights_bytes, measured_at_ms=r.measured_at_ms,
-        run_time_ms=r.run_time_ms), r.received_at_ms, r.flag) for r in rows
+        run_time_ms=r.run_time_ms, batch_decode_tokens_per_s=_batch_decode_from_json(r.batch_decode_json)),
+        r.received_at_ms, r.flag) for r in rows
         if _finite_figures(r.memory_bandwidth_gb_s, r.decode_tokens_per_s, r.prefill_tokens_per_s)]
 
 

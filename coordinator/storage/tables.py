@@ -42,12 +42,16 @@ nodes = Table(
     Column("warm_models_json", Text, nullable=False, server_default="[]"),
     Column("measured_bandwidth_gb_s", Float, nullable=True),
     Column("benchmark_flag", Text, nullable=True),  # why the benchmark does not fit the claimed chip
+    # [[jobs in one batch, their tokens/s in all], ...] from that benchmark (0014_batching_shared_memory).
+    Column("batch_decode_json", Text, nullable=False, server_default="[]"),
     Column("left_at_ms", BigInteger, nullable=True),  # set by Leave, cleared by Register
     # Why the latest challenge benchmark did not fit the claim; a passed one clears it, a fresh
-    # self-benchmark does not (0013_strangers_checks).
+    # self-benchmark does not (0015_strangers_checks).
     Column("challenge_flag", Text, nullable=True),
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
+# Expiring silent nodes reads the oldest leases first (0017_beats_uptime_spans).
+Index("ix_nodes_left_heartbeat", nodes.c.left_at_ms, nodes.c.last_heartbeat_ms)
 
 jobs = Table(
     "jobs", metadata,
@@ -68,6 +72,8 @@ jobs = Table(
     Column("explanation_json", Text, nullable=True),
     Column("attempt", Integer, nullable=False, default=0),
     Column("prompt_tokens", Integer, nullable=False, default=0),
+    # Of those, reused from the node's prompt cache (0014_batching_shared_memory): usage's cached_tokens.
+    Column("cached_prompt_tokens", Integer, nullable=False, server_default="0", default=0),
     Column("completion_tokens", Integer, nullable=False, default=0),
     Column("receipt_body", LargeBinary, nullable=True),
     Column("receipt_signature", LargeBinary, nullable=True),
@@ -125,8 +131,13 @@ job_assignments = Table(
     Column("reserved_memory_bytes", BigInteger, nullable=False),
     Column("layers", Integer, nullable=False),
     Column("active", Boolean, nullable=False),  # false once the job ends or is handed back
+    # Of reserved_memory_bytes, what the Mac's running jobs of the same model share (weights and
+    # runtime): counted once per model and Mac (0014_batching_shared_memory). 0 on a pod.
+    Column("shared_memory_bytes", BigInteger, nullable=False, server_default="0"),
 )
 Index("ix_job_assignments_node_active", job_assignments.c.node_id, job_assignments.c.active)
+# The reaper's sweep for nodes nobody hears from that still hold work (0017_beats_uptime_spans).
+Index("ix_job_assignments_active_node", job_assignments.c.active, job_assignments.c.node_id)
 
 # Streamed tokens; the (job, first_index) key makes a re-sent chunk a no-op.
 job_tokens = Table(
@@ -154,6 +165,23 @@ node_heartbeats = Table(
 )
 Index("ix_node_heartbeats_received", node_heartbeats.c.node_id, node_heartbeats.c.received_at_ms)
 
+# Signed heartbeats aggregated (0017_beats_uptime_spans): one row per run of heartbeats of one
+# mode with no gap longer than the heartbeat credit; it proves [first, last + credit) online as
+# its beats' rows did (coordinator/nodes/uptime.py). node_heartbeats keeps the older rows.
+node_uptime_spans = Table(
+    "node_uptime_spans", metadata,
+    Column("node_id", String(64), ForeignKey("nodes.node_id"), primary_key=True),
+    Column("first_received_ms", BigInteger, primary_key=True),  # the coordinator's clock
+    Column("last_received_ms", BigInteger, nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("first_sent_at_ms", BigInteger, nullable=False),  # the node's clock, signed
+    Column("last_sent_at_ms", BigInteger, nullable=False),
+    Column("beats", Integer, nullable=False),
+    Column("first_signature", LargeBinary(64), nullable=False),
+    Column("last_signature", LargeBinary(64), nullable=False),
+)
+Index("ix_node_uptime_spans_last", node_uptime_spans.c.node_id, node_uptime_spans.c.last_received_ms)
+
 node_benchmarks = Table(
     "node_benchmarks", metadata,
     Column("node_id", String(64), ForeignKey("nodes.node_id"), primary_key=True),
@@ -166,6 +194,7 @@ node_benchmarks = Table(
     Column("reference_weights_bytes", BigInteger, nullable=False),
     Column("run_time_ms", BigInteger, nullable=False),
     Column("flag", Text, nullable=True),
+    Column("batch_decode_json", Text, nullable=False, server_default="[]"),  # as nodes'
 )
 
 # Pods declared by their leaders; placed on once every member is registered.
@@ -201,7 +230,7 @@ model_catalog = Table(
 
 # Registration nonces (RegisterChallenge), in the shared database so any coordinator may redeem
 # one another issued; a redeem deletes its row, so of two racing coordinators one wins
-# (0013_strangers_checks). Expired rows are purged as new ones are issued.
+# (0015_strangers_checks). Expired rows are purged as new ones are issued.
 registration_nonces = Table(
     "registration_nonces", metadata,
     Column("nonce_sha256", String(64), primary_key=True),
@@ -210,7 +239,7 @@ registration_nonces = Table(
 )
 
 # Challenge benchmarks the coordinator sent a verified Mac at a random time, with its own random
-# prompt and seed (coordinator/nodes/spot_benchmarks.py), and how each ended (0013_strangers_checks).
+# prompt and seed (coordinator/nodes/spot_benchmarks.py), and how each ended (0015_strangers_checks).
 node_challenges = Table(
     "node_challenges", metadata,
     Column("challenge_id", String(64), primary_key=True),

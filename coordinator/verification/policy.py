@@ -14,12 +14,16 @@ The share of its jobs that gets checked, `check_rate`, is 1 for a new node's fir
 `new_node_checks` jobs, then follows that probability (times `rate_per_cheat_chance`)
 between `rate_min` and 1: it falls with honest history and jumps to 1 after any
 failure. `quarantine_failures` failed checks take a node out of placement for good.
+Each job's own rate is then raised to what its node's stake calls for (economics.py, where
+the inequality that makes cheating lose money is written out).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from coordinator.verification.economics import StakePolicy
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class TrustPolicy:
     rate_min: float = 0.02  # ... but never below this share (the network's steady state)
     quarantine_failures: int = 2  # failed checks that take a node out of placement
     check_window_s: int = 3600  # unchecked credits stay held (slashable) this long
+    stake: StakePolicy = field(default_factory=StakePolicy)  # stake, claw-back, per-job and window floors
 
     def __post_init__(self) -> None:
         assert self.new_node_checks >= 0 and self.quarantine_failures >= 1

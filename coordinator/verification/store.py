@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sqlalchemy import (
-    BigInteger, Boolean, bindparam, Column, Float, Index, Integer, MetaData, String, Table, Text, insert,
-    select, update,
+    BigInteger, Boolean, bindparam, Column, Float, Index, Integer, MetaData, String, Table, Text, func,
+    insert, select, update,
 )
 from sqlalchemy.orm import Session
 
@@ -23,7 +23,7 @@ job_checks = Table(
     Column("job_id", String(64), primary_key=True),  # references jobs.job_id
     Column("node_id", String(64), nullable=False),
     Column("operator_id", String(128), nullable=False),
-    Column("status", String(16), nullable=False),  # waiting/passed/failed/unchecked
+    Column("status", String(16), nullable=False),  # a CheckStatus (below)
     Column("check_rate", Float, nullable=False),
     Column("sampled", Boolean, nullable=False),
     Column("operator_credit", BigInteger, nullable=False),  # base units held for the operator
@@ -42,6 +42,7 @@ Index("ix_job_checks_status", job_checks.c.status, job_checks.c.completed_at_ms)
 Index("ix_job_checks_credit", job_checks.c.credit_state, job_checks.c.hold_until_ms)
 Index("ix_job_checks_node", job_checks.c.node_id, job_checks.c.completed_at_ms)
 Index("ix_job_checks_rerun", job_checks.c.rerun_job_id)
+Index("ix_job_checks_node_credit", job_checks.c.node_id, job_checks.c.credit_state)  # 0013: a node's stake
 
 node_trust = Table(
     "node_trust", metadata,
@@ -59,10 +60,16 @@ class CheckStatus(StrEnum):
     WAITING = "waiting"  # sampled: the verifier will replay it
     PASSED = "passed"
     FAILED = "failed"
-    UNCHECKED = "unchecked"  # not sampled, or nothing can replay it: paid when the window closes
-    # Its replay crashed or gave no verdict: never retried (not even at start-up), and its
-    # credit stays held; a crash is not evidence either way, and "cannot check" is not "paid".
+    UNCHECKED = "unchecked"  # not sampled: paid when its hold ends (longer when nobody can check it)
+    PEER = "peer"  # sampled: a peer node replays it (verification/peer_checks.py); credit held
+    # Its replay crashed or gave no verdict: never retried by that checker (not even at start-up),
+    # escalated to another, and its credit stays held; "cannot check" is not "paid".
     QUARANTINED = "quarantined"
+    # Sampled, but no checker could take it (no verifier holds its weights, and peer checks are
+    # off or no peer came within the longer hold): held that long, then paid, the reason shown.
+    AWAITING_CHECKER = "awaiting_checker"
+    # Its credit was voided as stake when another job of its node failed a check: nothing to decide.
+    FORFEITED = "forfeited"
 
 
 class CreditState(StrEnum):
@@ -140,12 +147,25 @@ def started_checks(session: Session, started_before_ms: int, limit: int) -> list
     return [_check_from_row(r) for r in rows]
 
 
+_RELEASED_AT_HOLD_END = (CheckStatus.UNCHECKED.value, CheckStatus.AWAITING_CHECKER.value)
+
+
 def due_credits(session: Session, now_ms: int, limit: int) -> list[CheckRecord]:
-    """Unchecked jobs whose window has closed while their credit is still held."""
+    """Unchecked (or never checkable) jobs whose hold has ended while their credit is still held."""
     rows = session.execute(select(job_checks).where(
         job_checks.c.credit_state == CreditState.PENDING.value,
-        job_checks.c.status == CheckStatus.UNCHECKED.value,
+        job_checks.c.status.in_(_RELEASED_AT_HOLD_END),
         job_checks.c.hold_until_ms <= now_ms).order_by(job_checks.c.hold_until_ms).limit(limit))
+    return [_check_from_row(r) for r in rows]
+
+
+def unclaimed_peer_checks(session: Session, completed_before_ms: int, limit: int) -> list[CheckRecord]:
+    """Sampled jobs handed to peers, completed before then, their credit still held, that the
+    coordinator's verifier never tried (escalated ones did): candidates for the longer hold's end."""
+    rows = session.execute(select(job_checks).where(
+        job_checks.c.status == CheckStatus.PEER.value, job_checks.c.completed_at_ms <= completed_before_ms,
+        job_checks.c.credit_state == CreditState.PENDING.value, job_checks.c.verifier_attempts == 0)
+        .order_by(job_checks.c.completed_at_ms).limit(limit))
     return [_check_from_row(r) for r in rows]
 
 
@@ -165,6 +185,32 @@ def update_check(session: Session, job_id: str, from_statuses: frozenset[CheckSt
         job_checks.c.job_id == job_id,
         job_checks.c.status.in_([s.value for s in from_statuses])).values(**values))
     return result.rowcount == 1
+
+
+def node_exposure(session: Session, node_id: str, window_start_ms: int) -> tuple[int, int]:
+    """(credits the node still has held, its jobs completed since window_start_ms): its stake
+    and its pace, read when one of its jobs completes (economics.Exposure)."""
+    held = session.execute(select(func.coalesce(func.sum(job_checks.c.operator_credit), 0)).where(
+        job_checks.c.node_id == node_id, job_checks.c.credit_state == CreditState.PENDING.value)).scalar_one()
+    recent = session.execute(select(func.count()).select_from(job_checks).where(
+        job_checks.c.node_id == node_id, job_checks.c.completed_at_ms >= window_start_ms)).scalar_one()
+    return int(held), int(recent)
+
+
+def held_checks(session: Session, node_id: str, except_job_id: str) -> list[CheckRecord]:
+    """The node's other jobs whose credit is still held, newest first (the stake a failure takes)."""
+    rows = session.execute(select(job_checks).where(
+        job_checks.c.node_id == node_id, job_checks.c.credit_state == CreditState.PENDING.value,
+        job_checks.c.job_id != except_job_id)
+        .order_by(job_checks.c.completed_at_ms.desc(), job_checks.c.job_id))
+    return [_check_from_row(r) for r in rows]
+
+
+def posted_credit_since(session: Session, node_id: str, since_ms: int) -> int:
+    """Base units posted to the node for jobs completed since then (what a claw-back reaches)."""
+    return int(session.execute(select(func.coalesce(func.sum(job_checks.c.operator_credit), 0)).where(
+        job_checks.c.node_id == node_id, job_checks.c.credit_state == CreditState.POSTED.value,
+        job_checks.c.completed_at_ms >= since_ms)).scalar_one())
 
 
 def audit_unchecked(session: Session, node_id: str) -> list[str]:

@@ -6,8 +6,9 @@ so a job is never checked by the node that ran it and a replay that crashes cost
 one check. Each check is read in one transaction, marked started in another,
 replayed outside any transaction, and its verdict written in a third; a verdict is
 applied at most once. A replay that crashed, overran or refused its input is
-quarantined with its credit held; one that started and never finished (it took a
-whole process down) is quarantined when the next pass finds it, never retried.
+escalated (quarantined here) with its credit held; one that started and never finished
+(it took a whole process down) is escalated when the next pass finds it, never retried
+here. A job whose weights this verifier does not hold waits, held, for another checker.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from contracts.receipts import ReceiptFormatError, decode_receipt
 from coordinator.clock import Clock
 from coordinator.storage import job_rows
 from coordinator.storage.database import Database
-from coordinator.verification import outcomes, store
+from coordinator.verification import outcomes, peer_checks, store
 from coordinator.verification.outcomes import VerdictOutcome
 from coordinator.verification.policy import TrustPolicy
 from coordinator.verification.isolated import REPLAY_TIMEOUT_S, Checker, ReplayFailed
@@ -43,8 +46,9 @@ class _Pending:
 class VerifierWorker:
     def __init__(self, db: Database, clock: Clock, checker: Checker, policy: TrustPolicy,
                  tolerances: Tolerances, name: str = "coordinator-verifier",
-                 abandoned_after_ms: int = REPLAY_ABANDONED_AFTER_MS) -> None:
+                 abandoned_after_ms: int = REPLAY_ABANDONED_AFTER_MS, peers: bool = False) -> None:
         self.db, self.clock = db, clock
+        self.peers = peers  # checks of models this verifier does not hold are the peers' to run
         self.checker = checker
         self.policy, self.tolerances, self.name = policy, tolerances, name
         self.abandoned_after_ms = abandoned_after_ms
@@ -55,11 +59,18 @@ class VerifierWorker:
         quarantined = []
         with self.db.transaction() as session:
             for check in store.started_checks(session, now - self.abandoned_after_ms, CHECKS_PER_PASS_MAX):
-                if outcomes.quarantine_check(
+                if self._escalate(
                         session, check.job_id, "its replay started and never finished (the process "
-                        "running it stopped); not retried", self.name, now):
+                        "running it stopped); not retried here", now):
                     quarantined.append(check.job_id)
         return quarantined
+
+    def _escalate(self, session: Session, job_id: str, reason: str, now_ms: int) -> bool:
+        """No verdict from this verifier: a peer replays it when peer checks are on; else it stays
+        quarantined here. Either way the credit stays held."""
+        if self.peers:
+            return peer_checks.escalate(session, job_id, f"{self.name}: {reason}", now_ms)
+        return outcomes.quarantine_check(session, job_id, reason, self.name, now_ms)
 
     def _pending(self) -> list[_Pending]:
         with self.db.transaction() as session:
@@ -87,10 +98,12 @@ class VerifierWorker:
         except ReceiptFormatError as error:  # the door decoded it; a stored receipt cannot change
             raise AssertionError(f"stored receipt of {pending.job_id} no longer decodes") from error
         if self.checker.weights_digest(receipt.model_id) != receipt.weights_digest:
+            if self.peers:
+                return None  # peers replay what this verifier does not hold (verification/peer_checks.py)
             with self.db.transaction() as session:
-                outcomes.cannot_check(session, pending.job_id,
-                                      f"{self.name} does not hold {receipt.model_id} with these weights",
-                                      self.name, self.clock.now_ms())
+                outcomes.await_checker(session, pending.job_id,
+                                       f"{self.name} does not hold {receipt.model_id} with these weights",
+                                       self.name, self.clock.now_ms(), self.policy)
             return None
         with self.db.transaction() as session:
             if not outcomes.begin_replay(session, pending.job_id, self.name, self.clock.now_ms()):
@@ -101,8 +114,7 @@ class VerifierWorker:
                                          pending.streamed[:receipt.completion_tokens], self.tolerances)
         except ReplayFailed as failure:  # crashed, overran, or refused: no verdict, credit held
             with self.db.transaction() as session:
-                outcomes.quarantine_check(session, pending.job_id, failure.reason, self.name,
-                                          self.clock.now_ms())
+                self._escalate(session, pending.job_id, failure.reason, self.clock.now_ms())
             return None
         with self.db.transaction() as session:
             outcome = outcomes.record_verdict(session, pending.job_id, verdict, self.name,

@@ -39,7 +39,7 @@ class PayState(StrEnum):
 class CheckFacts:
     """A job's proof check as coordinator.verification recorded it."""
 
-    status: str  # waiting / passed / failed / unchecked
+    status: str  # waiting / passed / failed / unchecked / quarantined / awaiting_checker / forfeited
     sampled: bool
     reason: str | None  # why unchecked, or why it failed
     hold_until_ms: int  # the check window closes
@@ -68,9 +68,13 @@ def job_pay(job_id: str, job_status: str, job_error: str | None, receipt_verifie
         return JobPay(PayState.HELD, credit.amount, _held_reason(check))
     if resolution.state is TransferState.POSTED:
         passed = check is not None and check.status == "passed"
-        return JobPay(PayState.PAID, resolution.amount,
-                      "released: the job passed its replay check" if passed
-                      else "released when the check window closed")
+        if passed:
+            return JobPay(PayState.PAID, resolution.amount, "released: the job passed its replay check")
+        if check is not None and check.reason and "no checker" in check.reason:
+            return JobPay(PayState.PAID, resolution.amount, f"released after the longer hold: {check.reason}")
+        return JobPay(PayState.PAID, resolution.amount, "released when the check window closed")
+    if resolution.state is TransferState.VOIDED and check is not None and "forfeited as stake" in (check.reason or ""):
+        return JobPay(PayState.REJECTED, credit.amount, f"not paid: {check.reason}")
     if resolution.state is TransferState.VOIDED:
         detail = (check.reason if check is not None and check.reason else job_error) or ""
         return JobPay(PayState.REJECTED, credit.amount, "not paid: the job failed its proof check"
@@ -79,14 +83,15 @@ def job_pay(job_id: str, job_status: str, job_error: str | None, receipt_verifie
 
 
 def _held_reason(check: CheckFacts | None) -> str:
+    why = f" ({check.reason})" if check is not None and check.reason else ""
     if check is not None and check.status == "waiting":
         return "held: sampled for a replay check; paid when it passes"
     if check is not None and check.status == "unchecked":
-        why = f" ({check.reason})" if check.reason else ""
         return f"held until its check window closes{why}; then paid"
     if check is not None and check.status == "quarantined":
-        why = f" ({check.reason})" if check.reason else ""
-        return f"held: its replay check gave no verdict{why}; not paid until it is decided"
+        return f"held: its replay check gave no verdict{why}; not paid until another checker decides"
+    if check is not None and check.status == "awaiting_checker":
+        return f"held: sampled, waiting for a checker that holds its weights{why}"
     return "held until the job's proof check passes or its check window closes"
 
 
@@ -169,6 +174,33 @@ class ChainRoot:
     distributor: str | None = None
     tx_hash: str | None = None
     block_number: int | None = None
+
+
+@dataclass(frozen=True)
+class ChainRead:
+    """What the chain said about an epoch's root just now (all None: no chain to ask)."""
+
+    root: str | None  # 0x-hex; None: not on chain (or not asked)
+    chain_id: int | None
+    distributor: str | None
+    unreachable: bool = False
+
+
+def chain_check(read: ChainRead, ledger_root: str) -> str:
+    """How the chain's root compares with the ledger's: matches, differs, not_on_chain, unreachable,
+    or no_chain (nothing to ask: the page can show only what the coordinator recorded)."""
+    if read.unreachable:
+        return "unreachable"
+    if read.chain_id is None:
+        return "no_chain"
+    if read.root is None:
+        return "not_on_chain"
+    return "matches" if read.root == ledger_root else "differs"
+
+
+def chain_check_json(read: ChainRead, ledger_root: str) -> dict[str, object]:
+    return {"check": chain_check(read, ledger_root), "root": read.root, "chain_id": read.chain_id,
+            "distributor": read.distributor}
 
 
 def proof_json(leaf: PayoutLeaf, proof: Sequence[bytes], root: ChainRoot) -> dict[str, object]:

@@ -20,7 +20,7 @@ from coordinator.errors import InvalidRequest, NotFound
 from coordinator.service import CoordinatorService
 from coordinator.world import fleet, job_lookup, map_view, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
-from coordinator.world.earnings import ChainRoot, proof_json
+from coordinator.world.earnings import ChainRead, ChainRoot, chain_check, chain_check_json, proof_json
 from coordinator.world.live import Snapshot, WorldFeed
 from coordinator.world.operator_keys import OperatorKey
 from coordinator.world.totals import TotalsHistory
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TREES_CACHED_MAX = 8  # closed epochs never change, so their trees are kept
+CHAIN_ROOT_TTL_S = 5.0  # how stale a root read from the chain may be on the epochs list
+CHAIN_ROOTS_CACHED_MAX = 256
 PODS_SHOWN_MAX = 500
 
 
@@ -42,19 +44,19 @@ class EpochRootReader(Protocol):
     def epoch_root(self, epoch: int) -> bytes | None: ...
 
 
-class ChainFromEnvironment:
-    """The payout chain the coordinator anchors on (MLXNET_PAYOUT_RPC_URL), connected on first use."""
+class LazyChainReader:
+    """A payout chain connected on first use: the coordinator's own (its anvil, or the network of
+    its --chain-* flags) or MLXNET_PAYOUT_RPC_URL's, so a page never waits on a chain it never reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, connect: Callable[[], EpochRootReader]) -> None:
+        self._connect = connect
         self._chain: EpochRootReader | None = None
         self._lock = threading.Lock()
 
     def _connected(self) -> EpochRootReader:
         with self._lock:
             if self._chain is None:
-                from coordinator.money.epochs import payout_chain_from_environment
-
-                self._chain = payout_chain_from_environment()
+                self._chain = self._connect()
             return self._chain
 
     @property
@@ -71,9 +73,9 @@ class ChainFromEnvironment:
 
 def chain_reader_from_environment() -> EpochRootReader | None:
     """A reader of the real payout chain when one is configured; else None (roots come from anchors)."""
-    from coordinator.money.epochs import RPC_URL_ENV
+    from coordinator.money.epochs import RPC_URL_ENV, payout_chain_from_environment
 
-    return ChainFromEnvironment() if os.environ.get(RPC_URL_ENV) else None
+    return LazyChainReader(payout_chain_from_environment) if os.environ.get(RPC_URL_ENV) else None
 
 
 class World:
@@ -86,6 +88,7 @@ class World:
         self.cache = AnswerCache(cache_ttl_s)
         self._trees: collections.OrderedDict[int, PayoutTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
+        self._chain_roots = AnswerCache(CHAIN_ROOT_TTL_S, CHAIN_ROOTS_CACHED_MAX)
         service.nodes.region_listeners.append(self._node_published_region)
 
     def _node_published_region(self, node_id: str, operator_id: str, region: str) -> None:
@@ -188,9 +191,30 @@ class World:
         return self.read(lambda s: operator_view.jobs_json(s, key.operator_id, page, size))
 
     def operator_epochs(self, key: OperatorKey, params: dict[str, str]) -> dict[str, object]:
+        """Earnings per epoch; each closed epoch's root as the chain holds it now, beside the ledger's."""
         before = fleet.int_param(params, "before", 0, 2**62) or None
         now_us = self.service.clock.now_ms() * 1000
-        return self.read(lambda s: operator_view.epochs_json(s, key.operator_id, now_us, before))
+        payload = self.read(lambda s: operator_view.epochs_json(s, key.operator_id, now_us, before))
+        for item in payload["epochs"]:  # type: ignore[attr-defined]
+            if item["closed"] and item["root"] is not None:
+                item["chain"] = chain_check_json(self._read_chain_root(item["epoch"]), item["root"])
+        return payload
+
+    def _read_chain_root(self, number: int, cached: bool = True) -> ChainRead:
+        """The root the distributor holds for the epoch, read through the RPC (cached a few seconds)."""
+        if self.chain is None:
+            return ChainRead(None, None, None)
+        chain = self.chain
+
+        def read() -> ChainRead:
+            try:
+                root = chain.epoch_root(number)
+                return ChainRead(None if root is None else "0x" + root.hex(), chain.chain_id,
+                                 chain.distributor_address)
+            except (LedgerError, ValueError) as error:  # unreachable or misconfigured: say so, use the anchor
+                log.warning("could not read epoch %d's root from the chain: %s", number, error)
+                return ChainRead(None, None, None, unreachable=True)
+        return self._chain_roots.get(("chain-root", number), read) if cached else read()
 
     def set_region(self, key: OperatorKey, node_id: str, region: str | None) -> dict[str, object]:
         now = self.service.clock.now_ms()
@@ -209,7 +233,8 @@ class World:
             return leaf, epoch, self._tree(session, number), operator_view.anchored_roots(session, number)
         leaf, epoch, tree, anchors = self.read(work)
         assert tree is not None and "0x" + tree.root.hex() == epoch.root, "payouts rebuild the epoch's root"
-        return proof_json(leaf, tree.proof(leaf), self._chain_root(number, epoch.root, anchors))
+        root, check = self._chain_root(number, epoch.root, anchors)
+        return proof_json(leaf, tree.proof(leaf), root) | {"ledger_root": epoch.root, "chain_check": check}
 
     def _tree(self, session: Session, number: int) -> PayoutTree | None:
         with self._trees_lock:
@@ -224,16 +249,13 @@ class World:
                     self._trees.popitem(last=False)
         return tree
 
-    def _chain_root(self, number: int, ledger_root: str, anchors: list[ChainRoot]) -> ChainRoot:
-        """The chain's own root when a chain is configured; else the root recorded when anchored."""
-        if self.chain is not None:
-            try:
-                root = self.chain.epoch_root(number)
-                if root is not None:
-                    return ChainRoot("0x" + root.hex(), "chain", self.chain.chain_id,
-                                     self.chain.distributor_address)
-            except (LedgerError, ValueError) as error:  # unreachable or misconfigured: say so, use the anchor
-                log.warning("could not read epoch %d's root from the chain: %s", number, error)
+    def _chain_root(self, number: int, ledger_root: str, anchors: list[ChainRoot]) -> tuple[ChainRoot, str]:
+        """(the root to check against, how the chain compares with the ledger): the chain's own root
+        when it holds one, even one that differs; else the root recorded when anchored; else the ledger's."""
+        read = self._read_chain_root(number, cached=False)  # a proof is checked against the chain as it is now
+        check = chain_check(read, ledger_root)
+        if read.root is not None:
+            return ChainRoot(read.root, "chain", read.chain_id, read.distributor), check
         if anchors:
-            return anchors[0]
-        return ChainRoot(ledger_root, "ledger")
+            return anchors[0], check
+        return ChainRoot(ledger_root, "ledger"), check

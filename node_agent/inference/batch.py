@@ -153,6 +153,8 @@ class JobSink:
     # The states recorded so far each time a chunk of generated tokens fills (as decode's
     # on_proven): enough for a partial receipt, so work cut off later can still be proven.
     on_proven: Callable[[Decoded], None] | None = None
+    # Once its prompt was looked up in the prompt cache: (prompt tokens, of those reused from it).
+    on_prompt_cache: Callable[[int, int], None] | None = None
 
 
 def _now_ms() -> int:
@@ -443,6 +445,8 @@ class ModelBatch:
                     found = self.prompt_cache.longest(job.prompt_ids)
                     if found is not None:
                         job.reuse(*found)
+                    if job.sink.on_prompt_cache is not None:
+                        job.sink.on_prompt_cache(len(job.prompt_ids), job.cached_prompt_tokens)
                 while budget > 0 and job.prompt_left > 0:
                     done = job.prefill(self.model, budget)
                     budget -= done

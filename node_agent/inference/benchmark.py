@@ -36,6 +36,7 @@ BANDWIDTH_PASSES = 5
 PROMPT_TOKENS = 256
 DECODE_TOKENS = 64
 BATCH_SIZES = (1, 2, 4, 8)
+BATCH_SIZE_MAX = 32  # the benchmark's largest batch, however many slots the node has: it stays short
 REFERENCE_PROMPT = "In the beginning God created the heaven and the earth. "
 
 
@@ -92,12 +93,23 @@ def measure_batch_decode(model_dir: Path, sizes: tuple[int, ...] = BATCH_SIZES,
     return tuple((size, round(rate, 1)) for size, rate in rates[1:])
 
 
+def batch_sizes(slots: int) -> tuple[int, ...]:
+    """1, 2, 4, 8, then doubling up to the node's slots, and its slots (at most BATCH_SIZE_MAX)."""
+    top = min(max(slots, 1), BATCH_SIZE_MAX)
+    sizes = set(BATCH_SIZES) | {top}
+    size = BATCH_SIZES[-1]
+    while size * 2 <= top:
+        size *= 2
+        sizes.add(size)
+    return tuple(sorted(sizes))
+
+
 def run_benchmark(reference_model_dir: Path, reference_name: str,
-                  buffer_bytes: int = BANDWIDTH_BUFFER_BYTES) -> BenchmarkResult:
+                  buffer_bytes: int = BANDWIDTH_BUFFER_BYTES, slots: int = BATCH_SIZES[-1]) -> BenchmarkResult:
     started = time.perf_counter()
     bandwidth = measure_bandwidth_gb_s(buffer_bytes)
     prefill, decode, weights_bytes = measure_generation(reference_model_dir)
-    batches = measure_batch_decode(reference_model_dir)
+    batches = measure_batch_decode(reference_model_dir, batch_sizes(slots))
     run_time_ms = int((time.perf_counter() - started) * 1000)
     result = BenchmarkResult(
         memory_bandwidth_gb_s=round(bandwidth, 2), decode_tokens_per_s=round(decode, 1),

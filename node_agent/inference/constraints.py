@@ -32,7 +32,7 @@ class TokenConstraint:
         self._vocab = llguidance.hf.from_tokenizer(hf, n_vocab=len(hf))
         self._matcher = llguidance.LLMatcher(self._vocab, llguidance.grammar_from("lark", grammar))
         if self._matcher.is_error():
-            raise GrammarError(f"the tool-call grammar does not compile: {self._matcher.get_error()}")
+            raise GrammarError(f"the grammar does not compile: {self._matcher.get_error()}")
         self._end_ids = np.array(sorted(int(t) for t in tokenizer.eos_token_ids), dtype=np.int64)
         self._bitmask = allocate_token_bitmask(1, self._vocab.vocab_size)
         self.violated = False  # a token the grammar forbids was advanced over (replay only)

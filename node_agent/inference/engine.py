@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ import numpy as np
 from mlx_lm import load
 
 from contracts import hop_trace
-from contracts.commitments import ActivationCommitment, chunk_key, commit_chunk, encode_commitment
+from contracts.commitments import (
+    ActivationCommitment, ChunkCommitment, TopCandidates, chunk_key, commit_chunk, encode_commitment,
+)
 from contracts.receipts import FinishReason
 from contracts.logprobs import TokenLogprob
 from node_agent.inference import activations, prompts
@@ -250,20 +253,55 @@ def with_commitment(job_id: str, result: GenerationResult) -> GenerationResult:
     if result.recorded is None:
         return result
     return dataclasses.replace(result, recorded=None,
-                               activation_commitment=_commitment(job_id, result.recorded))
+                               activation_commitment=_COMMITTED.commitment(job_id, result.recorded, last=True))
 
 
 def partial_commitment(job_id: str, decoded: Decoded) -> bytes:
     """The activation commitment to a partial record (decode's on_proven): the same bytes a job
     that ended after those tokens commits to. Pure arithmetic: any thread may run it."""
-    return _commitment(job_id, decoded)
+    return _COMMITTED.commitment(job_id, decoded, last=False)
 
 
-def _commitment(job_id: str, decoded: Decoded) -> bytes:
-    chunks = tuple(commit_chunk(c, chunk_key(job_id, number + 1))
-                   for number, c in enumerate(decoded.generated))
-    return encode_commitment(ActivationCommitment(commit_chunk(decoded.prompt, chunk_key(job_id, 0)),
-                                                  chunks))
+JOBS_COMMITTING_MAX = 1_024  # jobs whose chunk commitments are kept between receipts, oldest out
+
+
+class ChunkCommitments:
+    """Every partial receipt, and the final one, commits to all of a job's chunks so far. A chunk's
+    commitment is a pure function of its candidates and key, so each is made once per job, not once
+    per later receipt (a 128-token job made 19 for its 5 chunks, a count that grew with the square of
+    its length: the node's CPU per token in bench.concurrency shows it). A kept one is reused only for
+    equal candidates, so the bytes are those a fresh computation gives."""
+
+    def __init__(self, jobs_max: int = JOBS_COMMITTING_MAX) -> None:
+        self._jobs: collections.OrderedDict[str, dict[int, tuple[TopCandidates, ChunkCommitment]]] = \
+            collections.OrderedDict()
+        self._jobs_max = jobs_max
+        self._lock = threading.Lock()  # partial receipts come on a sender's thread, the last on the reporter's
+
+    def commitment(self, job_id: str, decoded: Decoded, last: bool) -> bytes:
+        """last: the job's final commitment; its kept chunks are let go."""
+        with self._lock:
+            made = self._jobs.pop(job_id, None) or {}
+            if not last:
+                self._jobs[job_id] = made  # the most recently used last
+                while len(self._jobs) > self._jobs_max:
+                    self._jobs.popitem(last=False)
+        # One job's receipts are made one after another (its sender's, then its reporter's): no lock for them.
+        chunks = tuple(_chunk(made, job_id, number + 1, c) for number, c in enumerate(decoded.generated))
+        return encode_commitment(ActivationCommitment(_chunk(made, job_id, 0, decoded.prompt), chunks))
+
+
+def _chunk(made: dict[int, tuple[TopCandidates, ChunkCommitment]], job_id: str, number: int,
+           candidates: TopCandidates) -> ChunkCommitment:
+    known = made.get(number)
+    if known is not None and known[0] == candidates:
+        return known[1]
+    commitment = commit_chunk(candidates, chunk_key(job_id, number))
+    made[number] = (candidates, commitment)
+    return commitment
+
+
+_COMMITTED = ChunkCommitments()
 
 
 def device_info() -> dict[str, object]:

@@ -3,8 +3,9 @@
 A chat job's prompt is its messages' canonical text (contracts/chat.py): it goes
 through the model's chat template here, so the node that generates and a verifier
 that replays turn the same prompt text into the same tokens. Tools, the assistant's
-tool calls and the tool results go through the template too; a required or named
-tool choice also gives the job a grammar to decode under (`job_constraint`).
+tool calls and the tool results go through the template too, and so do the template's
+keyword arguments (enable_thinking, reasoning_effort). A required or named tool choice,
+or a JSON response format, gives the job a grammar to decode under (`job_constraint`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from typing import TypeVar
 import mlx.core as mx
 import numpy as np
 
-from contracts.chat import NO_TOOLS, ChatFormatError, ChatMessage, ChatTools, decode_chat
+from contracts.chat import (
+    NO_OPTIONS, NO_TOOLS, ChatFormatError, ChatMessage, ChatOptions, ChatTools, decode_chat_all,
+)
 from contracts.logprobs import TOP_LOGPROBS_MAX, TokenLogprob, TopLogprob
-from contracts.tool_calls import call_grammar
+from contracts.structured_output import answer_rule, schema_problem
+from contracts.tool_calls import job_grammar
 from node_agent import chat_templates
 from node_agent.inference.activations import encode_prompt
 from node_agent.inference.constraints import GrammarError, TokenConstraint
@@ -30,9 +34,9 @@ class PromptRefused(ValueError):
     """The model cannot take this prompt: its template has no tools, or the grammar fails."""
 
 
-def _chat(prompt: str) -> tuple[tuple[ChatMessage, ...], ChatTools] | None:
+def _chat(prompt: str) -> tuple[tuple[ChatMessage, ...], ChatTools, ChatOptions] | None:
     try:
-        return decode_chat(prompt) if prompt.startswith('{"messages":') else None
+        return decode_chat_all(prompt) if prompt.startswith('{"messages":') else None
     except ChatFormatError:
         return None
 
@@ -65,26 +69,37 @@ def encode_job_prompt(tokenizer, prompt: str) -> list[int]:  # type: ignore[no-u
     chat = _chat(prompt)
     if chat is None:
         return encode_prompt(tokenizer, prompt)
-    messages, tools = chat
+    messages, tools, options = chat
     offered = tools.definitions if tools.choice != "none" else ()
     uses_tools = bool(offered) or any(m.tool_calls or m.tool_call_id for m in messages)
-    if uses_tools and not chat_templates.renders_tools(_template(tokenizer)):
+    template = _template(tokenizer)
+    if uses_tools and not chat_templates.renders_tools(template):
         raise PromptRefused("this model's chat template does not render tools")
+    kwargs = options.kwargs()
+    unread = [name for name in kwargs if not chat_templates.reads_variable(template, name)]
+    if unread:
+        raise PromptRefused(f"this model's chat template does not read {', '.join(unread)}")
     rendered = tokenizer.apply_chat_template(
         [_template_message(m) for m in messages],
         tools=[json.loads(d) for d in offered] or None,
-        add_generation_prompt=True, tokenize=False)
+        add_generation_prompt=True, tokenize=False, **kwargs)
     # As Hugging Face tokenizes a rendered template: its special tokens are in the text.
     return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
 def job_constraint(tokenizer, prompt: str) -> TokenConstraint | None:  # type: ignore[no-untyped-def]
-    """The grammar a job decodes under (a required or named tool choice), or None."""
+    """The grammar a job decodes under (forced calls, or a JSON answer), or None."""
     chat = _chat(prompt)
-    tools = chat[1] if chat is not None else NO_TOOLS
+    tools, options = (chat[1], chat[2]) if chat is not None else (NO_TOOLS, NO_OPTIONS)
+    response_format = options.format()
     try:
-        grammar = call_grammar(tools, chat_templates.tool_call_style(_template(tokenizer)))
-    except ValueError as error:
+        if response_format is not None and response_format.get("type") == "json_schema":
+            problem = schema_problem(response_format.get("schema"))
+            if problem:
+                raise ValueError(problem)
+        answer = answer_rule(response_format) if response_format is not None else None
+        grammar = job_grammar(tools, chat_templates.tool_call_style(_template(tokenizer)), answer)
+    except (ValueError, KeyError) as error:
         raise PromptRefused(str(error)) from error
     if grammar is None:
         return None

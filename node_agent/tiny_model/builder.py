@@ -78,6 +78,8 @@ PLAIN_CHAT_TEMPLATE = (
     "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
     "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
+# Qwen-style: tools in a system block, calls in <tool_call> tags; with enable_thinking true the
+# generation prompt opens a <think> block (as Qwen3's thinking models do), off by default.
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% if tools %}<|system|>\n# Tools\n\nYou may call one or more functions. "
     "Their signatures are within <tools></tools> XML tags:\n<tools>"
@@ -86,6 +88,8 @@ CHAT_TEMPLATE = (
     "<tool_call></tool_call> XML tags:\n<tool_call>\n"
     "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
     "{{ eos_token }}\n{% endif %}"
+    "{% if reasoning_effort is defined %}<|system|>\nReasoning: {{ reasoning_effort }}"
+    "{{ eos_token }}\n{% endif %}"
     "{% for message in messages %}<|{{ message['role'] }}|>\n"
     "{% if message['role'] == 'tool' and message.tool_call_id is defined %}"
     "<tool_response>\n{{ message['content'] }}\n</tool_response>"
@@ -93,7 +97,8 @@ CHAT_TEMPLATE = (
     "{% if message.tool_calls is defined %}{% for call in message.tool_calls %}"
     "<tool_call>\n{\"name\": \"{{ call.function.name }}\", \"arguments\": "
     "{{ call.function.arguments | tojson }}}\n</tool_call>{% endfor %}{% endif %}"
-    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
+    "{% if enable_thinking is defined and enable_thinking %}<think>\n{% endif %}{% endif %}"
 )
 
 # Additive smoothing mass (in tokens) spread by the unigram distribution.

@@ -250,6 +250,7 @@ def _baselines() -> dict[str, Message]:
                                                      prompt_tokens=3),
         "ReportResult": node_pb2.ReportResultRequest(job_id="job-" + "0" * 32,
                                                      failure_reason="out of memory"),
+        "ReportPromptCache": node_pb2.ReportPromptCacheRequest(job_id="job-" + "0" * 32, cached_prompt_tokens=256),
         "Leave": node_pb2.LeaveRequest(reason="maintenance"),
         "Register": node_pb2.RegisterRequest(),  # the real one is mutated in flight (tests/fuzz)
         "RegisterChallenge": node_pb2.RegisterChallengeRequest(public_key=b"\x01" * 32),

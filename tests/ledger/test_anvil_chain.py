@@ -4,19 +4,27 @@ chain, claims an operator makes with a statement's proof, and the audit reading 
 from __future__ import annotations
 
 import json
+import os
+import select
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from eth_account import Account
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
+from coordinator.money.epochs import PayoutChains
 from ledger.anchor import PayoutChain
-from ledger.anchoring import anchor_epochs, check_anchors
+from ledger.anchoring import anchor_epochs, anchor_pass, check_anchors
+from ledger.chain_settings import GasCaps, chain_settings
+from ledger.publisher_key import publisher_key
 from ledger.anvil import AnvilProcess, anvil_binary, embedded_chain
-from ledger.errors import ChainError
+from ledger.errors import ChainError, ChainSettingsError
 from ledger.full_audit import audit
 from ledger.statements import leaf_from_bundle, operator_statement
 from ledger.storage import tables
@@ -66,7 +74,8 @@ def test_anchors_survive_a_restart_of_the_chain_and_are_sent_once(session: Sessi
         # A crash after the transaction but before the commit: the root is on chain, not recorded.
         session.execute(delete(tables.epoch_anchors))
         recovered = anchor_epochs(session, again)
-        assert [a.block_number for a in recovered] == [0, 0]  # recognised on chain, not published again
+        # Recognised on chain by its event, not published again: the first transactions are recorded.
+        assert [(a.tx_hash, a.block_number) for a in recovered] == [(a.tx_hash, a.block_number) for a in anchored]
         assert check_anchors(session, again) == []
     finally:
         _stopped(process)
@@ -138,5 +147,167 @@ def test_an_anchor_dropped_by_a_reorg_is_noticed_and_sent_again(session: Session
         (again,) = anchor_epochs(session, chain)
         assert again.epoch == EPOCH and again.gas_used > 0  # published again, not just recorded
         assert check_anchors(session, chain) == [] and anchor_epochs(session, chain) == []
+    finally:
+        _stopped(process)
+
+
+def test_an_anchor_waits_for_its_confirmations_on_anvil(session: Session, anvil_dir: Path) -> None:
+    process, chain = embedded_chain(anvil_dir)
+    try:
+        closed_epoch(session, EPOCH)
+        first = anchor_pass(session, chain, confirmations=3)
+        assert first.anchored == [] and first.waiting == [EPOCH] and chain.epoch_root(EPOCH) is not None
+        sent = chain.publication(EPOCH)
+        assert sent is not None and sent.gas_used > 0
+        _rpc(process.rpc_url, "evm_mine", [])
+        assert anchor_pass(session, chain, confirmations=3).waiting == [EPOCH]  # 2 of 3
+        _rpc(process.rpc_url, "evm_mine", [])
+        (record,) = anchor_pass(session, chain, confirmations=3).anchored
+        assert (record.tx_hash, record.block_number) == (sent.tx_hash, sent.block_number)
+        assert chain.block_number() == sent.block_number + 2  # sent once: only the two mined blocks since
+    finally:
+        _stopped(process)
+
+
+def test_a_dropped_transaction_is_sent_again_and_a_late_one_is_recognised(session: Session, anvil_dir: Path) -> None:
+    process, chain = embedded_chain(anvil_dir, receipt_timeout_s=1.0)
+    try:
+        closed_epoch(session, EPOCH)
+        closed_epoch(session, EPOCH + 2)
+        assert _rpc(process.rpc_url, "evm_setAutomine", [False]) is None
+        with pytest.raises(ChainError, match="failed"):  # no receipt in time: the pass ends, nothing recorded
+            anchor_pass(session, chain)
+        assert _rpc(process.rpc_url, "anvil_dropAllTransactions", []) is None  # the node forgot it
+        assert _rpc(process.rpc_url, "evm_setAutomine", [True]) is None
+        assert chain.epoch_root(EPOCH) is None
+        (again, late) = anchor_pass(session, chain, limit=2).anchored
+        assert again.epoch == EPOCH and again.gas_used > 0 and late.epoch == EPOCH + 2
+        # A transaction stuck, then mined after the pass gave up, is recognised and not sent twice.
+        closed_epoch(session, EPOCH + 4)
+        _rpc(process.rpc_url, "evm_setAutomine", [False])
+        with pytest.raises(ChainError):
+            anchor_pass(session, chain)
+        _rpc(process.rpc_url, "evm_mine", [])
+        _rpc(process.rpc_url, "evm_setAutomine", [True])
+        stuck = chain.publication(EPOCH + 4)
+        assert stuck is not None
+        (recognised,) = anchor_pass(session, chain).anchored
+        assert (recognised.epoch, recognised.tx_hash) == (EPOCH + 4, stuck.tx_hash)
+        assert check_anchors(session, chain) == []
+    finally:
+        _stopped(process)
+
+
+def test_gas_caps_bound_the_fee_and_a_base_fee_above_them_delays_anchoring(session: Session, anvil_dir: Path) -> None:
+    process, _ = embedded_chain(anvil_dir)
+    try:
+        closed_epoch(session, EPOCH)
+        record = json.loads((anvil_dir / "contracts.json").read_text())
+        too_low = PayoutChain.connect(process.rpc_url, record["distributor"], gas=GasCaps(max_fee_per_gas_wei=1))
+        with pytest.raises(ChainError, match="above --chain-max-fee-gwei"):
+            anchor_pass(session, too_low)
+        assert too_low.epoch_root(EPOCH) is None
+        caps = GasCaps(max_fee_per_gas_wei=50 * 10**9, max_priority_fee_per_gas_wei=10**8)
+        capped = PayoutChain.connect(process.rpc_url, record["distributor"], gas=caps)
+        (anchor,) = anchor_pass(session, capped).anchored
+        sent = _rpc(process.rpc_url, "eth_getTransactionByHash", [anchor.tx_hash])
+        assert isinstance(sent, dict)
+        assert int(sent["maxFeePerGas"], 16) <= caps.max_fee_per_gas_wei
+        assert int(sent["maxPriorityFeePerGas"], 16) <= 10**8
+    finally:
+        _stopped(process)
+
+
+ANVIL_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"  # anvil's first dev account
+
+
+def test_a_real_network_setup_anchors_with_a_keystore_key_and_refuses_the_wrong_chain(
+        session: Session, anvil_dir: Path, tmp_path: Path) -> None:
+    """Anvil stands in for a real network: the contracts deployed, the coordinator given only the
+    RPC URL, chain id, distributor and a keystore file."""
+    process, _ = embedded_chain(anvil_dir)
+    try:
+        closed_epoch(session, EPOCH)
+        distributor = json.loads((anvil_dir / "contracts.json").read_text())["distributor"]
+        keystore = tmp_path / "publisher.json"
+        keystore.write_text(json.dumps(Account.encrypt(ANVIL_KEY, "pw", kdf="pbkdf2", iterations=2)))
+        flags = {"rpc_url": process.rpc_url, "distributor": distributor, "keystore": str(keystore),
+                 "confirmations": "2"}
+        settings = chain_settings(**flags, chain_id="31337")
+        key = publisher_key(settings, {"MLXNET_PAYOUT_KEYSTORE_PASSWORD": "pw"})
+        chains = PayoutChains(None, settings, key)
+        chains.check_at_start()
+        chain = chains.get()
+        assert anchor_pass(session, chain, confirmations=settings.confirmations).waiting == [EPOCH]
+        _rpc(process.rpc_url, "evm_mine", [])
+        (anchor,) = anchor_pass(session, chain, confirmations=settings.confirmations).anchored
+        sent = _rpc(process.rpc_url, "eth_getTransactionByHash", [anchor.tx_hash])
+        assert isinstance(sent, dict) and sent["from"] == Account.from_key(ANVIL_KEY).address.lower()
+        with pytest.raises(ChainSettingsError, match="serves chain 31337, not the configured --chain-id 8453"):
+            PayoutChains(None, chain_settings(**flags, chain_id="8453"), key).check_at_start()
+        elsewhere = {**flags, "distributor": "0x" + "12" * 20}
+        with pytest.raises(ChainSettingsError, match="no payout distributor at"):
+            PayoutChains(None, chain_settings(**elsewhere, chain_id="31337"), key).check_at_start()
+    finally:
+        _stopped(process)
+    unreachable = PayoutChains(None, settings, key)
+    unreachable.check_at_start()  # the RPC is down: start anyway, anchoring waits for it
+    with pytest.raises(ChainError):
+        unreachable.get()
+
+
+_HOLD_ANVIL = """
+import sys
+from pathlib import Path
+from ledger.anvil import embedded_chain
+process, chain = embedded_chain(Path(sys.argv[1]))
+chain.publish(7, b"\\x11" * 32, 5, b"\\x22" * 32)
+print(process.process.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited while we looked
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _wait_exit(pid: int, timeout_s: float) -> bool:
+    """Whether the process (not our child) exits within timeout_s: woken by its pidfd, no polling."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([descriptor], [], [], timeout_s)[0])
+    finally:
+        os.close(descriptor)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfd_open is Linux-only; the watchdog is not")
+def test_anvil_dies_with_a_sigkilled_parent_and_keeps_its_state(anvil_dir: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _HOLD_ANVIL, str(anvil_dir)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        watchdog = int(parent.stdout.readline())
+        (anvil,) = _children(watchdog)
+    finally:
+        parent.kill()  # SIGKILL: nothing in the parent gets to stop anvil
+        parent.wait()
+        for stream in (parent.stdin, parent.stdout):
+            if stream is not None:
+                stream.close()
+    assert _wait_exit(anvil, 60) and _wait_exit(watchdog, 60), "anvil outlived the process that started it"
+    process, chain = embedded_chain(anvil_dir)  # the state anvil dumped on its way out
+    try:
+        assert chain.epoch_root(7) == b"\x11" * 32
     finally:
         _stopped(process)

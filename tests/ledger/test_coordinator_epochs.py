@@ -197,6 +197,12 @@ class FlakyChain:
         self.published.set()
         return ChainReceipt("0x" + "1" * 64, 1, 21_000)
 
+    def publication(self, epoch: int) -> ChainReceipt | None:
+        return ChainReceipt("0x" + "1" * 64, 1, 21_000) if epoch in self.roots else None
+
+    def block_number(self) -> int:
+        return 1
+
 
 def test_the_epochs_loop_retries_anchoring_after_an_outage_until_it_lands(db: Database) -> None:
     add_seat(db, 5_000)

@@ -18,3 +18,6 @@ def test_demo_runs_the_main_job_and_exits_zero(tmp_path: Path) -> None:
     for operator in ("alice", "bob", "carol"):
         assert f"  {operator} " in completed.stdout
     assert "operator balances" in completed.stdout
+    # An epoch closed and was anchored on the coordinator's anvil; one payout checked on chain and claimed.
+    assert "proof VERIFIED against the root on chain" in completed.stdout
+    assert "claimed from" in completed.stdout and "mlxnet ledger verify-proof --proof" in completed.stdout

@@ -76,6 +76,20 @@ def test_a_real_node_serves_its_metrics_on_loopback(tmp_path: Path, tiny_model_d
         model = (("model_name", "test/tiny"),)
         assert found[("mlxnet:generation_tokens_total", model)] == final.completion_tokens == 9
         assert found[("mlxnet:prompt_tokens_total", model)] == final.prompt_tokens
+        assert found[("mlxnet:prefix_cache_queries_total", model)] == final.prompt_tokens
+        assert found[("mlxnet:prefix_cache_hits_total", model)] == 0
+        # Two jobs sharing a long system prompt: the second reuses its KV cache in whole 256-token blocks.
+        shared = "You answer in one word. " * 120
+        prompts = []
+        with JobClient(coordinator.extra["address"], trust=coordinator.trust) as client:
+            for question in ("Why?", "How?"):
+                job = client.submit("test/tiny", shared + question, max_tokens=2)
+                prompts.append([item for item in client.stream(job.job_id)][-1].prompt_tokens)
+        found = scrape(url)
+        assert min(prompts) > 512
+        assert found[("mlxnet:prefix_cache_queries_total", model)] == final.prompt_tokens + sum(prompts)
+        hits = found[("mlxnet:prefix_cache_hits_total", model)]
+        assert hits >= 512 and hits % 256 == 0 and hits < prompts[1]
     finally:
         if node is not None:
             node.stop()

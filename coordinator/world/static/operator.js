@@ -145,15 +145,14 @@ export class OperatorView {
     const rows = data.epochs.filter((epoch) => this.showEmptyEpochs || active(epoch)).map((epoch) => {
       const e = epoch.earnings;
       const anchor = epoch.anchors?.[0];
-      const rootState = !epoch.closed ? "open" : anchor ? `on chain, block ${anchor.block_number}`
-        : epoch.root ? "not on chain yet" : "no payouts";
+      const { text: rootState, state } = this.rootState(epoch, anchor);
       return h("tr", { dataset: { epoch: epoch.epoch ?? "open" } },
         h("th", { scope: "row" }, epoch.closed ? `#${epoch.epoch}` : "open now",
           h("span", { class: "sub" }, epoch.closed ? ` closed ${when(epoch.window_end_us / 1000)}` : "")),
         h("td", {}, money(e.jobs)), h("td", { class: "seat" }, money(e.seat_reward)),
         h("td", { class: "seat" }, money(e.seat_bonus)), h("td", {}, money(e.held)), h("td", {}, money(e.rejected)),
         h("td", {}, money(e.paid_out)),
-        h("td", { class: `root-state${anchor ? " anchored" : ""}` }, rootState),
+        h("td", { class: `root-state${state ? ` ${state}` : ""}`, title: epoch.chain?.root || epoch.root || "" }, rootState),
         h("td", {}, epoch.payout ? h("button", { type: "button", class: "proof-button",
           onclick: () => this.showProof(epoch.epoch) }, "Proof") : h("span", { class: "muted" }, "–")));
     });
@@ -174,6 +173,18 @@ export class OperatorView {
     return this.epochsSection;
   }
 
+  // The root as the chain holds it now (read by the coordinator through the RPC), beside the ledger's.
+  rootState(epoch, anchor) {
+    if (!epoch.closed) return { text: "open", state: "" };
+    if (!epoch.root) return { text: "no payouts", state: "" };
+    const check = epoch.chain?.check;
+    if (check === "matches") return { text: `on chain, matches the ledger${anchor ? ` (block ${anchor.block_number})` : ""}`, state: "anchored" };
+    if (check === "differs") return { text: `DIFFERS: the chain holds ${shortHex(epoch.chain.root)}, the ledger ${shortHex(epoch.root)}`, state: "mismatch" };
+    if (check === "not_on_chain") return { text: anchor ? "recorded as anchored, but NOT on chain" : "not on chain yet", state: anchor ? "mismatch" : "" };
+    const recorded = anchor ? `recorded on chain, block ${anchor.block_number}` : "not on chain yet";
+    return { text: check === "unreachable" ? `${recorded} (chain unreachable now)` : recorded, state: anchor ? "anchored" : "" };
+  }
+
   async showProof(epochNumber) {
     this.proofSection.hidden = false;
     replace(this.proofSection, h("h3", { id: "op-proof-title" }, `Payout proof, epoch #${epochNumber}`), h("p", {}, "Loading…"));
@@ -189,6 +200,11 @@ export class OperatorView {
     const proofText = h("textarea", { id: "proof-siblings", rows: String(Math.max(2, proof.proof.length)), spellcheck: "false" },
       proof.proof.join("\n"));
     const result = h("p", { id: "proof-result", role: "status", class: "proof-result" });
+    const differs = proof.chain_check === "differs" || (proof.chain_check === "not_on_chain" && proof.root_source === "anchor");
+    const warning = !differs ? null : h("p", { class: "proof-result bad", id: "root-differs", role: "alert" },
+      proof.chain_check === "differs"
+        ? `The root on chain (${shortHex(proof.root)}) differs from the coordinator's ledger (${shortHex(proof.ledger_root)}): this payout cannot be claimed as listed. Run mlxnet ledger audit against the chain.`
+        : "The coordinator recorded this root as anchored, but the chain does not hold it (a reorg, or a wrong record).");
     const source = proof.root_source === "chain" ? `read from the distributor on chain ${proof.chain_id} now`
       : proof.root_source === "anchor" ? `published on chain ${proof.chain_id} in block ${proof.block_number} (tx ${shortHex(proof.tx_hash)})`
         : "the ledger's own root: not yet published on chain";
@@ -216,6 +232,7 @@ export class OperatorView {
         h("label", { class: "proof-field wide" }, h("span", {}, "Proof (sibling hashes, one per line)"), proofText),
         field("proof-root", "Root", proof.root, {}, true)),
       h("p", { class: "sub" }, `Root source: ${source}. Amount: ${proof.amount.mlx}.`),
+      warning,
       h("button", { type: "button", id: "verify-proof", onclick: verify }, "Verify in this browser"),
       result);
     this.proofSection.scrollIntoView({ block: "start" });

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dprotos/mlxnet/v1/common.proto\x12\tmlxnet.v1\"\xa3\x02\n\tModelSpec\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x15\n\rweights_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fparameter_count\x18\x03 \x01(\x03\x12\x12\n\nnum_layers\x18\x04 \x01(\x05\x12\x1b\n\x13num_attention_heads\x18\x05 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x06 \x01(\x05\x12\x10\n\x08head_dim\x18\x07 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x08 \x01(\x05\x12\x1c\n\x14kv_bytes_per_element\x18\t \x01(\x05\x12\x16\n\x0eweights_digest\x18\n \x01(\t\x12\x15\n\rchat_features\x18( \x03(\t\x12\x12\n\nvocab_size\x18) \x01(\x05\"V\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x01\x12\r\n\x05top_p\x18\x03 \x01(\x01\x12\x0c\n\x04seed\x18\x04 \x01(\x04\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"Q\n\x0cTokenLogprob\x12\x0f\n\x07logprob\x18\x01 \x01(\x01\x12\"\n\x03top\x18\x02 \x03(\x0b\x32\x15.mlxnet.v1.TopLogprob\x12\x0c\n\x04text\x18\x03 \x01(\t\"0\n\rSignedReceipt\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dprotos/mlxnet/v1/common.proto\x12\tmlxnet.v1\"\xa3\x02\n\tModelSpec\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x15\n\rweights_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fparameter_count\x18\x03 \x01(\x03\x12\x12\n\nnum_layers\x18\x04 \x01(\x05\x12\x1b\n\x13num_attention_heads\x18\x05 \x01(\x05\x12\x14\n\x0cnum_kv_heads\x18\x06 \x01(\x05\x12\x10\n\x08head_dim\x18\x07 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x08 \x01(\x05\x12\x1c\n\x14kv_bytes_per_element\x18\t \x01(\x05\x12\x16\n\x0eweights_digest\x18\n \x01(\t\x12\x15\n\rchat_features\x18( \x03(\t\x12\x12\n\nvocab_size\x18) \x01(\x05\"V\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x01\x12\r\n\x05top_p\x18\x03 \x01(\x01\x12\x0c\n\x04seed\x18\x04 \x01(\x04\"o\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12+\n\ntool_calls\x18Q \x03(\x0b\x32\x17.mlxnet.v1.ChatToolCall\x12\x14\n\x0ctool_call_id\x18R \x01(\t\"@\n\x0c\x43hatToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"=\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"Q\n\x0cTokenLogprob\x12\x0f\n\x07logprob\x18\x01 \x01(\x01\x12\"\n\x03top\x18\x02 \x03(\x0b\x32\x15.mlxnet.v1.TopLogprob\x12\x0c\n\x04text\x18\x03 \x01(\t\"0\n\rSignedReceipt\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,11 +36,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS']._serialized_start=338
   _globals['_SAMPLINGPARAMS']._serialized_end=424
   _globals['_CHATMESSAGE']._serialized_start=426
-  _globals['_CHATMESSAGE']._serialized_end=470
-  _globals['_TOPLOGPROB']._serialized_start=472
-  _globals['_TOPLOGPROB']._serialized_end=533
-  _globals['_TOKENLOGPROB']._serialized_start=535
-  _globals['_TOKENLOGPROB']._serialized_end=616
-  _globals['_SIGNEDRECEIPT']._serialized_start=618
-  _globals['_SIGNEDRECEIPT']._serialized_end=666
+  _globals['_CHATMESSAGE']._serialized_end=537
+  _globals['_CHATTOOLCALL']._serialized_start=539
+  _globals['_CHATTOOLCALL']._serialized_end=603
+  _globals['_TOPLOGPROB']._serialized_start=605
+  _globals['_TOPLOGPROB']._serialized_end=666
+  _globals['_TOKENLOGPROB']._serialized_start=668
+  _globals['_TOKENLOGPROB']._serialized_end=749
+  _globals['_SIGNEDRECEIPT']._serialized_start=751
+  _globals['_SIGNEDRECEIPT']._serialized_end=799
 # @@protoc_insertion_point(module_scope)

@@ -25,37 +25,41 @@ _sym_db = _symbol_database.Default()
 from protos.mlxnet.v1 import common_pb2 as protos_dot_mlxnet_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/mlxnet/v1/job.proto\x12\tmlxnet.v1\x1a\x1dprotos/mlxnet/v1/common.proto\"\x85\x02\n\x10SubmitJobRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12+\n\x08sampling\x18\x03 \x01(\x0b\x32\x19.mlxnet.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x1f\n\x17min_decode_tokens_per_s\x18\x05 \x01(\x01\x12(\n\x08messages\x18\x06 \x03(\x0b\x32\x16.mlxnet.v1.ChatMessage\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x10\n\x08logprobs\x18\x08 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\t \x01(\x05\x12\x10\n\x08no_queue\x18\n \x01(\x08\"0\n\x11SubmitJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.mlxnet.v1.Job\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.mlxnet.v1.Job\"\"\n\x10StreamJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x97\x01\n\x11StreamJobResponse\x12\x13\n\x0b\x66irst_index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12!\n\tfinal_job\x18\x04 \x01(\x0b\x32\x0e.mlxnet.v1.Job\x12)\n\x08logprobs\x18\x05 \x03(\x0b\x32\x17.mlxnet.v1.TokenLogprob\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"0\n\x11\x43\x61ncelJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.mlxnet.v1.Job\"\xfc\x03\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x06status\x18\x02 \x01(\x0e\x32\x14.mlxnet.v1.JobStatus\x12\r\n\x05model\x18\x03 \x01(\t\x12\x10\n\x08node_ids\x18\x04 \x03(\t\x12\x10\n\x08strategy\x18\x05 \x01(\t\x12\"\n\x1aplacement_explanation_json\x18\x06 \x01(\t\x12\x15\n\rprompt_tokens\x18\x07 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\x05\x12\x0c\n\x04text\x18\t \x01(\t\x12)\n\x07receipt\x18\n \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x18\n\x10receipt_verified\x18\x0b \x01(\x08\x12\x1b\n\x13\x63redited_base_units\x18\x0c \x01(\x03\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x15\n\rcreated_at_ms\x18\x0e \x01(\x03\x12\x16\n\x0e\x66inished_at_ms\x18\x0f \x01(\x03\x12\x16\n\x0equeue_position\x18\x10 \x01(\x05\x12\r\n\x05\x63hips\x18\x11 \x03(\t\x12\x19\n\x11signer_public_key\x18\x12 \x01(\x0c\x12\x12\n\nerror_code\x18\x13 \x01(\t\x12\x1b\n\x13reserved_base_units\x18\x14 \x01(\x03\x12\x15\n\rprompt_format\x18\x15 \x01(\t\"a\n\x17\x45xplainPlacementRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontext_tokens\x18\x02 \x01(\x05\x12\x1f\n\x17min_decode_tokens_per_s\x18\x03 \x01(\x01\"\x8d\x02\n\x18\x45xplainPlacementResponse\x12\x11\n\tplaceable\x18\x01 \x01(\x08\x12\x11\n\tpermanent\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08node_ids\x18\x04 \x03(\t\x12\x10\n\x08strategy\x18\x05 \x01(\t\x12\x13\n\x0blayer_split\x18\x06 \x03(\x05\x12%\n\x1dpredicted_decode_tokens_per_s\x18\x07 \x01(\x01\x12\'\n\x1fpredicted_time_to_first_token_s\x18\x08 \x01(\x01\x12\x18\n\x10\x65xplanation_json\x18\t \x01(\t\x12\x18\n\x10\x65xplanation_text\x18\n \x01(\t*\xa0\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATUS_QUEUED\x10\x01\x12\x17\n\x13JOB_STATUS_ASSIGNED\x10\x02\x12\x16\n\x12JOB_STATUS_RUNNING\x10\x03\x12\x18\n\x14JOB_STATUS_COMPLETED\x10\x04\x12\x15\n\x11JOB_STATUS_FAILED\x10\x05\x32\x82\x03\n\nJobService\x12\x46\n\tSubmitJob\x12\x1b.mlxnet.v1.SubmitJobRequest\x1a\x1c.mlxnet.v1.SubmitJobResponse\x12=\n\x06GetJob\x12\x18.mlxnet.v1.GetJobRequest\x1a\x19.mlxnet.v1.GetJobResponse\x12H\n\tStreamJob\x12\x1b.mlxnet.v1.StreamJobRequest\x1a\x1c.mlxnet.v1.StreamJobResponse0\x01\x12\x46\n\tCancelJob\x12\x1b.mlxnet.v1.CancelJobRequest\x1a\x1c.mlxnet.v1.CancelJobResponse\x12[\n\x10\x45xplainPlacement\x12\".mlxnet.v1.ExplainPlacementRequest\x1a#.mlxnet.v1.ExplainPlacementResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/mlxnet/v1/job.proto\x12\tmlxnet.v1\x1a\x1dprotos/mlxnet/v1/common.proto\"\xdb\x03\n\x10SubmitJobRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12+\n\x08sampling\x18\x03 \x01(\x0b\x32\x19.mlxnet.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x1f\n\x17min_decode_tokens_per_s\x18\x05 \x01(\x01\x12(\n\x08messages\x18\x06 \x03(\x0b\x32\x16.mlxnet.v1.ChatMessage\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x10\n\x08logprobs\x18\x08 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\t \x01(\x05\x12\x10\n\x08no_queue\x18\n \x01(\x08\x12&\n\x05tools\x18K \x03(\x0b\x32\x17.mlxnet.v1.FunctionTool\x12\x13\n\x0btool_choice\x18L \x01(\t\x12\x1c\n\x14tool_choice_function\x18M \x01(\t\x12 \n\x13parallel_tool_calls\x18N \x01(\x08H\x00\x88\x01\x01\x12\x1c\n\x14response_format_json\x18O \x01(\t\x12!\n\x19\x63hat_template_kwargs_json\x18P \x01(\tB\x16\n\x14_parallel_tool_calls\"J\n\x0c\x46unctionTool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"]\n\nChatAnswer\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x11\n\treasoning\x18\x02 \x01(\t\x12+\n\ntool_calls\x18\x03 \x03(\x0b\x32\x17.mlxnet.v1.ChatToolCall\"0\n\x11SubmitJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.mlxnet.v1.Job\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.mlxnet.v1.Job\"\"\n\x10StreamJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x97\x01\n\x11StreamJobResponse\x12\x13\n\x0b\x66irst_index\x18\x01 \x01(\x05\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12!\n\tfinal_job\x18\x04 \x01(\x0b\x32\x0e.mlxnet.v1.Job\x12)\n\x08logprobs\x18\x05 \x03(\x0b\x32\x17.mlxnet.v1.TokenLogprob\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"0\n\x11\x43\x61ncelJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.mlxnet.v1.Job\"\xa3\x04\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12$\n\x06status\x18\x02 \x01(\x0e\x32\x14.mlxnet.v1.JobStatus\x12\r\n\x05model\x18\x03 \x01(\t\x12\x10\n\x08node_ids\x18\x04 \x03(\t\x12\x10\n\x08strategy\x18\x05 \x01(\t\x12\"\n\x1aplacement_explanation_json\x18\x06 \x01(\t\x12\x15\n\rprompt_tokens\x18\x07 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x08 \x01(\x05\x12\x0c\n\x04text\x18\t \x01(\t\x12)\n\x07receipt\x18\n \x01(\x0b\x32\x18.mlxnet.v1.SignedReceipt\x12\x18\n\x10receipt_verified\x18\x0b \x01(\x08\x12\x1b\n\x13\x63redited_base_units\x18\x0c \x01(\x03\x12\r\n\x05\x65rror\x18\r \x01(\t\x12\x15\n\rcreated_at_ms\x18\x0e \x01(\x03\x12\x16\n\x0e\x66inished_at_ms\x18\x0f \x01(\x03\x12\x16\n\x0equeue_position\x18\x10 \x01(\x05\x12\r\n\x05\x63hips\x18\x11 \x03(\t\x12\x19\n\x11signer_public_key\x18\x12 \x01(\x0c\x12\x12\n\nerror_code\x18\x13 \x01(\t\x12\x1b\n\x13reserved_base_units\x18\x14 \x01(\x03\x12\x15\n\rprompt_format\x18\x15 \x01(\t\x12%\n\x06\x61nswer\x18S \x01(\x0b\x32\x15.mlxnet.v1.ChatAnswer\"a\n\x17\x45xplainPlacementRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontext_tokens\x18\x02 \x01(\x05\x12\x1f\n\x17min_decode_tokens_per_s\x18\x03 \x01(\x01\"\x8d\x02\n\x18\x45xplainPlacementResponse\x12\x11\n\tplaceable\x18\x01 \x01(\x08\x12\x11\n\tpermanent\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08node_ids\x18\x04 \x03(\t\x12\x10\n\x08strategy\x18\x05 \x01(\t\x12\x13\n\x0blayer_split\x18\x06 \x03(\x05\x12%\n\x1dpredicted_decode_tokens_per_s\x18\x07 \x01(\x01\x12\'\n\x1fpredicted_time_to_first_token_s\x18\x08 \x01(\x01\x12\x18\n\x10\x65xplanation_json\x18\t \x01(\t\x12\x18\n\x10\x65xplanation_text\x18\n \x01(\t*\xa0\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11JOB_STATUS_QUEUED\x10\x01\x12\x17\n\x13JOB_STATUS_ASSIGNED\x10\x02\x12\x16\n\x12JOB_STATUS_RUNNING\x10\x03\x12\x18\n\x14JOB_STATUS_COMPLETED\x10\x04\x12\x15\n\x11JOB_STATUS_FAILED\x10\x05\x32\x82\x03\n\nJobService\x12\x46\n\tSubmitJob\x12\x1b.mlxnet.v1.SubmitJobRequest\x1a\x1c.mlxnet.v1.SubmitJobResponse\x12=\n\x06GetJob\x12\x18.mlxnet.v1.GetJobRequest\x1a\x19.mlxnet.v1.GetJobResponse\x12H\n\tStreamJob\x12\x1b.mlxnet.v1.StreamJobRequest\x1a\x1c.mlxnet.v1.StreamJobResponse0\x01\x12\x46\n\tCancelJob\x12\x1b.mlxnet.v1.CancelJobRequest\x1a\x1c.mlxnet.v1.CancelJobResponse\x12[\n\x10\x45xplainPlacement\x12\".mlxnet.v1.ExplainPlacementRequest\x1a#.mlxnet.v1.ExplainPlacementResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.mlxnet.v1.job_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATUS']._serialized_start=1625
-  _globals['_JOBSTATUS']._serialized_end=1785
+  _globals['_JOBSTATUS']._serialized_start=2049
+  _globals['_JOBSTATUS']._serialized_end=2209
   _globals['_SUBMITJOBREQUEST']._serialized_start=73
-  _globals['_SUBMITJOBREQUEST']._serialized_end=334
-  _globals['_SUBMITJOBRESPONSE']._serialized_start=336
-  _globals['_SUBMITJOBRESPONSE']._serialized_end=384
-  _globals['_GETJOBREQUEST']._serialized_start=386
-  _globals['_GETJOBREQUEST']._serialized_end=417
-  _globals['_GETJOBRESPONSE']._serialized_start=419
-  _globals['_GETJOBRESPONSE']._serialized_end=464
-  _globals['_STREAMJOBREQUEST']._serialized_start=466
-  _globals['_STREAMJOBREQUEST']._serialized_end=500
-  _globals['_STREAMJOBRESPONSE']._serialized_start=503
-  _globals['_STREAMJOBRESPONSE']._serialized_end=654
-  _globals['_CANCELJOBREQUEST']._serialized_start=656
-  _globals['_CANCELJOBREQUEST']._serialized_end=690
-  _globals['_CANCELJOBRESPONSE']._serialized_start=692
-  _globals['_CANCELJOBRESPONSE']._serialized_end=740
-  _globals['_JOB']._serialized_start=743
-  _globals['_JOB']._serialized_end=1251
-  _globals['_EXPLAINPLACEMENTREQUEST']._serialized_start=1253
-  _globals['_EXPLAINPLACEMENTREQUEST']._serialized_end=1350
-  _globals['_EXPLAINPLACEMENTRESPONSE']._serialized_start=1353
-  _globals['_EXPLAINPLACEMENTRESPONSE']._serialized_end=1622
-  _globals['_JOBSERVICE']._serialized_start=1788
-  _globals['_JOBSERVICE']._serialized_end=2174
+  _globals['_SUBMITJOBREQUEST']._serialized_end=548
+  _globals['_FUNCTIONTOOL']._serialized_start=550
+  _globals['_FUNCTIONTOOL']._serialized_end=624
+  _globals['_CHATANSWER']._serialized_start=626
+  _globals['_CHATANSWER']._serialized_end=719
+  _globals['_SUBMITJOBRESPONSE']._serialized_start=721
+  _globals['_SUBMITJOBRESPONSE']._serialized_end=769
+  _globals['_GETJOBREQUEST']._serialized_start=771
+  _globals['_GETJOBREQUEST']._serialized_end=802
+  _globals['_GETJOBRESPONSE']._serialized_start=804
+  _globals['_GETJOBRESPONSE']._serialized_end=849
+  _globals['_STREAMJOBREQUEST']._serialized_start=851
+  _globals['_STREAMJOBREQUEST']._serialized_end=885
+  _globals['_STREAMJOBRESPONSE']._serialized_start=888
+  _globals['_STREAMJOBRESPONSE']._serialized_end=1039
+  _globals['_CANCELJOBREQUEST']._serialized_start=1041
+  _globals['_CANCELJOBREQUEST']._serialized_end=1075
+  _globals['_CANCELJOBRESPONSE']._serialized_start=1077
+  _globals['_CANCELJOBRESPONSE']._serialized_end=1125
+  _globals['_JOB']._serialized_start=1128
+  _globals['_JOB']._serialized_end=1675
+  _globals['_EXPLAINPLACEMENTREQUEST']._serialized_start=1677
+  _globals['_EXPLAINPLACEMENTREQUEST']._serialized_end=1774
+  _globals['_EXPLAINPLACEMENTRESPONSE']._serialized_start=1777
+  _globals['_EXPLAINPLACEMENTRESPONSE']._serialized_end=2046
+  _globals['_JOBSERVICE']._serialized_start=2212
+  _globals['_JOBSERVICE']._serialized_end=2598
 # @@protoc_insertion_point(module_scope)

@@ -24,7 +24,7 @@ JOB_STATUS_COMPLETED: JobStatus
 JOB_STATUS_FAILED: JobStatus
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("model", "prompt", "sampling", "request_id", "min_decode_tokens_per_s", "messages", "stop", "logprobs", "top_logprobs", "no_queue")
+    __slots__ = ("model", "prompt", "sampling", "request_id", "min_decode_tokens_per_s", "messages", "stop", "logprobs", "top_logprobs", "no_queue", "tools", "tool_choice", "tool_choice_function", "parallel_tool_calls", "response_format_json", "chat_template_kwargs_json")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,12 @@ class SubmitJobRequest(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     NO_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMAT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     sampling: _common_pb2.SamplingParams
@@ -45,7 +51,33 @@ class SubmitJobRequest(_message.Message):
     logprobs: bool
     top_logprobs: int
     no_queue: bool
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., min_decode_tokens_per_s: _Optional[float] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., no_queue: _Optional[bool] = ...) -> None: ...
+    tools: _containers.RepeatedCompositeFieldContainer[FunctionTool]
+    tool_choice: str
+    tool_choice_function: str
+    parallel_tool_calls: bool
+    response_format_json: str
+    chat_template_kwargs_json: str
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., min_decode_tokens_per_s: _Optional[float] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., no_queue: _Optional[bool] = ..., tools: _Optional[_Iterable[_Union[FunctionTool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., tool_choice_function: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., response_format_json: _Optional[str] = ..., chat_template_kwargs_json: _Optional[str] = ...) -> None: ...
+
+class FunctionTool(_message.Message):
+    __slots__ = ("name", "description", "parameters_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+
+class ChatAnswer(_message.Message):
+    __slots__ = ("content", "reasoning", "tool_calls")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    reasoning: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatToolCall]
+    def __init__(self, content: _Optional[str] = ..., reasoning: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ChatToolCall, _Mapping]]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -98,7 +130,7 @@ class CancelJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "status", "model", "node_ids", "strategy", "placement_explanation_json", "prompt_tokens", "completion_tokens", "text", "receipt", "receipt_verified", "credited_base_units", "error", "created_at_ms", "finished_at_ms", "queue_position", "chips", "signer_public_key", "error_code", "reserved_base_units", "prompt_format")
+    __slots__ = ("job_id", "status", "model", "node_ids", "strategy", "placement_explanation_json", "prompt_tokens", "completion_tokens", "text", "receipt", "receipt_verified", "credited_base_units", "error", "created_at_ms", "finished_at_ms", "queue_position", "chips", "signer_public_key", "error_code", "reserved_base_units", "prompt_format", "answer")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +152,7 @@ class Job(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     RESERVED_BASE_UNITS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     status: JobStatus
     model: str
@@ -141,7 +174,8 @@ class Job(_message.Message):
     error_code: str
     reserved_base_units: int
     prompt_format: str
-    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., model: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., placement_explanation_json: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., text: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., receipt_verified: _Optional[bool] = ..., credited_base_units: _Optional[int] = ..., error: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ..., chips: _Optional[_Iterable[str]] = ..., signer_public_key: _Optional[bytes] = ..., error_code: _Optional[str] = ..., reserved_base_units: _Optional[int] = ..., prompt_format: _Optional[str] = ...) -> None: ...
+    answer: ChatAnswer
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[JobStatus, str]] = ..., model: _Optional[str] = ..., node_ids: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ..., placement_explanation_json: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., text: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., receipt_verified: _Optional[bool] = ..., credited_base_units: _Optional[int] = ..., error: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., queue_position: _Optional[int] = ..., chips: _Optional[_Iterable[str]] = ..., signer_public_key: _Optional[bytes] = ..., error_code: _Optional[str] = ..., reserved_base_units: _Optional[int] = ..., prompt_format: _Optional[str] = ..., answer: _Optional[_Union[ChatAnswer, _Mapping]] = ...) -> None: ...
 
 class ExplainPlacementRequest(_message.Message):
     __slots__ = ("model", "context_tokens", "min_decode_tokens_per_s")

@@ -78,7 +78,7 @@ class LendingState(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., owner_active: _Optional[bool] = ..., accepting_jobs: _Optional[bool] = ..., reason: _Optional[str] = ..., memory_cap_bytes: _Optional[int] = ...) -> None: ...
 
 class Benchmark(_message.Message):
-    __slots__ = ("memory_bandwidth_gb_s", "decode_tokens_per_s", "prefill_tokens_per_s", "reference_model", "reference_weights_bytes", "measured_at_ms", "run_time_ms")
+    __slots__ = ("memory_bandwidth_gb_s", "decode_tokens_per_s", "prefill_tokens_per_s", "reference_model", "reference_weights_bytes", "measured_at_ms", "run_time_ms", "batch_decode")
     MEMORY_BANDWIDTH_GB_S_FIELD_NUMBER: _ClassVar[int]
     DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     PREFILL_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class Benchmark(_message.Message):
     REFERENCE_WEIGHTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEASURED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_DECODE_FIELD_NUMBER: _ClassVar[int]
     memory_bandwidth_gb_s: float
     decode_tokens_per_s: float
     prefill_tokens_per_s: float
@@ -93,7 +94,16 @@ class Benchmark(_message.Message):
     reference_weights_bytes: int
     measured_at_ms: int
     run_time_ms: int
-    def __init__(self, memory_bandwidth_gb_s: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., prefill_tokens_per_s: _Optional[float] = ..., reference_model: _Optional[str] = ..., reference_weights_bytes: _Optional[int] = ..., measured_at_ms: _Optional[int] = ..., run_time_ms: _Optional[int] = ...) -> None: ...
+    batch_decode: _containers.RepeatedCompositeFieldContainer[BatchDecode]
+    def __init__(self, memory_bandwidth_gb_s: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., prefill_tokens_per_s: _Optional[float] = ..., reference_model: _Optional[str] = ..., reference_weights_bytes: _Optional[int] = ..., measured_at_ms: _Optional[int] = ..., run_time_ms: _Optional[int] = ..., batch_decode: _Optional[_Iterable[_Union[BatchDecode, _Mapping]]] = ...) -> None: ...
+
+class BatchDecode(_message.Message):
+    __slots__ = ("batch_size", "tokens_per_s")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    tokens_per_s: float
+    def __init__(self, batch_size: _Optional[int] = ..., tokens_per_s: _Optional[float] = ...) -> None: ...
 
 class PodLink(_message.Message):
     __slots__ = ("a", "b", "kind", "cables")
@@ -204,7 +214,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "challenge", "traceparent")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "check", "challenge", "traceparent")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +228,7 @@ class ReceiveAssignmentsResponse(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
     CHALLENGE_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
@@ -233,9 +244,48 @@ class ReceiveAssignmentsResponse(_message.Message):
     logprobs: bool
     top_logprobs: int
     attempt: int
+    check: PeerCheckJob
     challenge: BenchmarkChallenge
     traceparent: str
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., challenge: _Optional[_Union[BenchmarkChallenge, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., check: _Optional[_Union[PeerCheckJob, _Mapping]] = ..., challenge: _Optional[_Union[BenchmarkChallenge, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
+
+class PeerCheckJob(_message.Message):
+    __slots__ = ("checked_job_id", "output_ids", "finish_reason", "logit_slack", "mass_slack")
+    CHECKED_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_SLACK_FIELD_NUMBER: _ClassVar[int]
+    MASS_SLACK_FIELD_NUMBER: _ClassVar[int]
+    checked_job_id: str
+    output_ids: _containers.RepeatedScalarFieldContainer[int]
+    finish_reason: int
+    logit_slack: float
+    mass_slack: float
+    def __init__(self, checked_job_id: _Optional[str] = ..., output_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[int] = ..., logit_slack: _Optional[float] = ..., mass_slack: _Optional[float] = ...) -> None: ...
+
+class SignedCheckResult(_message.Message):
+    __slots__ = ("body", "signature")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class ReportCheckRequest(_message.Message):
+    __slots__ = ("check_id", "result", "failure_reason")
+    CHECK_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_REASON_FIELD_NUMBER: _ClassVar[int]
+    check_id: str
+    result: SignedCheckResult
+    failure_reason: str
+    def __init__(self, check_id: _Optional[str] = ..., result: _Optional[_Union[SignedCheckResult, _Mapping]] = ..., failure_reason: _Optional[str] = ...) -> None: ...
+
+class ReportCheckResponse(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
 
 class BenchmarkChallenge(_message.Message):
     __slots__ = ("challenge_id", "prompt", "seed", "decode_tokens")
@@ -310,6 +360,20 @@ class ReportResultRequest(_message.Message):
     partial_receipt: _common_pb2.SignedReceipt
     attempt: int
     def __init__(self, job_id: _Optional[str] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., failure_reason: _Optional[str] = ..., handed_back: _Optional[bool] = ..., failure: _Optional[_Union[JobFailure, str]] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ReportPromptCacheRequest(_message.Message):
+    __slots__ = ("job_id", "cached_prompt_tokens", "attempt")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    cached_prompt_tokens: int
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., cached_prompt_tokens: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class ReportPromptCacheResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ReportResultResponse(_message.Message):
     __slots__ = ("credited_base_units",)

@@ -66,10 +66,20 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.FromString,
                 _registered_method=True)
+        self.ReportPromptCache = channel.unary_unary(
+                '/mlxnet.v1.NodeService/ReportPromptCache',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheResponse.FromString,
+                _registered_method=True)
         self.Leave = channel.unary_unary(
                 '/mlxnet.v1.NodeService/Leave',
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.FromString,
+                _registered_method=True)
+        self.ReportCheck = channel.unary_unary(
+                '/mlxnet.v1.NodeService/ReportCheck',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.FromString,
                 _registered_method=True)
         self.AnswerChallenge = channel.unary_unary(
                 '/mlxnet.v1.NodeService/AnswerChallenge',
@@ -122,9 +132,24 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportPromptCache(self, request, context):
+        """The node reused part of a running job's prompt from its prompt cache (a shared
+        system prompt, a chat history): the consumer's usage reports it as cached tokens.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Leave(self, request, context):
         """The node leaves the network: its jobs are handed back and it is no longer
         placed on until it registers again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportCheck(self, request, context):
+        """The signed result of a check job (an assignment with `check` set), or why it failed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -170,10 +195,20 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultResponse.SerializeToString,
             ),
+            'ReportPromptCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportPromptCache,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheResponse.SerializeToString,
+            ),
             'Leave': grpc.unary_unary_rpc_method_handler(
                     servicer.Leave,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.SerializeToString,
+            ),
+            'ReportCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCheck,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.SerializeToString,
             ),
             'AnswerChallenge': grpc.unary_unary_rpc_method_handler(
                     servicer.AnswerChallenge,
@@ -356,6 +391,33 @@ class NodeService:
             _registered_method=True)
 
     @staticmethod
+    def ReportPromptCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/ReportPromptCache',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportPromptCacheResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Leave(request,
             target,
             options=(),
@@ -372,6 +434,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/Leave',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.LeaveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/ReportCheck',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,8 +67,9 @@ def test_chat_runs_the_models_template_on_the_node_and_is_receipted(network: Gat
     assert answer.choices[0].finish_reason in ("stop", "length")
     assert answer.usage.completion_tokens > 0 and answer.usage.prompt_tokens > 20  # templated
     job = _client(network, key).get(f"/jobs/{job_id}", cast_to=object)
-    assert job["status"] == "completed" and job["usage"] == answer.usage.model_dump(
-        include={"prompt_tokens", "completion_tokens", "total_tokens"})
+    assert job["status"] == "completed" and job["usage"] == {
+        **answer.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}),
+        "prompt_tokens_details": {"cached_tokens": answer.usage.prompt_tokens_details.cached_tokens}}
     assert job["nodes"][0]["chip"] and job["cost"]["paid_by"] == "consumer"
     receipt = _client(network, key).get(f"/jobs/{job_id}/receipt", cast_to=object)
     _, tokens = _final_job(network, key, job_id)
@@ -226,3 +227,4 @@ def test_grpc_stop_sequences_cut_the_text_and_end_the_job(network: GatewayNetwor
     assert cut[-1].final_job.error_code == "stop_sequence"
     after = _balance(network, "stopper")
     assert after.debits_pending == 0
+

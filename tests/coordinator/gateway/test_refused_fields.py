@@ -48,14 +48,16 @@ def _refusal(client: openai.OpenAI, **fields: object) -> dict:
 
 @pytest.mark.parametrize(("fields", "param", "says"), [
     ({"logit_bias": {"5": 10}}, "logit_bias", "logit_bias is not supported"),
-    ({"reasoning_effort": "high"}, "reasoning_effort", "not supported"),
+    ({"extra_body": {"chat_template_kwargs": {"add_vision_id": True}}},
+     "chat_template_kwargs.add_vision_id", "does not support it"),
     ({"service_tier": "flex"}, "service_tier", "not offered"),
     ({"modalities": ["text", "audio"]}, "modalities", "text modality"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "less than or equal to 0"),
     ({"presence_penalty": -1.0}, "presence_penalty", "greater than or equal to 0"),
-    ({"response_format": {"type": "json_object"}}, "response_format", "structured output"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-     "response_format", "structured output"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "string", "format": "email"}}}}, "response_format.json_schema.schema.format",
+     "the schema feature 'format' is not one structured output decodes under"),
+    ({"response_format": {"type": "grammar", "grammar": "start: x"}}, "response_format", "type"),
     ({"extra_body": {"top_k": 5}}, "top_k", "does not support it"),
     ({"extra_body": {"function_call": "auto"}}, "function_call", "send `tool_choice`"),
 ])
@@ -87,6 +89,9 @@ def test_the_first_problem_told_is_the_field_not_honoured(client: openai.OpenAI)
     {"store": True},
     {"frequency_penalty": 0, "presence_penalty": 0.0},
     {"response_format": {"type": "text"}},
+    {"response_format": {"type": "json_object"}},  # supported: decoded under a JSON grammar
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": False}}},
+    {"reasoning_effort": "high"},  # supported where the model's template reads it (checked with the model)
     {"stream_options": {"include_usage": True, "include_obfuscation": False}, "stream": True},
 ])
 def test_hints_and_no_op_values_are_accepted(client: openai.OpenAI, fields: dict) -> None:

@@ -73,7 +73,10 @@ def test_a_whole_completion_is_cut_at_its_stop_with_logprobs_up_to_it() -> None:
     assert choice["text"] == "against Abel" and choice["finish_reason"] == "stop"
     assert choice["logprobs"]["tokens"] == ["against", " Abel"]
     assert choice["logprobs"]["text_offset"] == [0, 7]
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
+    cached = final_body(TEXT, _job(cached_prompt_tokens=2), chunks)  # the node reused 2 of its prompt tokens
+    assert cached["usage"]["prompt_tokens_details"] == {"cached_tokens": 2}
     assert body["object"] == "text_completion" and body["id"] == "cmpl-job-1" and body["created"] == 2
 
 

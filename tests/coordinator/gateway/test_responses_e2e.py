@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import openai
 import pytest
 
@@ -84,10 +85,23 @@ def test_a_function_call_and_its_output_continue_by_previous_response_id(network
             model=MODEL_ID, previous_response_id=called.id, input="and?", max_output_tokens=4)
 
 
+def test_text_format_json_schema_answers_with_json_that_validates(network: GatewayNetwork) -> None:
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Ur"]}, "sunny": {"type": "boolean"}},
+              "required": ["city", "sunny"], "additionalProperties": False}
+    client = network.client(network.new_key("responses-json"))
+    response = client.responses.create(model=MODEL_ID, input="Weather as JSON", max_output_tokens=CALL_TOKENS,
+                                       temperature=0, text={"format": {"type": "json_schema", "name": "w",
+                                                                       "schema": schema, "strict": True}})
+    assert response.status == "completed"
+    jsonschema.validate(json.loads(response.output_text), schema)
+
+
 @pytest.mark.parametrize(("fields", "param"), [
     ({"reasoning": {"effort": "low"}}, "reasoning"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-    ({"text": {"format": {"type": "json_object"}}}, "text.format.type"),
+    ({"text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "string", "pattern": "x"}}}},
+     "text.format.schema.pattern"),
+    ({"text": {"format": {"type": "grammar"}}}, "text.format"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
 ])
 def test_fields_it_cannot_honour_are_400s_naming_them(network: GatewayNetwork, fields: dict,

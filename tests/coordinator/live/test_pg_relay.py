@@ -16,8 +16,8 @@ from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
-from coordinator.live.notifier import Notifier
-from coordinator.live.pg_relay import PAYLOAD_CHARS_MAX, payloads
+from coordinator.live.notifier import Notifier, fleet_topic
+from coordinator.live.pg_relay import PAYLOAD_CHARS_MAX, News, parse_payload, payloads
 from coordinator.server import RunningCoordinator, start
 from mlxnet.consumer import JobClient, StreamedTokens
 from node_agent.coordinator_client import CoordinatorClient
@@ -88,6 +88,13 @@ def test_a_consumer_on_one_coordinator_streams_a_job_run_by_a_node_on_the_other(
     assert "".join(i.text for i in items if isinstance(i, StreamedTokens)) == "abc"
     assert isinstance(items[-1], job_pb2.Job) and items[-1].status == job_pb2.JOB_STATUS_COMPLETED
     node.close()
+    # Each coordinator timed the other's news on its bus-lag histogram, and says the bus is up.
+    for coordinator in (a, b):
+        exposition = coordinator.service.core.metrics.exposition().decode()
+        assert "mlxnet:event_bus_up 1.0" in exposition
+        count = next(line for line in exposition.splitlines()
+                     if line.startswith("mlxnet:event_bus_lag_seconds_count"))
+        assert float(count.split()[1]) >= 1
 
 
 def test_payloads_stay_under_the_limit_and_carry_every_topic() -> None:
@@ -96,6 +103,14 @@ def test_payloads_stay_under_the_limit_and_carry_every_topic() -> None:
     assert len(sent) > 1 and all(len(p) <= PAYLOAD_CHARS_MAX for p in sent)
     assert [t for p in sent for t in p.split(" ")[1:]] == topics
     assert all(p.startswith("origin ") for p in sent)
+
+
+def test_payloads_carry_their_publish_time_and_old_ones_are_read_without() -> None:
+    [stamped] = payloads("origin@1700000000123456", ["job:1", "node:2"])
+    assert parse_payload(stamped) == News("origin", 1700000000123456, ("job:1", "node:2"))
+    assert parse_payload("origin job:1") == News("origin", None, ("job:1",))
+    assert parse_payload("origin@notanumber job:1").published_us is None
+    assert parse_payload("origin") == News("origin", None, ())
 
 
 def test_losing_the_relay_wakes_every_waiter_to_poll_again() -> None:
@@ -112,3 +127,24 @@ def test_losing_the_relay_wakes_every_waiter_to_poll_again() -> None:
 
     assert asyncio.run(wait_then_lose_the_relay()) == 1  # woken, with the topic moved on
     assert notifier.poll_interval_s(1.0, 60.0) == 1.0 and notifier.waiting() == 0
+
+
+def test_a_node_that_registers_on_one_coordinator_is_placed_on_by_the_other_at_once(
+        tmp_path: Path, pair: tuple[RunningCoordinator, RunningCoordinator]) -> None:
+    a, b = pair
+    nodes = {}
+    for name, coordinator in (("on-a", a), ("on-b", b)):
+        identity = load_or_create_identity(tmp_path / name / "identity.pem")
+        client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
+        client.register(identity, HARDWARE, (MODEL,), "alice", name, 1,
+                        operator_key=operator_key_for(coordinator.service, "alice"))
+        nodes[name] = (identity.node_id, client)
+    # B's registration reached A through the relay (not A's 60 s index rebuild).
+    assert a.service.notifier.wait(fleet_topic(nodes["on-b"][0]), 0, RELAY_UP_S) > 0
+    with JobClient(f"127.0.0.1:{a.port}", trust=PLAINTEXT) as consumer:
+        placed = [consumer.submit(MODEL.model_id, "Hello there", max_tokens=8) for _ in range(2)]
+    # Each node takes one job at a time: the second job goes to B's node at once, not to a queue.
+    assert all(job.status == job_pb2.JOB_STATUS_ASSIGNED for job in placed)
+    assert sorted(job.node_ids[0] for job in placed) == sorted(node_id for node_id, _ in nodes.values())
+    for _, client in nodes.values():
+        client.close()

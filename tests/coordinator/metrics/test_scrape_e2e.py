@@ -115,7 +115,8 @@ def test_request_metrics_count_the_jobs_run(network: tuple[Child, list[Child]]) 
     assert value(after, "mlxnet:ledger_transfers_total") > value(before, "mlxnet:ledger_transfers_total")
     completed = sum(1 for (job, _), _ in runs if job.status == job_pb2.JOB_STATUS_COMPLETED)
     checks = sum(value(after, "mlxnet:verification_checks_total", outcome=o)
-                 for o in ("waiting", "passed", "failed", "unchecked"))
+                 for o in ("waiting", "peer", "passed", "failed", "unchecked", "quarantined", "awaiting_checker",
+                           "forfeited"))
     assert checks == completed
     held = value(after, "mlxnet:operator_credits_held_base_units")
     posted = value(after, "mlxnet:operator_credits_posted_base_units_total")

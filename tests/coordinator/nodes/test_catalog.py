@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.config import CoordinatorConfig
-from coordinator.errors import InvalidRequest, PermissionDenied
+from coordinator.errors import InvalidRequest, WeightsMismatch
 from coordinator.jobs.submission import Submission
 from coordinator.nodes.catalog import spec_differences, spec_problems
 from coordinator.service import CoordinatorService
@@ -81,7 +81,7 @@ def test_a_node_declaring_other_weights_under_a_bound_id_is_refused(service: Coo
     register_node(service, alice, MINI, (MODEL,), "alice")
     mallory = load_or_create_identity(tmp_path / "mallory.pem")
     other = dataclasses.replace(MODEL, weights_digest="ee" * 32, weights_bytes=MODEL.weights_bytes // 4)
-    with pytest.raises(PermissionDenied) as refused:
+    with pytest.raises(WeightsMismatch) as refused:
         register_node(service, mallory, MINI, (other,), "mallory")
     message = str(refused.value)
     assert f"bound by node {alice.node_id}, the first to serve it" in message
@@ -97,7 +97,7 @@ def test_a_pinned_model_is_not_set_by_whoever_registers_first(service: Coordinat
     service.nodes.pin_models((MODEL,), "coordinator-verifier")
     mallory = load_or_create_identity(tmp_path / "mallory.pem")
     wrong = dataclasses.replace(MODEL, num_layers=MODEL.num_layers + 1)
-    with pytest.raises(PermissionDenied, match=r"pinned by the coordinator.*num_layers 9 \(bound: 8\)"):
+    with pytest.raises(WeightsMismatch, match=r"pinned by the coordinator.*num_layers 9 \(bound: 8\)"):
         register_node(service, mallory, MINI, (wrong,), "mallory")
 
 

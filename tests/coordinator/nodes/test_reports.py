@@ -18,10 +18,11 @@ from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_me
 from contracts.models import ModelSpec
 from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
-from coordinator.model import JobStatus, NodeRecord, TokenChunk
+from contracts.signing import signature_is_valid
+from coordinator.model import JobStatus, NodeRecord, TokenChunk, UptimeSpan
 from coordinator.scheduling.fleet_reads import snapshot
 from coordinator.server import RunningCoordinator, start
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import job_rows, liveness_rows, node_rows
 from mlxnet.consumer import JobClient
 from node_agent.coordinator_client import CallRejected, CoordinatorClient, NodeStatus
 from node_agent.hardware.profiles import simulated_profile
@@ -62,13 +63,14 @@ def _node(coordinator: RunningCoordinator, identity: Identity) -> NodeRecord:
     return node
 
 
-def _times(coordinator: RunningCoordinator, identity: Identity,
-           modes: frozenset[LendingMode] | None = None) -> list[int]:
+def _spans(coordinator: RunningCoordinator, identity: Identity,
+           modes: frozenset[LendingMode] | None = None) -> list[UptimeSpan]:
+    coordinator.service.nodes.flush_liveness(everything=True)  # as a stopping coordinator does
     with coordinator.service.db.transaction() as session:
-        return node_rows.heartbeat_times(session, identity.node_id, 0, 2**62, modes)
+        return liveness_rows.spans(session, identity.node_id, 0, 2**62, modes)
 
 
-def test_signed_heartbeats_are_stored_and_counted_by_mode(
+def test_signed_heartbeats_are_kept_as_spans_by_mode(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     seat = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
     identity, client = _join(tmp_path, coordinator, "studio", ULTRA, seat)
@@ -76,11 +78,14 @@ def test_signed_heartbeats_are_stored_and_counted_by_mode(
         client.heartbeat(0, seat)
     client.heartbeat(1, NodeStatus(LendingState(mode=LendingMode.DEDICATED)))
     client.heartbeat(0)  # unsigned: keeps the session alive, proves nothing
-    times = _times(coordinator, identity)
-    assert len(times) == 4 and times == sorted(times)
-    assert len(_times(coordinator, identity, frozenset({LendingMode.ULTRA_SEAT}))) == 3
-    with coordinator.service.db.transaction() as session:
-        assert node_rows.heartbeat_times(session, identity.node_id, times[1], times[3]) == times[1:3]
+    spans = _spans(coordinator, identity)
+    assert [(s.mode, s.beats) for s in spans] == [("ultra_seat", 3), ("dedicated", 1)]
+    seat_span = spans[0]
+    assert seat_span.first_received_ms <= seat_span.last_received_ms <= spans[1].first_received_ms
+    # The span keeps its last heartbeat's signature: proof anyone can check with the node's key.
+    last = Heartbeat(identity.node_id, seat_span.last_sent_at_ms, 0, seat.lending)
+    assert signature_is_valid(identity.public_key_raw, heartbeat_message(last), seat_span.last_signature)
+    assert len(_spans(coordinator, identity, frozenset({LendingMode.ULTRA_SEAT}))) == 1
     assert _node(coordinator, identity).lending.mode is LendingMode.DEDICATED
     client.close()
 
@@ -96,7 +101,7 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     with pytest.raises(CallRejected) as forged:
         forger.heartbeat(0, status)
     assert forged.value.code == "PERMISSION_DENIED"
-    assert _times(coordinator, identity) == []
+    assert _spans(coordinator, identity) == []
     forger.close()
 
     client.register(identity, ULTRA, (MODEL,), "", "studio", 1)
@@ -106,8 +111,8 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     replay = node_pb2.HeartbeatRequest(
         running_jobs=0, sent_at_ms=sent_at_ms, signature=identity.sign(heartbeat_message(claim)),
         lending=node_pb2.LendingState(mode="ultra_seat", accepting_jobs=True))
-    client._stub.Heartbeat(replay, timeout=5, metadata=client._metadata())  # accepted, not stored
-    assert len(_times(coordinator, identity)) == 1
+    client._stub.Heartbeat(replay, timeout=5, metadata=client._metadata())  # accepted, not counted
+    assert [span.beats for span in _spans(coordinator, identity)] == [1]
     client.close()
 
 
@@ -132,7 +137,7 @@ def test_lending_state_reaches_the_placement_snapshot(
     benchmark = BenchmarkResult(memory_bandwidth_gb_s=230.0, decode_tokens_per_s=400.0,
                                 prefill_tokens_per_s=5000.0, reference_model="tiny",
                                 reference_weights_bytes=12_000_000, measured_at_ms=1,
-                                run_time_ms=900)
+                                run_time_ms=900, batch_decode_tokens_per_s=((1, 400.0), (2, 610.5), (4, 900.0)))
     back = NodeStatus(LendingState(owner_active=True, accepting_jobs=False,
                                    reason="the owner is using this Mac", memory_cap_bytes=8 << 30),
                       benchmark=benchmark)
@@ -143,6 +148,8 @@ def test_lending_state_reaches_the_placement_snapshot(
     (mac,) = fleet.macs
     assert mac.owner_active and mac.memory_cap_bytes == 8 << 30
     assert mac.measured_bandwidth_gb_s == 230.0 and mac.warm_models == frozenset()
+    # The batch figures placement counts a busy Mac's speed by: sent, stored, read back.
+    assert mac.batch_decode_tokens_per_s == ((1, 400.0), (2, 610.5), (4, 900.0))
     assert [b.flag for b in stored] == [None] and stored[0].result == benchmark
     assert _node(coordinator, identity).lending.reason == "the owner is using this Mac"
     client.close()

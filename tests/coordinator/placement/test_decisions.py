@@ -162,15 +162,17 @@ def test_ties_across_speed_classes_pick_as_the_exhaustive_search_does() -> None:
 
 
 def test_commit_rechecks_capacity_and_release_gives_it_back() -> None:
+    # Two models of one size: a job of the other model shares none of the first one's weights.
+    other = replace(LLAMA_70B_4BIT, model_id="other-70b-4bit")
     fleet = Fleet()
-    node = fleet.mac(M4_MAX, 64, (LLAMA_70B_4BIT,), max_concurrent_jobs=3)
+    node = fleet.mac(M4_MAX, 64, (LLAMA_70B_4BIT, other), max_concurrent_jobs=3)
     index = fleet.index()
     first = must_place(place(job(LLAMA_70B_4BIT, name="job-a"), index))
-    second = must_place(place(job(LLAMA_70B_4BIT, name="job-b"), index))  # decided on the same state
+    second = must_place(place(job(other, name="job-b"), index))  # decided on the same state
     assert index.try_commit(first)
     assert not index.try_commit(second), "the memory went to the first job"
     assert index.mac(node).committed_memory_bytes == first.reserved_memory_bytes[0]
-    assert not must_refuse(place(job(LLAMA_70B_4BIT, name="job-c"), index)).permanent
+    assert not must_refuse(place(job(other, name="job-c"), index)).permanent
     index.release(first)
     assert index.free_bytes(node) == 48 * GIB
     assert must_place(place(job(LLAMA_70B_4BIT, name="job-c"), index)).node_ids == (node,)

@@ -52,10 +52,13 @@ def changed_mac(draw, mac: MacCandidate) -> MacCandidate:
     ceiling = max(mac_ceiling_bytes(mac, CONFIG.memory), 0)
     served = draw(st.sampled_from((mac.served_models, frozenset(m.model_id for m in MODELS),
                                    frozenset({QWEN3_4B_4BIT.model_id}))))
+    running = draw(st.integers(0, mac.max_concurrent_jobs))
+    # The jobs sharing a model's weights went with the jobs, or some are still there.
+    shared = mac.shared_memory if sum(jobs for _, _, jobs in mac.shared_memory) <= running else ()
     return replace(
         mac, online=draw(st.booleans()), owner_active=draw(st.sampled_from((False, False, True))),
         committed_memory_bytes=draw(st.sampled_from((0, mac.committed_memory_bytes, ceiling // 2))),
-        running_jobs=draw(st.integers(0, mac.max_concurrent_jobs)), served_models=served,
+        running_jobs=running, shared_memory=shared, served_models=served,
         warm_models=draw(st.frozensets(st.sampled_from(sorted(served)))),
         reputation=draw(st.sampled_from((mac.reputation, 0.5))),
         memory_cap_bytes=draw(st.sampled_from((mac.memory_cap_bytes, None, 20 * GIB))))

@@ -18,8 +18,8 @@ from coordinator.placement import (
 )
 from coordinator.placement.exhaustive import ExhaustiveView
 from coordinator.placement.filters import mac_state_reason
-from coordinator.placement.index import FREE_SHIFT, move_key
-from coordinator.placement.memory import mac_ceiling_bytes
+from coordinator.placement.index import FREE_SHIFT, commit_shared, move_key, shared_dict, shared_tuple
+from coordinator.placement.memory import estimate_job_memory, held_for_model, mac_ceiling_bytes
 from coordinator.placement.speed import SpeedProfile, decode_tokens_per_s, effective_bandwidth_step
 from coordinator.placement.terms import job_terms
 from tests.coordinator.placement.harness import (
@@ -45,14 +45,28 @@ def macs(draw, name: str, chips=CHIPS) -> MacCandidate:
     ceiling = mac_ceiling_bytes(probe, CONFIG.memory)
     served = draw(st.frozensets(st.sampled_from([m.model_id for m in MODELS]), min_size=1))
     max_jobs = draw(st.integers(1, 3))
+    running = draw(st.integers(0, max_jobs))
+    # Some of its running jobs may be of models it serves, sharing their weights (held once).
+    sharing = sorted(draw(st.frozensets(st.sampled_from(sorted(served)), max_size=running)))
+    shared = tuple((model_id, _shared_bytes(model_id), 1) for model_id in sharing)
+    held = sum(bytes_ for _, bytes_, _ in shared)
     return replace(
         probe, online=draw(st.sampled_from((True, True, True, False))),
         owner_active=draw(st.sampled_from((False, False, False, True))),
-        committed_memory_bytes=draw(st.integers(0, max(ceiling, 0))), running_jobs=draw(st.integers(0, max_jobs)),
-        max_concurrent_jobs=max_jobs, served_models=served,
+        committed_memory_bytes=held + draw(st.integers(0, max(ceiling - held, 0))), running_jobs=running,
+        shared_memory=shared, max_concurrent_jobs=max_jobs, served_models=served,
         warm_models=draw(st.frozensets(st.sampled_from(sorted(served)))),
         reputation=draw(st.sampled_from((1.0, 0.9, 0.75))), price_per_million_tokens=draw(st.sampled_from((0, 300_000, 900_000))),
-        measured_bandwidth_gb_s=draw(st.none() | st.floats(80, 900)))
+        measured_bandwidth_gb_s=draw(st.none() | st.floats(80, 900)),
+        # Measured batch speeds, or none (the conservative default): a busy Mac is slower per job.
+        batch_decode_tokens_per_s=draw(st.sampled_from(((), ((1, 90.0), (2, 139.0), (4, 143.6), (8, 236.8)),
+                                                        ((1, 50.0), (2, 100.0)), ((1, 40.0), (2, 30.0))))))
+
+
+def _shared_bytes(model_id: str) -> int:
+    """What a job of this model shares with the Mac's other jobs of it, as placement estimates it."""
+    spec = next(m for m in MODELS if m.model_id == model_id)
+    return estimate_job_memory(spec, 1024, CONFIG.memory).batch_shared_bytes
 
 
 @st.composite
@@ -65,7 +79,7 @@ def mixed_fleets(draw, singles_max: int = 10, pods_max: int = 2) -> FleetSnapsho
         studio = draw(st.sampled_from(STUDIOS + (STUDIOS,)))  # usually identical members, sometimes mixed
         chips = studio if isinstance(studio[0], tuple) else (studio,)
         members = [replace(draw(macs(f"pod-{p}-{i}", chips)), served_models=pod_models, online=True,
-                           mode=LendingMode.DEDICATED, memory_cap_bytes=None, running_jobs=0,
+                           mode=LendingMode.DEDICATED, memory_cap_bytes=None, running_jobs=0, shared_memory=(),
                            owner_active=draw(st.sampled_from((False,) * 9 + (True,))),
                            committed_memory_bytes=draw(st.sampled_from((0, 0, 40 * GIB))))
                    for i in range(size)]
@@ -98,7 +112,10 @@ def _check_members_were_feasible(decision: Placement, snapshot: FleetSnapshot, j
         mac = by_id[node_id]
         assert mac_state_reason(mac) is None, f"{node_id} was {mac_state_reason(mac)}"
         assert job.model.model_id in mac.served_models
-        assert share <= mac_ceiling_bytes(mac, CONFIG.memory) - mac.committed_memory_bytes
+        # What the Mac's running jobs of the model already hold (weights, runtime) the job shares.
+        held = held_for_model(mac, job.model.model_id) if decision.pod_id is None else 0
+        assert share - min(held, decision.shared_memory_bytes) <= mac_ceiling_bytes(mac, CONFIG.memory) \
+            - mac.committed_memory_bytes
     assert decision.predicted_decode_tokens_per_s >= job.min_decode_tokens_per_s
     if decision.strategy is Strategy.SINGLE:
         step = effective_bandwidth_step(by_id[decision.node_ids[0]], CONFIG.speed)
@@ -138,9 +155,16 @@ def test_committing_through_snapshots_matches_committing_through_the_index(snaps
             assert index.try_commit(by_index)
             shares = dict(zip(by_index.node_ids, by_index.reserved_memory_bytes))
             snapshot = replace(snapshot, macs=tuple(
-                replace(m, committed_memory_bytes=m.committed_memory_bytes + shares[m.node_id],
-                        running_jobs=m.running_jobs + 1) if m.node_id in shares else m for m in snapshot.macs))
+                _committed(m, by_index, shares[m.node_id]) if m.node_id in shares else m for m in snapshot.macs))
         assert index.snapshot() == snapshot
+
+
+def _committed(mac: MacCandidate, placement: Placement, share: int) -> MacCandidate:
+    """The Mac after the job's commit, as the database would read it back."""
+    added, shared = commit_shared(shared_dict(mac.shared_memory), placement.model_id, share,
+                                  placement.shared_memory_bytes)
+    return replace(mac, committed_memory_bytes=mac.committed_memory_bytes + added, running_jobs=mac.running_jobs + 1,
+                   shared_memory=shared_tuple(shared))
 
 
 @SETTINGS
@@ -219,7 +243,8 @@ def _filed(index: FleetIndex) -> dict:
             filed[kind, model_id, "unavailable"] = {reason: n for reason, n in entry.unavailable.items() if n}
             for class_key, item in entry.classes.items():
                 groups = (item.cold, item.warm) if kind == "mac" else (item.group,)
-                filed[kind, model_id, class_key] = [list(group.keys) for group in groups]
+                if any(group.keys for group in groups):  # a class a busy Mac passed through stays, empty
+                    filed[kind, model_id, class_key] = [list(group.keys) for group in groups]
     return filed
 
 

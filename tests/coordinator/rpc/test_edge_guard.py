@@ -106,6 +106,31 @@ def test_a_heartbeat_with_an_infinite_benchmark_is_refused_and_heartbeats_go_on(
     client.close()
 
 
+@pytest.mark.parametrize(("points", "refusal"), [
+    (((2, 50.0), (1, 10.0)), "batch_decode sizes ascending"),  # out of order
+    (((1, 10.0), (1, 12.0)), "batch_decode sizes ascending"),  # a size twice
+    (((1, 10.0), (0, 12.0)), "batch_decode sizes ascending"),  # 0 is proto's unset: the figures' own check
+    (((1, 10.0), (300, 12.0)), "benchmark.batch_decode[1].batch_size must be from 1 to 256"),
+    (((1, 10.0), (2, math.inf)), "benchmark.batch_decode[1].tokens_per_s must be a finite number"),
+    (((1, 10.0), (2, -3.0)), "benchmark.batch_decode[1].tokens_per_s must be from 0.001"),
+])
+def test_a_benchmark_with_impossible_batch_figures_is_refused_naming_them(
+        tmp_path: Path, coordinator: RunningCoordinator, channel: grpc.Channel, points, refusal: str) -> None:
+    client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
+    identity = load_or_create_identity(tmp_path / "id.pem")
+    client.register(identity, HARDWARE, (MODEL,), identity.node_id, "n", 1)
+    benchmark = node_pb2.Benchmark(memory_bandwidth_gb_s=100, decode_tokens_per_s=10, prefill_tokens_per_s=100,
+                                   reference_model="tiny", reference_weights_bytes=1 << 20, measured_at_ms=1,
+                                   run_time_ms=5, batch_decode=[node_pb2.BatchDecode(batch_size=size, tokens_per_s=rate)
+                                                                for size, rate in points])
+    stub = node_pb2_grpc.NodeServiceStub(channel)
+    refused = _refusal(stub.Heartbeat, node_pb2.HeartbeatRequest(benchmark=benchmark), client._metadata())
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and refusal in refused.details()
+    with coordinator.service.db.transaction() as db_session:
+        assert db_session.execute(select(func.count()).select_from(node_benchmarks)).scalar_one() == 0
+    client.close()
+
+
 @pytest.mark.parametrize(("request_message", "field", "limit"), [
     (node_pb2.RegisterRequest(hardware=_hardware(), models=[common_pb2.ModelSpec(
         model_id="m" * 3_900_000)]), "models[0].model_id is 3900000 characters", "the limit is 512"),

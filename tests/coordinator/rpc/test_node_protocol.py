@@ -19,7 +19,9 @@ from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
+from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.server import RunningCoordinator, start
+from coordinator.verification.economics import StakePolicy
 from coordinator.verification.policy import TrustPolicy
 from ledger.book import balance
 from ledger.jobs import operator_account_id
@@ -43,10 +45,13 @@ TOKENS = (11, 12, 13)
 
 @pytest.fixture
 def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
-    # No verifier runs here and the check window closes at once, so held credits post
-    # as soon as release_due_credits runs.
+    # No verifier runs here, no peer checks (the door is under test, not the replay), and the
+    # check window closes at once, so held credits post as soon as release_due_credits runs
+    # (the longer hold of a model nobody can check too).
+    trust = TrustPolicy(check_window_s=0, stake=StakePolicy(unverifiable_hold_s=0))
     running = start(CoordinatorConfig(database_url=database_url, stream_poll_interval_s=0.2,
-                                      allow_anonymous=True, trust=TrustPolicy(check_window_s=0)))
+                                      allow_anonymous=True, trust=trust,
+                                      peer_checks=PeerCheckPolicy(enabled=False)))
     try:
         yield running
     finally:

@@ -175,7 +175,7 @@ def test_coordinators_racing_on_one_database_never_over_commit_a_mac(
         with databases[0].transaction() as session:
             committed = job_rows.committed_by_node(session)
             statuses = [job_rows.job_by_id(session, job_id).status for job_id in submitted]
-        assert {node: count for node, (_, count) in committed.items()} == {node: 1 for node in nodes}
+        assert {node: count for node, (_, count, _) in committed.items()} == {node: 1 for node in nodes}
         assert len(submitted) == len(threads) * jobs_per_thread  # no job lost
         assert statuses.count(JobStatus.ASSIGNED) == macs
         assert statuses.count(JobStatus.QUEUED) == len(submitted) - macs

@@ -75,15 +75,18 @@ def test_a_replay_that_segfaults_costs_one_check_and_its_credit_stays_held(
     try:
         assert service.checks.run() == []  # no verdict: the child died
         check = service.checks.of_job(job_id)
-        assert check is not None and check.status is CheckStatus.QUARANTINED
+        # Escalated: a peer replays it instead (peer checks are on by default), the credit held.
+        assert check is not None and check.status is CheckStatus.PEER and outcomes.ESCALATED in (check.reason or "")
         assert "died" in (check.reason or "") and "exit code -11" in (check.reason or "")
         assert check.credit_state is CreditState.PENDING
         assert checker.children_started == 1
         service.clock.ms += 2 * WINDOW_S * 1000  # type: ignore[attr-defined]
         assert service.money.release_due_credits() == []  # "cannot check" is not "paid"
         assert _posted(service, "mallory") == 0
-        assert service.checks.run() == [] and checker.children_started == 1  # never retried
-        assert service.checks.of_job(job_id).status is CheckStatus.QUARANTINED  # type: ignore[union-attr]
+        assert service.checks.run() == [] and checker.children_started == 1  # never retried here
+        assert service.checks.of_job(job_id).status is CheckStatus.PEER  # type: ignore[union-attr]
+        service.clock.ms += 100 * 24 * 3600 * 1000  # type: ignore[attr-defined]
+        assert service.money.release_due_credits() == []  # not even after the longer hold
     finally:
         checker.close()
 
@@ -112,7 +115,7 @@ def test_a_replay_that_took_its_process_down_is_quarantined_at_the_next_start(
     service.clock.ms += service.checks.verifier.abandoned_after_ms + 1  # type: ignore[attr-defined,union-attr]
     assert service.checks.run() == []
     check = service.checks.of_job(job_id)
-    assert check is not None and check.status is CheckStatus.QUARANTINED
+    assert check is not None and check.status is CheckStatus.PEER and outcomes.ESCALATED in (check.reason or "")
     assert "never finished" in (check.reason or "") and check.credit_state is CreditState.PENDING
 
 

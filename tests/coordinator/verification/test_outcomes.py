@@ -25,7 +25,9 @@ from coordinator.service import CoordinatorService
 from coordinator.storage import job_rows, node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.verification import outcomes
+from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict
+from coordinator.verification.peers import PeerCheckPolicy
 from coordinator.verification.policy import TrustPolicy
 from coordinator.verification.store import CheckStatus, CreditState
 from ledger.book import balance
@@ -47,8 +49,11 @@ HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipT
                           memory_bytes=64 * GIB, gpu_working_set_bytes=48 * GIB, gpu_cores=40,
                           memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
 WINDOW_S = 600
-# New nodes are not checked at rate 1 here, so a draw decides: 0.5 skips, 0.0 samples.
-POLICY = TrustPolicy(new_node_checks=0, prior_cheat_chance=1e-6, rate_min=0.01, check_window_s=WINDOW_S)
+# New nodes are not checked at rate 1 here, so a draw decides: 0.5 skips, 0.0 samples. The stake
+# neither raises the rate nor is taken here: tests/coordinator/verification/test_stakes.py checks it.
+NO_STAKE = StakePolicy(work_cost_share_max=0.0, checks_per_window_min=0.0, stake_share=0.0, clawback_share=0.0)
+POLICY = TrustPolicy(new_node_checks=0, prior_cheat_chance=1e-6, rate_min=0.01, check_window_s=WINDOW_S,
+                     stake=NO_STAKE)
 
 
 class FakeClock:
@@ -128,6 +133,7 @@ def _verdict(service: CoordinatorService, job_id: str, passed: bool) -> outcomes
 
 def test_an_unsampled_jobs_credit_is_held_until_its_window_closes(service: CoordinatorService,
                                                                    tmp_path: Path) -> None:
+    service.checks.attach_verifier(HoldsTheModel())  # type: ignore[arg-type]  # it could be checked
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     job_id = _complete(service, alice, draw=0.5)
@@ -142,14 +148,78 @@ def test_an_unsampled_jobs_credit_is_held_until_its_window_closes(service: Coord
     assert service.money.release_due_credits() == []
 
 
-def test_a_sampled_job_nobody_can_replay_is_paid_at_window_close(service: CoordinatorService,
-                                                                 tmp_path: Path) -> None:
+def test_a_sampled_job_the_coordinator_cannot_replay_goes_to_peers_and_stays_held(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    """Issue 32: "cannot check" is not "paid". With no other operator's node serving the model
+    the check waits for a peer, says why, and the credit is not released at the window's close,
+    only after the longer hold, when no peer ever came."""
     alice = load_or_create_identity(tmp_path / "alice.pem")
     _register(service, alice, "alice")
     job_id = _complete(service, alice, draw=0.0)
     check = service.checks.of_job(job_id)
-    assert check is not None and check.sampled and check.status is CheckStatus.UNCHECKED
-    assert check.reason == "sampled, but no verifier holds small"
+    assert check is not None and check.sampled and check.status is CheckStatus.WAITING
+    assert check.reason is not None and "no checker for small yet" in check.reason
+    assert check.hold_until_ms - check.completed_at_ms == POLICY.stake.unverifiable_hold_s * 1000
+    service.peers.dispatch()
+    check = service.checks.of_job(job_id)
+    assert check is not None and check.status is CheckStatus.PEER
+    assert check.reason is not None and "no peer can check small" in check.reason
+    assert "1 the checked node" in check.reason
+    service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+    assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0
+    assert service.checks.of_job(job_id).credit_state is CreditState.PENDING  # type: ignore[union-attr]
+    service.clock.ms = check.hold_until_ms  # type: ignore[attr-defined]
+    assert service.money.release_due_credits() == [job_id]  # the longer hold ended; no peer ever came
+    check = service.checks.of_job(job_id)
+    assert check is not None and check.status is CheckStatus.AWAITING_CHECKER
+    assert "no peer took it" in (check.reason or "") and _posted(service, "alice") == check.operator_credit > 0
+    service.peers.dispatch()  # the peer check is over: nothing is sent for it any more
+    assert service.checks.of_job(job_id).status is CheckStatus.AWAITING_CHECKER  # type: ignore[union-attr]
+
+
+def test_with_peer_checks_off_a_sampled_job_nobody_can_check_is_held_longer_and_says_why(
+        database_url: str, tmp_path: Path) -> None:
+    upgrade_schema(database_url)
+    config = CoordinatorConfig(database_url=database_url, trust=POLICY, peer_checks=PeerCheckPolicy(enabled=False))
+    service = CoordinatorService(Database(database_url), FakeClock(), config, draws=FixedDraws())  # type: ignore[arg-type]
+    try:
+        alice = load_or_create_identity(tmp_path / "alice.pem")
+        _register(service, alice, "alice")
+        job_id = _complete(service, alice, draw=0.0)
+        check = service.checks.of_job(job_id)
+        assert check is not None and check.sampled and check.status is CheckStatus.AWAITING_CHECKER
+        assert check.reason is not None and "no checker for small yet" in check.reason
+        assert "held 72 h, not 0.166667 h" in check.reason and check.credit_state is CreditState.PENDING
+        service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+        assert service.money.release_due_credits() == [] and _posted(service, "alice") == 0  # not "paid"
+        service.clock.ms = check.hold_until_ms  # type: ignore[attr-defined]
+        assert service.money.release_due_credits() == [job_id]  # the longer hold ended, no checker came
+        assert _posted(service, "alice") == check.operator_credit > 0
+    finally:
+        service.db.dispose()
+
+
+def test_an_unsampled_job_nobody_can_check_is_held_longer(service: CoordinatorService,
+                                                          tmp_path: Path) -> None:
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _register(service, alice, "alice")
+    job_id = _complete(service, alice, draw=0.5)
+    check = service.checks.of_job(job_id)
+    assert check is not None and check.status is CheckStatus.UNCHECKED and not check.sampled
+    assert check.hold_until_ms - check.completed_at_ms == POLICY.stake.unverifiable_hold_s * 1000
+    assert "no checker for small yet" in (check.reason or "")
+    service.clock.ms += WINDOW_S * 1000  # type: ignore[attr-defined]
+    assert service.money.release_due_credits() == []
+
+
+def test_a_job_peers_can_check_is_held_for_the_window_only(service: CoordinatorService,
+                                                           tmp_path: Path) -> None:
+    service.core.peer_checkable = lambda session: frozenset({(MODEL.model_id, MODEL.weights_digest)})
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _register(service, alice, "alice")
+    sampled = service.checks.of_job(_complete(service, alice, draw=0.0))
+    assert sampled is not None and sampled.status is CheckStatus.WAITING and sampled.reason is None
+    assert sampled.hold_until_ms - sampled.completed_at_ms == WINDOW_S * 1000
 
 
 def test_a_failed_check_voids_audits_reruns_and_is_applied_once(service: CoordinatorService,

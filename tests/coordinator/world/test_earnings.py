@@ -61,6 +61,26 @@ def test_the_check_says_why_pay_is_held_released_or_refused() -> None:
     assert refused.state is PayState.REJECTED and "would not pick 812" in refused.reason
 
 
+def test_held_longer_escalated_and_forfeited_credits_say_so() -> None:
+    held = _transfer("job-1:credit", 500, state=TransferState.PENDING, debit="escrow:consumers")
+    no_checker = "no checker for m yet (no node of another operator serves these weights): held 72 h, not 1 h"
+    waiting = job_pay("job-1", "completed", None, True, [held], OPERATOR,
+                      CheckFacts("awaiting_checker", True, f"sampled, but {no_checker}", 99, None))
+    assert waiting.state is PayState.HELD and "waiting for a checker" in waiting.reason and "72 h" in waiting.reason
+    escalated = job_pay("job-1", "completed", None, True, [held], OPERATOR,
+                        CheckFacts("quarantined", True, "escalated: the replay child died", 99, 50))
+    assert escalated.state is PayState.HELD and "another checker decides" in escalated.reason
+    released = _transfer("job-1:release", 500, pending_id="job-1:credit")
+    late = job_pay("job-1", "completed", None, True, [held, released], OPERATOR,
+                   CheckFacts("unchecked", False, f"not sampled (check rate 0.020); {no_checker}", 99, None))
+    assert late.state is PayState.PAID and late.reason.startswith("released after the longer hold: not sampled")
+    voided = _transfer("job-1:reject", 500, state=TransferState.VOIDED, pending_id="job-1:credit")
+    forfeited = job_pay("job-1", "completed", None, True, [held, voided], OPERATOR, CheckFacts(
+        "forfeited", False, "forfeited as stake: node n failed the check of job j (50% of its held credits are "
+        "voided); the consumer was refunded", 99, None))
+    assert forfeited.state is PayState.REJECTED and forfeited.reason.startswith("not paid: forfeited as stake")
+
+
 def test_unpaid_jobs_say_why() -> None:
     assert "failed (node x: out of memory)" in job_pay("job-1", "failed", "node x: out of memory", False, [],
                                                       OPERATOR).reason

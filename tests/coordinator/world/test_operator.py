@@ -166,6 +166,40 @@ def test_the_root_comes_from_the_chain_then_the_anchor_then_the_ledger(world_env
     assert unpublished["root_source"] == "anchor"
 
 
+def test_the_page_reads_each_root_from_the_chain_and_says_when_it_differs(world_env: WorldEnv) -> None:
+    _two_operators(world_env)
+    with world_env.session() as session:
+        number = pay_out_epoch(session, {"alice": ALICE_ADDRESS})
+    alice = world_env.world.authenticate(_key(world_env, "alice"))
+    ledger_root = world_env.world.operator_proof(alice, number)["root"]
+
+    def closed(world: World) -> dict[str, object]:
+        return next(e for e in world.operator_epochs(alice, {})["epochs"] if e["epoch"] == number)
+
+    same = FakeChain(bytes.fromhex(ledger_root[2:]))
+    assert closed(World(world_env.service, same))["chain"] == {
+        "check": "matches", "root": ledger_root, "chain_id": 31337, "distributor": FakeChain.distributor_address}
+    forged = FakeChain(b"\x42" * 32)  # the chain holds another root than the coordinator's database
+    world = World(world_env.service, forged)
+    listed = closed(world)["chain"]
+    assert listed["check"] == "differs" and listed["root"] == "0x" + "42" * 32  # type: ignore[index]
+    proof = world.operator_proof(alice, number)
+    assert (proof["chain_check"], proof["root_source"], proof["root"], proof["ledger_root"]) == (
+        "differs", "chain", "0x" + "42" * 32, ledger_root)
+    leaf = PayoutLeaf(number, ALICE_ADDRESS, int(proof["amount"]["base_units"]))
+    assert not verify_proof(leaf, [bytes.fromhex(p[2:]) for p in proof["proof"]], b"\x42" * 32)
+    closed(world)
+    assert forged.asked.count(number) == 2  # the list is cached a few seconds; the proof reads the chain now
+    with world_env.session() as session:
+        insert_anchor(session, AnchorRecord(number, 61, "0x" + "e" * 40, ledger_root, "0x" + "f" * 64, 12, 50_000, 1))
+    gone = World(world_env.service, FakeChain(None))  # recorded as anchored, but not on chain (a reorg)
+    assert closed(gone)["chain"]["check"] == "not_on_chain"  # type: ignore[index]
+    assert gone.operator_proof(alice, number)["chain_check"] == "not_on_chain"
+    down = World(world_env.service, FakeChain(None, fail=True))
+    assert closed(down)["chain"]["check"] == "unreachable"  # type: ignore[index]
+    assert closed(world_env.world)["chain"]["check"] == "no_chain"  # type: ignore[index]
+
+
 def test_an_operator_reads_why_a_check_held_or_refused_their_pay(world_env: WorldEnv) -> None:
     ids = _two_operators(world_env)
     now = world_env.clock.now

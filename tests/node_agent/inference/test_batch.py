@@ -203,3 +203,22 @@ def test_a_tool_call_grammar_holds_in_a_batch_as_alone(engine: Engine, tiny_mode
     for batched, request in zip(generate_batched(engine, [*constrained, *free], CONTEXT), [*constrained, *free]):
         alone = _alone(engine, request)
         assert batched.token_ids == alone.token_ids and batched.finish_reason == alone.finish_reason
+
+
+def test_a_json_schema_grammar_holds_in_a_batch_as_alone(engine: Engine, tiny_model_dir: Path) -> None:
+    """Each job decodes under its own grammar: a JSON answer and a forced call beside free jobs."""
+    from contracts.structured_output import FORMAT_JSON_SCHEMA, canonical_format
+    from tests.node_agent.inference.test_structured_output import PERSON
+    from tests.node_agent.inference.test_structured_output import _prompt as json_prompt
+    from tests.node_agent.inference.test_tool_constraint import _prompt as call_prompt
+
+    constrained = [GenerationRequest(str(tiny_model_dir), json_prompt(canonical_format(FORMAT_JSON_SCHEMA, PERSON)),
+                                     160, 0.0, 1.0, 3, "job-json"),
+                   GenerationRequest(str(tiny_model_dir), call_prompt("function:get_weather"), 96, 0.0, 1.0, 3,
+                                     "job-call")]
+    free = [_request(tiny_model_dir, i, max_tokens=30) for i in range(2)]
+    requests = [constrained[0], free[0], constrained[1], free[1]]
+    for batched, request in zip(generate_batched(engine, requests, CONTEXT), requests):
+        alone = _alone(engine, request)
+        assert batched.token_ids == alone.token_ids and batched.finish_reason == alone.finish_reason
+    assert json.loads(_alone(engine, constrained[0]).text)["kind"] in ("cat", "dog")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node_agent.inference.benchmark import measure_bandwidth_gb_s, run_benchmark
+from node_agent.inference.benchmark import batch_sizes, measure_bandwidth_gb_s, run_benchmark
 
 
 def test_the_benchmark_measures_bandwidth_and_both_rates(tiny_model_dir: Path) -> None:
@@ -16,3 +16,10 @@ def test_the_benchmark_measures_bandwidth_and_both_rates(tiny_model_dir: Path) -
     assert measure_bandwidth_gb_s(2**20, passes=1) > 0
     assert [size for size, _ in result.batch_decode_tokens_per_s] == [1, 2, 4, 8]
     assert all(rate > 0 for _, rate in result.batch_decode_tokens_per_s)
+
+
+def test_batch_sizes_reach_the_nodes_slots_by_doubling_and_stop_at_the_cap() -> None:
+    assert batch_sizes(1) == batch_sizes(8) == (1, 2, 4, 8)
+    assert batch_sizes(12) == (1, 2, 4, 8, 12)
+    assert batch_sizes(32) == (1, 2, 4, 8, 16, 32)
+    assert batch_sizes(256) == (1, 2, 4, 8, 16, 32)  # the benchmark stays short however many slots

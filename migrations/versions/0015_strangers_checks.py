@@ -1,15 +1,15 @@
 """Registration nonces in the shared database (any coordinator redeems one, once), and
 challenge benchmarks sent to verified Macs at random times (coordinator/nodes/spot_benchmarks.py).
 
-Revision ID: 0013_strangers_checks
-Revises: 0012_model_catalog
+Revision ID: 0015_strangers_checks
+Revises: 0014_batching_shared_memory
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013_strangers_checks"
-down_revision = "0012_model_catalog"
+revision = "0015_strangers_checks"
+down_revision = "0014_batching_shared_memory"
 branch_labels = None
 depends_on = None
 

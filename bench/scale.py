@@ -1,0 +1,358 @@
+"""One coordinator process, N simulated Macs speaking the real protocol: what idling, heartbeats
+and jobs cost it, in CPU time and PostgreSQL transactions.
+
+    .venv/bin/python -m bench.scale [--nodes 1000] [--heartbeat-rounds 3] [--jobs 300]
+                                    [--idle-s 10] [--operators both|distinct|shared]
+
+A fresh PostgreSQL database (MLXNET_TEST_POSTGRES_URL, else the local `test` server) and a
+coordinator child process (`mlxnet coordinator`, plaintext on loopback). The Macs live in
+this process on grpc.aio: each registers with RegisterChallenge's nonce and a request signed
+by its own Ed25519 key (node_agent.coordinator_client.register_request), holds a
+ReceiveAssignments stream, signs its heartbeats (contracts.lending.heartbeat_message), and
+answers each assignment with one token and a signed receipt (contracts.receipts).
+
+Measured on the coordinator's process alone, with CPU time (/proc), so a busy machine slows
+the run without changing the figures much:
+- idle: N streams open, no heartbeats, for --idle-s: CPU share of a core, PostgreSQL
+  transactions/s (pg_stat_database.xact_commit of the bench's database, read from another);
+- heartbeats: --heartbeat-rounds signed heartbeats from every Mac: CPU ms and transactions each;
+- jobs: --jobs 1-token jobs from one consumer, with every Mac its own operator (distinct) and
+  all Macs one operator's (shared): jobs/s (wall, noisy here) and CPU ms per job.
+Then the arithmetic for 100,000 Macs at a 10 s interval, from the measured costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import psycopg
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bench.process_cpu import cpu_seconds
+from contracts.hardware import ChipTier, HardwareReport
+from contracts.ids import JobId, node_id_from_public_key
+from contracts.keyfile import public_key_raw
+from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_message
+from contracts.models import ModelSpec
+from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
+from coordinator.money.api_keys import KeyLimits
+from coordinator.rpc.node_servicer import SESSION_METADATA_KEY
+from coordinator.storage.database import Database, upgrade_schema
+from coordinator.world.operator_keys import create_operator_key
+from mlxnet import keys_cli
+from mlxnet.processes import start_coordinator
+from node_agent.coordinator_client import NodeStatus, register_request
+from node_agent.identity import Identity
+from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+from tests.proof_helpers import well_formed_commitment
+
+log = logging.getLogger("bench.scale")
+
+POSTGRES_URL_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+GIB = 1 << 30
+MODEL = ModelSpec(model_id="bench/one-token", weights_bytes=GIB, parameter_count=500_000_000,
+                  num_layers=8, num_attention_heads=8, num_kv_heads=8, head_dim=64,
+                  max_context_tokens=4096, weights_digest="5b" * 32, vocab_size=32_000)
+HARDWARE = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX,
+                          memory_bytes=128 * GIB, gpu_working_set_bytes=96 * GIB, gpu_cores=40,
+                          memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
+LENDING = LendingState(mode=LendingMode.DEDICATED)
+NODES_PER_CHANNEL = 200  # streams share HTTP/2 connections, as many agents behind one NAT would not
+CONCURRENT_CALLS = 64  # registrations and heartbeats in flight at once
+RPC_DEADLINE_S = 60.0
+MACS_TARGET, INTERVAL_S_TARGET, PROCESSES_MAX = 100_000, 10.0, 4
+
+
+@dataclass
+class SimulatedMac:
+    identity: Identity
+    stub: node_pb2_grpc.NodeServiceStub
+    token: str = ""
+    last_sent_ms: int = 0
+    jobs_done: int = 0
+    stream: object | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((SESSION_METADATA_KEY, self.token),)
+
+    async def register(self, operator: str, operator_key: str) -> None:
+        challenge = await self.stub.RegisterChallenge(
+            node_pb2.RegisterChallengeRequest(public_key=self.identity.public_key_raw),
+            timeout=RPC_DEADLINE_S)
+        request = register_request(self.identity, challenge.nonce, HARDWARE, (MODEL,), operator,
+                                   self.identity.node_id[:16], 4, NodeStatus(LENDING),
+                                   operator_key=operator_key)
+        self.token = (await self.stub.Register(request, timeout=RPC_DEADLINE_S)).session_token
+
+    async def heartbeat(self) -> None:
+        """A signed heartbeat, as the agent sends it (CoordinatorClient.heartbeat)."""
+        sent_at_ms = max(time.time_ns() // 1_000_000, self.last_sent_ms + 1)
+        self.last_sent_ms = sent_at_ms
+        claim = Heartbeat(self.identity.node_id, sent_at_ms, 0, LENDING)
+        request = node_pb2.HeartbeatRequest(
+            running_jobs=0, sent_at_ms=sent_at_ms, signature=self.identity.sign(heartbeat_message(claim)),
+            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True))
+        await self.stub.Heartbeat(request, timeout=RPC_DEADLINE_S, metadata=self.metadata())
+
+    async def serve(self, opened: asyncio.Event) -> None:
+        """Hold the assignment stream; answer each job with one token and a signed receipt."""
+        stream = self.stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
+                                              metadata=self.metadata())
+        self.stream = stream
+        await stream.wait_for_connection()
+        opened.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                async for assignment in stream:
+                    await self._run(assignment)
+            except grpc.aio.AioRpcError as error:
+                if error.code() is not grpc.StatusCode.CANCELLED:
+                    log.error("node %s: %s %s", self.identity.node_id, error.code().name, error.details())
+                    raise
+
+    async def _run(self, assignment: node_pb2.ReceiveAssignmentsResponse) -> None:
+        token_ids, started = (7,), time.time_ns() // 1_000_000
+
+        async def chunks():  # type: ignore[no-untyped-def]
+            yield node_pb2.StreamTokensRequest(job_id=assignment.job_id, first_index=0,
+                                               token_ids=token_ids, text="a", prompt_tokens=2,
+                                               attempt=assignment.attempt)
+
+        await self.stub.StreamTokens(chunks(), timeout=RPC_DEADLINE_S, metadata=self.metadata())
+        now = time.time_ns() // 1_000_000
+        body = encode_receipt(Receipt(
+            JobId(assignment.job_id), self.identity.node_id, assignment.model.model_id,
+            assignment.model.weights_digest, prompt_digest(assignment.prompt),
+            assignment.sampling.temperature, assignment.sampling.top_p, assignment.sampling.seed,
+            assignment.sampling.max_tokens, output_digest(token_ids), 2, len(token_ids), started, now,
+            well_formed_commitment(len(token_ids)), FinishReason.LENGTH, now))
+        await self.stub.ReportResult(node_pb2.ReportResultRequest(
+            job_id=assignment.job_id, attempt=assignment.attempt,
+            receipt=common_pb2.SignedReceipt(body=body, signature=self.identity.sign(body))),
+            timeout=RPC_DEADLINE_S, metadata=self.metadata())
+        self.jobs_done += 1
+
+
+@contextlib.contextmanager
+def fresh_database() -> Iterator[tuple[str, str]]:
+    """(SQLAlchemy URL of a new database, libpq URL of the admin database that watches it)."""
+    admin = os.environ.get("MLXNET_TEST_POSTGRES_URL", POSTGRES_URL_DEFAULT)
+    plain = admin.replace("postgresql+psycopg://", "postgresql://")
+    name = f"mlxnet_bench_scale_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(plain, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{admin.rsplit('/', 1)[0]}/{name}", plain
+    finally:
+        with psycopg.connect(plain, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Meter:
+    """The coordinator's CPU seconds and its database's commits, read together."""
+
+    def __init__(self, pid: int, admin_url: str, database: str) -> None:
+        self._pid, self._database = pid, database
+        self._admin = psycopg.connect(admin_url, autocommit=True)
+
+    def read(self) -> tuple[float, int]:
+        self._admin.execute("SELECT pg_stat_clear_snapshot()")
+        commits = self._admin.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                                      "WHERE datname = %s", (self._database,)).fetchone()
+        assert commits is not None
+        return cpu_seconds(self._pid), int(commits[0])
+
+    async def settled(self) -> tuple[float, int]:
+        """A reading once the statistics collector has caught up (it reports about every 0.5 s)."""
+        await asyncio.sleep(1.0)
+        return self.read()
+
+    def close(self) -> None:
+        self._admin.close()
+
+
+async def _bounded(calls: list, limit: int = CONCURRENT_CALLS) -> None:  # type: ignore[type-arg]
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call):  # type: ignore[no-untyped-def]
+        async with gate:
+            await call()
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+@dataclass
+class Figures:
+    idle_cpu_share: float = 0.0
+    idle_transactions_s: float = 0.0
+    heartbeat_cpu_ms: float = 0.0
+    heartbeat_transactions: float = 0.0
+    job_cpu_ms: dict[str, float] = field(default_factory=dict)
+    jobs_s: dict[str, float] = field(default_factory=dict)
+
+
+def _new_identity() -> Identity:
+    """A node identity as the agent makes one (node_agent.identity), kept in memory only."""
+    key = Ed25519PrivateKey.generate()
+    raw = public_key_raw(key)
+    return Identity(key, raw, node_id_from_public_key(raw))
+
+
+async def _fleet(address: str, nodes: int, operator_key: str | None) -> tuple[list[SimulatedMac], list]:  # type: ignore[type-arg]
+    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, -(-nodes // NODES_PER_CHANNEL)))]
+    macs = [SimulatedMac(_new_identity(), node_pb2_grpc.NodeServiceStub(channels[i // NODES_PER_CHANNEL]))
+            for i in range(nodes)]
+    await _bounded([(lambda m=m: m.register("fleet" if operator_key else "", operator_key or ""))
+                    for m in macs])
+    opened = [asyncio.Event() for _ in macs]
+    for mac, event in zip(macs, opened):
+        mac.tasks.append(asyncio.create_task(mac.serve(event)))
+    await asyncio.gather(*(event.wait() for event in opened))
+    return macs, channels
+
+
+async def _close(macs: list[SimulatedMac], channels: list) -> None:  # type: ignore[type-arg]
+    for mac in macs:
+        for task in mac.tasks:
+            task.cancel()
+    for channel in channels:
+        await channel.close()
+
+
+async def _jobs(address: str, api_key: str, count: int, meter: Meter,
+                macs: list[SimulatedMac]) -> tuple[float, float]:
+    """(jobs/s wall, coordinator CPU ms per job) for `count` 1-token jobs submitted at once."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = job_pb2_grpc.JobServiceStub(channel)
+        metadata = (("authorization", f"Bearer {api_key}"),)
+        done_before = sum(m.jobs_done for m in macs)
+        cpu_0, _ = meter.read()
+        wall_0 = time.perf_counter()
+
+        async def submit(i: int) -> None:
+            await stub.SubmitJob(job_pb2.SubmitJobRequest(
+                model=MODEL.model_id, prompt=f"job {i}", request_id=uuid.uuid4().hex,
+                sampling=common_pb2.SamplingParams(max_tokens=1)), timeout=RPC_DEADLINE_S,
+                metadata=metadata)
+
+        await _bounded([(lambda i=i: submit(i)) for i in range(count)], 16)
+        while sum(m.jobs_done for m in macs) - done_before < count:
+            failed = [t for m in macs for t in m.tasks if t.done() and not t.cancelled() and t.exception()]
+            if failed:
+                raise RuntimeError("a simulated Mac failed") from failed[0].exception()
+            await asyncio.sleep(0.05)
+        wall = time.perf_counter() - wall_0
+        cpu_1, _ = meter.read()
+    return count / wall, (cpu_1 - cpu_0) * 1e3 / count
+
+
+async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mode: str,
+                  figures: Figures) -> None:
+    upgrade_schema(url)
+    db = Database(url)
+    operator_key = None
+    if mode == "shared":
+        with db.transaction() as session:
+            _, operator_key = create_operator_key(session, "fleet", "bench", time.time_ns() // 10**6)
+    _, api_key = keys_cli.create(db, "bench-consumer", KeyLimits(), deposit_amount=10**18)
+    db.dispose()
+    limits = str(max(1_000, 2 * args.nodes))
+    child = start_coordinator(work / mode, database_url=url, tls=False,
+                              heartbeat_interval_ms=args.heartbeat_interval_ms,
+                              trust_simulated_hardware=True, extra_args=(
+                                  "--registrations-per-address-burst", limits,
+                                  "--registrations-per-address-per-minute", limits,
+                                  "--registrations-per-operator-burst", limits,
+                                  "--registrations-per-operator-per-minute", limits))
+    meter = Meter(child.process.pid, admin, url.rsplit("/", 1)[1])
+    address = child.extra["address"]
+    try:
+        started = time.perf_counter()
+        macs, channels = await _fleet(address, args.nodes, operator_key)
+        log.info("%s: %d Macs registered with open streams in %.1f s", mode, len(macs),
+                 time.perf_counter() - started)
+        if mode == args.first_mode:
+            cpu_0, commits_0 = await meter.settled()
+            await asyncio.sleep(args.idle_s)
+            cpu_1, commits_1 = await meter.settled()
+            span_s = args.idle_s + 1.0
+            figures.idle_cpu_share = (cpu_1 - cpu_0) / span_s
+            figures.idle_transactions_s = (commits_1 - commits_0) / span_s
+            cpu_0, commits_0 = meter.read()
+            for _ in range(args.heartbeat_rounds):
+                await _bounded([m.heartbeat for m in macs])
+            cpu_1, commits_1 = await meter.settled()
+            beats = args.heartbeat_rounds * len(macs)
+            figures.heartbeat_cpu_ms = (cpu_1 - cpu_0) * 1e3 / beats
+            figures.heartbeat_transactions = (commits_1 - commits_0) / beats
+            log.info("idle: %.4f of a core, %.2f transactions/s; heartbeats: %.3f ms CPU, %.4f "
+                     "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
+                     figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
+        if args.jobs:
+            jobs_s, cpu_ms = await _jobs(address, api_key, args.jobs, meter, macs)
+            figures.jobs_s[mode], figures.job_cpu_ms[mode] = jobs_s, cpu_ms
+            log.info("%s operators: %.1f jobs/s wall, %.2f ms CPU per job", mode, jobs_s, cpu_ms)
+        await _close(macs, channels)
+    finally:
+        meter.close()
+        child.stop()
+
+
+def report(args: argparse.Namespace, figures: Figures) -> None:
+    print(f"coordinator process, {args.nodes} simulated Macs, PostgreSQL; CPU time of the coordinator only")
+    print(f"idle ({args.idle_s:.0f} s, streams open, no heartbeats): {figures.idle_cpu_share * 100:.2f}% "
+          f"of a core, {figures.idle_transactions_s:.2f} PostgreSQL transactions/s (background loops "
+          f"included; streams read nothing)")
+    print(f"heartbeats ({args.heartbeat_rounds} signed rounds): {figures.heartbeat_cpu_ms:.3f} ms CPU "
+          f"and {figures.heartbeat_transactions:.4f} transactions per heartbeat")
+    for mode in figures.jobs_s:
+        print(f"jobs, {mode} operators ({args.jobs} 1-token jobs): {figures.jobs_s[mode]:.1f} jobs/s "
+              f"wall, {figures.job_cpu_ms[mode]:.2f} ms coordinator CPU per job")
+    beats_s = MACS_TARGET / INTERVAL_S_TARGET
+    cores = beats_s * figures.heartbeat_cpu_ms / 1e3
+    idle_cores = figures.idle_cpu_share * MACS_TARGET / max(1, args.nodes)
+    transactions_s = beats_s * figures.heartbeat_transactions
+    print(f"{MACS_TARGET:,} Macs at a {INTERVAL_S_TARGET:.0f} s interval: {beats_s:,.0f} heartbeats/s x "
+          f"{figures.heartbeat_cpu_ms:.3f} ms = {cores:.2f} cores of heartbeats, + idle "
+          f"{figures.idle_cpu_share * 100:.2f}% x {MACS_TARGET:,}/{args.nodes} = {idle_cores:.2f} cores "
+          f"(idle scaled linearly, an upper bound: most of it is per-process, not per Mac)")
+    print(f"  -> {cores + idle_cores:.2f} cores: {'fits' if cores + idle_cores <= PROCESSES_MAX else 'does NOT fit'}"
+          f" on {PROCESSES_MAX} coordinator processes; PostgreSQL: {beats_s:,.0f} x "
+          f"{figures.heartbeat_transactions:.4f} = {transactions_s:,.1f} transactions/s from heartbeats")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--idle-s", type=float, default=10.0)
+    parser.add_argument("--heartbeat-rounds", type=int, default=3)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=10_000,
+                        help="what the coordinator tells nodes (its offline limit is 5 of these)")
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--operators", choices=("both", "distinct", "shared"), default="both")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    modes = ("distinct", "shared") if args.operators == "both" else (args.operators,)
+    args.first_mode = modes[0]
+    figures = Figures()
+    with tempfile.TemporaryDirectory(prefix="mlxnet-bench-scale-") as tmp:
+        for mode in modes:
+            with fresh_database() as (url, admin):
+                asyncio.run(measure(args, Path(tmp), url, admin, mode, figures))
+    report(args, figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Checks by peers: who checks a job, who referees a dispute, what a check pays. Pure.
+
+A sampled job's replay goes to another node that serves the same weights (by digest). The
+checker is drawn at random among the eligible nodes; every filter names its reason, so an
+operator can read why a node was or was not asked:
+
+    the checked node       a node never checks itself
+    same operator          an operator never checks its own nodes (nor referees them)
+    other weights          the checker must hold the very weights the job names
+    quarantined, offline   only nodes in good standing that are online now
+    recently paired        the pair took part in one of either node's last
+                           `pair_memory_checks` peer checks: a repeated pairing is how two
+                           operators would collude, so the pairs rotate
+    already asked          a checker that let its check lapse, or a party to a dispute
+
+A dispute (the checker's replay does not match the checked node's proof) goes to a referee
+of a third operator, or to the coordinator's own verifier where it holds the model. The
+referee's verdict stands: the side it contradicts loses trust, so a lying checker is caught
+the same way as a cheating node.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from contracts.models import ModelSpec
+
+BASIS_POINTS = 10_000
+
+
+@dataclass(frozen=True)
+class PeerCheckPolicy:
+    # Off: a sampled job no coordinator verifier holds is left unchecked, as before peer checks.
+    enabled: bool = True
+    pair_memory_checks: int = 1  # a node's last peer checks whose partners are not paired again
+    deadline_ms: int = 120_000  # a check job not answered by then goes to another checker
+    attempts_max: int = 4  # checkers asked per role before the check is left held, with the reason
+    # The checker's fee: this share of the checked job's operator credit, from the job's network
+    # share. A prefill costs a small part of a decode. TODO(peerpolicy): set it from the policy.
+    fee_bps: int = 1_000
+
+    def __post_init__(self) -> None:
+        assert self.pair_memory_checks >= 0 and self.deadline_ms > 0 and self.attempts_max >= 1
+        assert 0 <= self.fee_bps <= BASIS_POINTS
+
+
+DEFAULT_PEER_CHECK_POLICY = PeerCheckPolicy()
+
+
+class Role(StrEnum):
+    CHECK = "check"  # the first replay by a peer
+    REFEREE = "referee"  # a third replay that settles a dispute
+
+
+@dataclass(frozen=True)
+class Party:
+    node_id: str
+    operator_id: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A node that might check: what the filters need to know of it."""
+
+    node_id: str
+    operator_id: str
+    models: tuple[tuple[str, str], ...]  # (model id, weights digest) it serves
+    online: bool = True
+    quarantined: bool = False
+
+    def serves(self, model_id: str, weights_digest: str) -> bool:
+        return (model_id, weights_digest) in self.models
+
+
+def candidate_of(node_id: str, operator_id: str, models: Iterable[ModelSpec], online: bool,
+                 quarantined: bool) -> Candidate:
+    return Candidate(node_id, operator_id, tuple((m.model_id, m.weights_digest) for m in models),
+                     online, quarantined)
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """The job to check and who must not check it."""
+
+    model_id: str
+    weights_digest: str
+    checked: Party
+    parties: tuple[Party, ...] = ()  # others whose node and operator are excluded (a dispute's checker)
+    already_asked: frozenset[str] = frozenset()  # nodes that let a check of this job lapse
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """One past peer check: who was checked, who checked, when."""
+
+    checked_node_id: str
+    checker_node_id: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class Chosen:
+    node_id: str
+    operator_id: str
+    eligible: int  # how many it was drawn among
+    rejected: tuple[tuple[str, str], ...]  # (node id, reason) of every node left out
+
+
+@dataclass(frozen=True)
+class NoChecker:
+    reason: str
+    rejected: tuple[tuple[str, str], ...]
+
+
+def recent_partners(node_id: str, pairings: Iterable[Pairing], memory: int) -> frozenset[str]:
+    """The partners of node_id in its last `memory` peer checks (as checked or as checker)."""
+    own = [p for p in pairings if node_id in (p.checked_node_id, p.checker_node_id)]
+    own.sort(key=lambda p: p.at_ms, reverse=True)
+    return frozenset(p.checker_node_id if p.checked_node_id == node_id else p.checked_node_id
+                     for p in own[:memory])
+
+
+def rejection(candidate: Candidate, request: CheckRequest, paired: frozenset[str]) -> str | None:
+    """Why this node may not check the job, or None when it may."""
+    everyone = (request.checked, *request.parties)
+    if any(candidate.node_id == party.node_id for party in everyone):
+        return "the checked node" if candidate.node_id == request.checked.node_id else "a party to the dispute"
+    if any(candidate.operator_id == party.operator_id for party in everyone):
+        return "same operator"
+    if not candidate.serves(request.model_id, request.weights_digest):
+        return "other weights"
+    if candidate.quarantined:
+        return "quarantined"
+    if not candidate.online:
+        return "offline"
+    if candidate.node_id in request.already_asked:
+        return "already asked"
+    if candidate.node_id in paired:
+        return "recently paired"
+    return None
+
+
+def choose_checker(request: CheckRequest, candidates: Sequence[Candidate], pairings: Iterable[Pairing],
+                   policy: PeerCheckPolicy, draws: random.Random) -> Chosen | NoChecker:
+    """A checker drawn at random among the eligible nodes (draws: the coordinator's own randomness)."""
+    pairings = tuple(pairings)
+    checked_id = request.checked.node_id
+    memory = policy.pair_memory_checks
+    # A checked node's recent partners, and any candidate whose own recent partners include it.
+    paired = recent_partners(checked_id, pairings, memory) if memory else frozenset()
+    eligible: list[Candidate] = []
+    rejected: list[tuple[str, str]] = []
+    for candidate in sorted(candidates, key=lambda c: c.node_id):  # a stable order for the draw
+        reason = rejection(candidate, request, paired)
+        if reason is None and memory and checked_id in recent_partners(candidate.node_id, pairings, memory):
+            reason = "recently paired"
+        if reason is None:
+            eligible.append(candidate)
+        else:
+            rejected.append((candidate.node_id, reason))
+    if not eligible:
+        return NoChecker(_no_checker_reason(request, rejected), tuple(rejected))
+    chosen = eligible[draws.randrange(len(eligible))]
+    return Chosen(chosen.node_id, chosen.operator_id, len(eligible), tuple(rejected))
+
+
+def _no_checker_reason(request: CheckRequest, rejected: list[tuple[str, str]]) -> str:
+    counts: dict[str, int] = {}
+    for _, reason in rejected:
+        counts[reason] = counts.get(reason, 0) + 1
+    told = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())) or "no other nodes"
+    return f"no peer can check {request.model_id} now ({told}); the credit stays held"
+
+
+# --- disputes -------------------------------------------------------------------
+
+class Ruling(StrEnum):
+    AGREED = "agreed"  # the checker's replay matched the proof: the job passes
+    CHECKED_LOSES = "checked_loses"  # the referee confirms the checker: the job fails
+    CHECKER_LOSES = "checker_loses"  # the referee contradicts the checker: the job passes, the checker lied
+
+
+def ruling(checker_passed: bool, referee_passed: bool | None) -> Ruling | None:
+    """What a check and (for a dispute) its referee decide; None while a referee is still needed."""
+    if checker_passed:
+        return Ruling.AGREED
+    if referee_passed is None:
+        return None
+    return Ruling.CHECKER_LOSES if referee_passed else Ruling.CHECKED_LOSES
+
+
+def job_passes(decided: Ruling) -> bool:
+    return decided is not Ruling.CHECKED_LOSES
+
+
+# --- fees -----------------------------------------------------------------------
+
+def check_fee(operator_credit: int, policy: PeerCheckPolicy) -> int:
+    """Base units a checker earns for one replay: a share of the checked job's credit, at
+    least one unit when the job earned anything (no floats: integer basis points)."""
+    assert operator_credit >= 0
+    if operator_credit == 0 or policy.fee_bps == 0:
+        return 0
+    return max(1, operator_credit * policy.fee_bps // BASIS_POINTS)
+
+
+def fee_is_earned(role: Role, decided: Ruling) -> bool:
+    """A referee is paid for its ruling; a checker only when its answer stands."""
+    return role is Role.REFEREE or decided is not Ruling.CHECKER_LOSES

@@ -1,0 +1,167 @@
+"""Liveness end to end through the service, on SQLite and PostgreSQL: a node stays online under
+heartbeats, goes offline when they stop and comes back, while the database is written only on
+change. Writes are counted by a hook on the engine, time is a fake clock: nothing is timed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import event
+
+from contracts.hardware import ChipTier
+from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_message
+from coordinator.model import JobStatus
+from coordinator.money.epochs import EpochSettings, gather_seats
+from coordinator.nodes.reports import HeartbeatReport
+from coordinator.scheduling.fleet_reads import snapshot
+from coordinator.service import CoordinatorService
+from coordinator.storage import liveness_rows
+from node_agent.hardware.profiles import simulated_profile
+from node_agent.identity import Identity, load_or_create_identity
+from tests.coordinator.gateway.service_harness import MODEL, make_service, new_consumer, register_node
+from tests.node_registration import register_node as register_signed_node
+from node_agent.coordinator_client import NodeStatus
+
+INTERVAL_MS = 1_000
+OFFLINE_AFTER_MS = 5_000
+
+
+class Writes:
+    """Rows the service writes, by what they hold, counted at the driver (executemany counts each row)."""
+
+    def __init__(self, service: CoordinatorService) -> None:
+        self.node_rows = 0
+        self.span_rows = 0
+        self.per_beat_rows = 0
+        event.listen(service.db.engine, "before_cursor_execute", self._on_statement)
+
+    def _on_statement(self, _conn, _cursor, statement: str, parameters, _context, executemany: bool) -> None:  # type: ignore[no-untyped-def]
+        rows = len(parameters) if executemany else 1
+        text = " ".join(statement.split()).lower()
+        if text.startswith("update nodes"):
+            self.node_rows += rows
+        elif text.startswith(("insert into node_uptime_spans", "update node_uptime_spans")):
+            self.span_rows += rows
+        elif text.startswith("insert into node_heartbeats"):
+            self.per_beat_rows += rows
+
+
+def _service(database_url: str) -> CoordinatorService:
+    return make_service(database_url, heartbeat_interval_ms=INTERVAL_MS,
+                        node_offline_after_ms=OFFLINE_AFTER_MS)
+
+
+def _background(service: CoordinatorService) -> list[str]:
+    """One pass of the liveness and reaper loops, as coordinator.background runs them."""
+    service.nodes.flush_liveness()
+    return service.nodes.reap_offline()
+
+
+def _online_to_readers(service: CoordinatorService, node_id: str) -> bool:
+    """What every reader of the database (placement, MLX World, other coordinators) sees."""
+    with service.db.read_transaction() as session:
+        fleet, _ = snapshot(session, service.clock.now_ms(), service.config)
+    return next(mac.online for mac in fleet.macs if mac.node_id == node_id)
+
+
+def _tick(service: CoordinatorService, ms: int = INTERVAL_MS) -> None:
+    service.clock.ms += ms  # type: ignore[attr-defined]
+
+
+def test_online_under_heartbeats_offline_when_they_stop_and_back_written_only_on_change(
+        database_url: str, tmp_path: Path) -> None:
+    service = _service(database_url)
+    try:
+        node = register_node(service, load_or_create_identity(tmp_path / "mac.pem"), 4)
+        consumer = new_consumer(service, "acme")
+        _tick(service, service.config.node_offline_after_ms + 1)  # past the restart grace
+        service.nodes.heartbeat(node, 0)  # the agent's first beat: it registered 5 s ago
+        writes = Writes(service)
+
+        # Thirty beats: no transaction of their own, no scheduling pass; leases renewed in batches.
+        transactions = 0
+        for _ in range(30):
+            _tick(service)
+            begun = service.db.write_transactions_begun + service.db.read_transactions_begun
+            service.nodes.heartbeat(node, 0)
+            transactions += service.db.write_transactions_begun + service.db.read_transactions_begun - begun
+            assert _background(service) == []
+            assert _online_to_readers(service, node.node_id)
+        assert transactions == 0
+        # The lease is renewed once half spent (2.5 s), so every third beat: 10 rows for 30 beats.
+        assert 0 < writes.node_rows <= 30 // 2
+        assert writes.per_beat_rows == 0 and writes.span_rows == 0  # unsigned beats prove nothing
+
+        # A job is placed on it; then its heartbeats stop.
+        job = service.jobs.submit(consumer.submission(), consumer.caller).job
+        assert service.jobs.get(job.job_id).job.status is JobStatus.ASSIGNED
+        writes.node_rows = 0
+        handed_back: list[str] = []
+        for _ in range(OFFLINE_AFTER_MS // INTERVAL_MS + 2):
+            _tick(service)
+            handed_back += _background(service)
+        assert handed_back == [job.job_id]  # once
+        assert not _online_to_readers(service, node.node_id)
+        assert writes.node_rows == 0  # going offline wrote nothing about the node: its lease ran out
+        assert service.jobs.get(job.job_id).job.status is JobStatus.QUEUED
+
+        # It comes back: written at once, and the queued job is placed on it again.
+        _tick(service)
+        service.nodes.heartbeat(node, 0)
+        assert writes.node_rows >= 1 and _online_to_readers(service, node.node_id)
+        again = service.jobs.get(job.job_id).job
+        assert again.status is JobStatus.ASSIGNED and again.node_ids == (node.node_id,)
+    finally:
+        service.db.dispose()
+
+
+def _signed(identity: Identity, sent_at_ms: int, lending: LendingState) -> HeartbeatReport:
+    claim = Heartbeat(identity.node_id, sent_at_ms, 0, lending)
+    return HeartbeatReport(0, sent_at_ms, lending, (), None, identity.sign(heartbeat_message(claim)))
+
+
+def test_ultra_seat_uptime_survives_a_coordinator_crash_as_one_span(database_url: str, tmp_path: Path) -> None:
+    """Signed heartbeats become one span row, rewritten now and then, never one row per beat; a
+    coordinator killed without its last batch loses no credit when the seat reconnects in time."""
+    seat = LendingState(mode=LendingMode.ULTRA_SEAT)
+    first = _service(database_url)
+    identity = load_or_create_identity(tmp_path / "studio.pem")
+    ultra = simulated_profile("m3-ultra-512")
+    assert ultra.chip_tier is ChipTier.ULTRA
+    _, token = register_signed_node(first, identity, ultra, (MODEL,), "alice", status=NodeStatus(seat))
+    node = first.nodes.authenticate(token)
+    writes = Writes(first)
+    start_ms = first.clock.now_ms()
+    for _ in range(20):
+        _tick(first)
+        first.nodes.heartbeat(node, 0, _signed(identity, first.clock.now_ms(), seat))
+        first.nodes.flush_liveness()
+    assert writes.per_beat_rows == 0
+    assert writes.span_rows <= 1 + 20 // 3  # new, then its end once 2.5 s old: every third beat
+    crashed_at_ms = first.clock.now_ms()
+    first.db.dispose()  # killed: the beats since the last batch were never written
+
+    again = _service(database_url)
+    again.clock.ms = crashed_at_ms + 2 * INTERVAL_MS  # type: ignore[attr-defined]
+    again.core.started_at_ms = again.clock.ms  # type: ignore[attr-defined]
+    try:
+        node = again.nodes.authenticate(token)
+        for _ in range(10):
+            again.nodes.heartbeat(node, 0, _signed(identity, again.clock.now_ms(), seat))
+            _tick(again)
+        again.nodes.flush_liveness(everything=True)  # a coordinator stopping writes every end
+        with again.db.read_transaction() as session:
+            spans = liveness_rows.spans(session, identity.node_id, 0, 2**62)
+        # Continued across the crash: one span from the first beat to the last. (The count of
+        # the beats after the last batch died with the process; what they proved did not.)
+        assert len(spans) == 1 and 20 < spans[0].beats <= 30
+        assert spans[0].first_received_ms == start_ms + INTERVAL_MS
+        assert spans[0].last_received_ms == again.clock.now_ms() - INTERVAL_MS
+        # The seat was online throughout: the epoch's availability says 100%.
+        settings = EpochSettings(length_s=10, heartbeat_credit_ms=OFFLINE_AFTER_MS)
+        number = (start_ms + 15_000) // 10_000  # an epoch within the seat's uptime, crash included
+        with again.db.read_transaction() as session:
+            seats = gather_seats(session, number, settings)
+        assert [(s.node_id, s.availability_bps) for s in seats] == [(identity.node_id, 10_000)]
+    finally:
+        again.db.dispose()

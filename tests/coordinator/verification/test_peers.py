@@ -1,0 +1,135 @@
+"""Choosing a peer to check a job: never itself, never its operator, never a recent partner."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.verification.peers import (
+    Candidate, CheckRequest, Chosen, NoChecker, Pairing, Party, PeerCheckPolicy, Role, Ruling,
+    check_fee, choose_checker, fee_is_earned, job_passes, recent_partners, ruling,
+)
+
+MODEL, DIGEST = "test/tiny-llama", "d" * 64
+POLICY = PeerCheckPolicy(pair_memory_checks=1)
+
+
+def _node(node_id: str, operator: str, digest: str = DIGEST, **flags: bool) -> Candidate:
+    return Candidate(node_id, operator, ((MODEL, digest),), **flags)
+
+
+def _request(node_id: str = "a", operator: str = "alice", **fields) -> CheckRequest:  # type: ignore[no-untyped-def]
+    return CheckRequest(MODEL, DIGEST, Party(node_id, operator), **fields)
+
+
+def test_the_checker_is_of_another_operator_and_serves_the_same_weights() -> None:
+    fleet = [_node("a", "alice"), _node("a2", "alice"), _node("b", "bob", digest="e" * 64),
+             _node("c", "carol"), _node("d", "dave", quarantined=True), _node("e", "erin", online=False)]
+    chosen = choose_checker(_request(), fleet, (), POLICY, random.Random(1))
+    assert isinstance(chosen, Chosen)
+    assert (chosen.node_id, chosen.eligible) == ("c", 1)
+    assert dict(chosen.rejected) == {"a": "the checked node", "a2": "same operator",
+                                     "b": "other weights", "d": "quarantined", "e": "offline"}
+
+
+def test_no_eligible_peer_says_why_and_keeps_the_credit_held() -> None:
+    found = choose_checker(_request(), [_node("a", "alice"), _node("a2", "alice")], (), POLICY,
+                           random.Random(1))
+    assert isinstance(found, NoChecker)
+    assert "1 same operator" in found.reason and "1 the checked node" in found.reason
+    assert "held" in found.reason
+
+
+def test_a_recent_partner_is_not_paired_again_in_either_direction() -> None:
+    fleet = [_node("a", "alice"), _node("b", "bob"), _node("c", "carol")]
+    checked_by_b = [Pairing("a", "b", 10)]
+    assert choose_checker(_request(), fleet, checked_by_b, POLICY, random.Random(0)).node_id == "c"  # type: ignore[union-attr]
+    a_checked_b = [Pairing("b", "a", 10)]  # reciprocal pairs rotate too
+    assert choose_checker(_request(), fleet, a_checked_b, POLICY, random.Random(0)).node_id == "c"  # type: ignore[union-attr]
+    # c's own last partner was a: a pairing from c's side counts as well
+    c_last = [Pairing("c", "a", 20), Pairing("a", "b", 5)]
+    found = choose_checker(_request(), fleet, c_last, PeerCheckPolicy(pair_memory_checks=1),
+                           random.Random(0))
+    assert isinstance(found, NoChecker) and "2 recently paired" in found.reason
+
+
+def test_recent_partners_remember_only_the_last_checks() -> None:
+    pairings = [Pairing("a", "b", 1), Pairing("c", "a", 2), Pairing("a", "d", 3), Pairing("x", "y", 4)]
+    assert recent_partners("a", pairings, 1) == {"d"}
+    assert recent_partners("a", pairings, 2) == {"d", "c"}
+    assert recent_partners("a", pairings, 0) == frozenset()
+
+
+def test_a_referee_is_of_a_third_operator_and_never_a_party() -> None:
+    fleet = [_node("a", "alice"), _node("b", "bob"), _node("b2", "bob"), _node("c", "carol")]
+    request = _request(parties=(Party("b", "bob"),))
+    chosen = choose_checker(request, fleet, (), PeerCheckPolicy(pair_memory_checks=0), random.Random(3))
+    assert isinstance(chosen, Chosen) and chosen.node_id == "c"
+    assert dict(chosen.rejected)["b"] == "a party to the dispute"
+    assert dict(chosen.rejected)["b2"] == "same operator"
+
+
+def test_a_checker_that_let_its_check_lapse_is_not_asked_again() -> None:
+    fleet = [_node("a", "alice"), _node("b", "bob"), _node("c", "carol")]
+    chosen = choose_checker(_request(already_asked=frozenset({"b"})), fleet, (), POLICY, random.Random(0))
+    assert isinstance(chosen, Chosen) and chosen.node_id == "c"
+
+
+def test_the_draw_spreads_checks_over_every_eligible_peer() -> None:
+    fleet = [_node("a", "alice"), *(_node(f"n{i}", f"op{i}") for i in range(5))]
+    draws = random.Random(7)
+    picked = {choose_checker(_request(), fleet, (), POLICY, draws).node_id for _ in range(200)}  # type: ignore[union-attr]
+    assert picked == {f"n{i}" for i in range(5)}
+
+
+_operators = st.sampled_from(["alice", "bob", "carol", "dave"])
+_nodes = st.lists(st.tuples(st.sampled_from([f"n{i}" for i in range(8)]), _operators,
+                            st.booleans(), st.booleans(), st.booleans()),
+                  max_size=8, unique_by=lambda t: t[0])
+_pairings = st.lists(st.builds(Pairing, st.sampled_from([f"n{i}" for i in range(8)]),
+                               st.sampled_from([f"n{i}" for i in range(8)]), st.integers(0, 100)),
+                     max_size=6)
+
+
+@given(_nodes, _pairings, st.sampled_from([f"n{i}" for i in range(8)]), _operators,
+       st.integers(0, 3), st.integers(0, 2**32))
+def test_never_self_never_same_operator_never_a_recent_partner(nodes, pairings, checked, operator,  # type: ignore[no-untyped-def]
+                                                               memory, seed) -> None:
+    fleet = [Candidate(n, op, ((MODEL, DIGEST if same else "e" * 64),), online, quarantined)
+             for n, op, same, online, quarantined in nodes]
+    policy = PeerCheckPolicy(pair_memory_checks=memory)
+    found = choose_checker(_request(checked, operator), fleet, pairings, policy, random.Random(seed))
+    by_id = {c.node_id: c for c in fleet}
+    if isinstance(found, NoChecker):
+        assert all(reason for _, reason in found.rejected)
+        return
+    chosen = by_id[found.node_id]
+    assert chosen.node_id != checked
+    assert chosen.operator_id != operator
+    assert chosen.serves(MODEL, DIGEST) and chosen.online and not chosen.quarantined
+    assert chosen.node_id not in recent_partners(checked, pairings, memory)
+    assert checked not in recent_partners(chosen.node_id, pairings, memory)
+
+
+def test_a_dispute_is_decided_by_the_referee() -> None:
+    assert ruling(True, None) is Ruling.AGREED
+    assert ruling(False, None) is None  # a referee is needed
+    assert ruling(False, False) is Ruling.CHECKED_LOSES
+    assert ruling(False, True) is Ruling.CHECKER_LOSES
+    assert not job_passes(Ruling.CHECKED_LOSES)
+    assert job_passes(Ruling.CHECKER_LOSES) and job_passes(Ruling.AGREED)
+
+
+def test_a_lying_checker_is_not_paid_and_a_referee_always_is() -> None:
+    assert not fee_is_earned(Role.CHECK, Ruling.CHECKER_LOSES)
+    assert fee_is_earned(Role.CHECK, Ruling.CHECKED_LOSES) and fee_is_earned(Role.CHECK, Ruling.AGREED)
+    assert all(fee_is_earned(Role.REFEREE, r) for r in Ruling)
+
+
+@given(st.integers(0, 10**15), st.integers(0, 10_000))
+def test_the_fee_is_an_integer_share_never_above_the_credit(credit: int, bps: int) -> None:
+    fee = check_fee(credit, PeerCheckPolicy(fee_bps=bps))
+    assert isinstance(fee, int) and 0 <= fee <= credit
+    assert (fee == 0) == (credit == 0 or bps == 0)
