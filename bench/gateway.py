@@ -230,16 +230,16 @@ def _alternating(model_dir: Path, client: openai.OpenAI, gateway: Gateway, runs:
     model, tokenizer = load(str(model_dir))
     _direct(model, tokenizer, "warm up", 4)
     _through_gateway(client, "warm up", 4)
-    direct, gateway, bare = [], [], []
+    direct, through_gateway, bare = [], [], []  # not "gateway": that names the Gateway the bare runs use
     for index in range(runs):
         prompt = PROMPTS[index % len(PROMPTS)]
         time.sleep(SETTLE_S)
         direct.append(_direct(model, tokenizer, prompt, max_tokens))
         time.sleep(SETTLE_S)
-        gateway.append(_through_gateway(client, prompt, max_tokens))
+        through_gateway.append(_through_gateway(client, prompt, max_tokens))
         time.sleep(SETTLE_S)
         bare.append(_through_bare_http(gateway, prompt, max_tokens))
-    return direct, gateway, bare
+    return direct, through_gateway, bare
 
 
 def _concurrent(client: openai.OpenAI, clients: int, max_tokens: int) -> tuple[list[Run], float]:

@@ -11,8 +11,10 @@ one at a time, alternating between A (across) and B (the same coordinator), in o
 
 Prints, per path: TTFT p50/p90 (submit to first token at the consumer), the largest gap
 between chunks (p50 and max over jobs), and A's and B's CPU ms per job; then the bus lag
-A measured (`mlxnet:event_bus_lag_seconds`), and the CPU time of the whole run, since wall
-figures on a shared machine are noisy.
+A measured (`mlxnet:event_bus_lag_seconds`), the CPU time of the whole run, since wall
+figures on a shared machine are noisy, and where the first token's time goes on each path:
+each hop's median ms from the submit (contracts.hop_trace, one monotonic clock for every
+process here).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import statistics
 import tempfile
 import threading
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from bench.chaos import SharedPostgres
 from bench.process_cpu import cpu_seconds
+from contracts import hop_trace
 from contracts.commitments import (
     TOP_K, ActivationCommitment, ChunkCommitment, encode_commitment, generated_chunk_count,
 )
@@ -80,6 +84,7 @@ class SimulatedNode:
     def serve(self, stopping: threading.Event) -> None:
         try:
             for assignment in self._client.assignments():
+                hop_trace.job_hop(assignment.job_id, "node: assignment received")
                 threading.Thread(target=self._run, args=(assignment,), daemon=True).start()
         except CoordinatorCallError:
             if not stopping.is_set():  # at the end the bench closes the stream itself
@@ -93,10 +98,12 @@ class SimulatedNode:
             except CoordinatorCallError:
                 log.exception("the simulated node's heartbeat failed")
 
-    def _chunks(self, tokens: tuple[int, ...]) -> Iterator[Chunk]:
+    def _chunks(self, job_id: str, tokens: tuple[int, ...]) -> Iterator[Chunk]:
         for index, token in enumerate(tokens):
             if index:
                 time.sleep(self._interval_s)
+            else:
+                hop_trace.job_hop(job_id, "node: first chunk to gRPC")
             yield Chunk(index, (token,), "x", prompt_tokens=3 if index == 0 else 0)
 
     def _run(self, assignment: Assignment) -> None:
@@ -108,7 +115,7 @@ class SimulatedNode:
     def _answer(self, assignment: Assignment) -> None:
         tokens = tuple(range(10, 10 + assignment.max_tokens - 1))
         started_ms = time.time_ns() // 1_000_000
-        self._client.stream_tokens(assignment.job_id, self._chunks(tokens))
+        self._client.stream_tokens(assignment.job_id, self._chunks(assignment.job_id, tokens))
         now_ms = time.time_ns() // 1_000_000
         body = encode_receipt(Receipt(
             job_id=JobId(assignment.job_id), node_id=self._identity.node_id,
@@ -121,26 +128,44 @@ class SimulatedNode:
         self._client.report_receipt(assignment.job_id, body, self._identity.sign(body))
 
 
-def _one_job(client: JobClient, tokens: int) -> tuple[float, float]:
+def _one_job(client: JobClient, tokens: int, path: str = "") -> tuple[float, float]:
     """(TTFT ms, largest gap between chunks ms) of one job, as its consumer sees them."""
-    started = time.perf_counter()
+    started, started_ns = time.perf_counter(), time.monotonic_ns()
     job = client.submit(MODEL.model_id, PROMPT, max_tokens=tokens + 1)
+    hop_trace.job_hop(job.job_id, f"consumer: submit sent ({path})" if path else "warm-up", started_ns)
+    hop_trace.job_hop(job.job_id, "consumer: submit answered")
     arrivals = []
     for item in client.stream(job.job_id):
         if isinstance(item, StreamedTokens) and item.token_ids:
+            if not arrivals:
+                hop_trace.job_hop(job.job_id, "consumer: first token")
             arrivals.append(time.perf_counter())
     assert len(arrivals) >= 1, f"job {job.job_id} streamed nothing"
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)] or [0.0]
     return 1000 * (arrivals[0] - started), 1000 * max(gaps)
 
 
-def _lag(exposition: str) -> tuple[float, float]:
-    """(count, mean ms) of the event-bus lag histogram."""
-    values = {line.split()[0]: float(line.split()[1]) for line in exposition.splitlines()
-              if line.startswith("mlxnet:event_bus_lag_seconds_")}
-    count = values.get("mlxnet:event_bus_lag_seconds_count", 0.0)
-    total = values.get("mlxnet:event_bus_lag_seconds_sum", 0.0)
-    return count, (1000 * total / count if count else 0.0)
+def _lag_buckets(exposition: str) -> dict[float, float]:
+    """The event-bus lag histogram's cumulative counts by upper bound (seconds)."""
+    buckets = {}
+    for line in exposition.splitlines():
+        if line.startswith("mlxnet:event_bus_lag_seconds_bucket"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(bound)] = float(line.split()[-1])
+    return buckets
+
+
+def _lag_quantiles(before: dict[float, float], after: dict[float, float]) -> tuple[float, str, str]:
+    """(notifications, p50 bound, p99 bound) of the lag over the run, from the bucket counts."""
+    counts = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
+    total = counts[-1][1] if counts else 0.0
+
+    def bound_of(quantile: float) -> str:
+        for bound, count in counts:
+            if total and count >= quantile * total:
+                return "> 10 s" if bound == float("inf") else f"<= {1000 * bound:g} ms"
+        return "n/a"
+    return total, bound_of(0.5), bound_of(0.99)
 
 
 def _metrics(child: Child) -> str:
@@ -152,7 +177,33 @@ def _metrics(child: Child) -> str:
         return r.read().decode()
 
 
+def _print_hops(trace: Path) -> None:
+    """Each hop's median ms from the consumer's submit, per path."""
+    by_path: dict[str, dict[str, list[float]]] = {}
+    order: dict[str, int] = {}
+    for hops in hop_trace.read(str(trace)).values():
+        start = next(((ns, name) for ns, name in hops if name.startswith("consumer: submit sent")), None)
+        if start is None:
+            continue
+        path = start[1].split("(")[1].rstrip(")")
+        for position, (ns, name) in enumerate(hops):
+            by_path.setdefault(path, {}).setdefault(name, []).append((ns - start[0]) / 1e6)
+            order[name] = min(order.get(name, position), position)
+    paths = sorted(by_path)
+    print("first token, hop by hop (median ms from the submit):")
+    print(f"{'hop':<36}" + "".join(f"{path:>10}" for path in paths))
+    for name in sorted(order, key=lambda n: statistics.median(by_path[paths[0]].get(n, [0.0]))):
+        if name.startswith("consumer: submit sent"):
+            continue
+        print(f"{name:<36}" + "".join(
+            f"{statistics.median(by_path[path][name]):>8.1f}ms" if name in by_path[path] else f"{'-':>10}"
+            for path in paths))
+
+
 def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
+    trace = work / "hops.txt"
+    os.environ[hop_trace.ENVIRONMENT_VARIABLE] = str(trace)  # the coordinators inherit it
+    hop_trace.open_from_environment()
     postgres = SharedPostgres(POSTGRES_URL)
     children: list[Child] = []
     stopping = threading.Event()
@@ -175,13 +226,13 @@ def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
         for name, client in clients.items():
             for _ in range(WARM_UP_JOBS):
                 _one_job(client, tokens)
-        lag_before = _lag(_metrics(a))
+        lag_before = _lag_buckets(_metrics(a))
         bench_cpu_before, wall_before = time.process_time(), time.perf_counter()
         total_a, total_b = cpu_seconds(a.process.pid), cpu_seconds(b.process.pid)
         for number in range(jobs):
             name = list(clients)[number % 2]
             cpu_a, cpu_b = cpu_seconds(a.process.pid), cpu_seconds(b.process.pid)
-            ttft_ms, gap_ms = _one_job(clients[name], tokens)
+            ttft_ms, gap_ms = _one_job(clients[name], tokens, name.split()[0])
             figure = figures[name]
             figure.ttft_ms.append(ttft_ms)
             figure.largest_gap_ms.append(gap_ms)
@@ -191,8 +242,9 @@ def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
         bench_cpu_s = time.process_time() - bench_cpu_before
         total_a = cpu_seconds(a.process.pid) - total_a
         total_b = cpu_seconds(b.process.pid) - total_b
-        lag_after = _lag(_metrics(a))
+        lag_after = _lag_buckets(_metrics(a))
         _print(figures, tokens, interval_s, wall_s, total_a, total_b, bench_cpu_s, lag_before, lag_after)
+        _print_hops(trace)
         stopping.set()
         for client in clients.values():
             client.close()
@@ -206,8 +258,8 @@ def run(jobs: int, tokens: int, interval_s: float, work: Path) -> None:
 
 
 def _print(figures: dict[str, PathFigures], tokens: int, interval_s: float, wall_s: float,
-           cpu_a_s: float, cpu_b_s: float, bench_cpu_s: float, lag_before: tuple[float, float],
-           lag_after: tuple[float, float]) -> None:
+           cpu_a_s: float, cpu_b_s: float, bench_cpu_s: float, lag_before: dict[float, float],
+           lag_after: dict[float, float]) -> None:
     print(f"{tokens} tokens per job, one chunk every {1000 * interval_s:.0f} ms, jobs one at a "
           "time, paths alternated")
     print(f"{'path':<36} {'jobs':>4} {'TTFT p50':>9} {'p90':>7} {'gap p50':>8} {'gap max':>8} "
@@ -223,9 +275,9 @@ def _print(figures: dict[str, PathFigures], tokens: int, interval_s: float, wall
               f"{1000 * figure.cpu_b_s / count:>8.1f}ms")
     across, same = p50.values()
     print(f"cross-coordinator TTFT penalty (p50): {across - same:+.1f} ms (target <= 10 ms)")
-    count = lag_after[0] - lag_before[0]
-    print(f"event bus lag at A over the run: {count:.0f} notifications, mean "
-          f"{lag_after[1]:.2f} ms since start")
+    count, p50_bound, p99_bound = _lag_quantiles(lag_before, lag_after)
+    print(f"event bus lag at A over the run ({count:.0f} notifications from B): p50 {p50_bound}, "
+          f"p99 {p99_bound}")
     print(f"CPU over the run ({wall_s:.1f} s wall): coordinator A {cpu_a_s:.2f} s, "
           f"coordinator B {cpu_b_s:.2f} s, bench (consumer and node) {bench_cpu_s:.2f} s")
 

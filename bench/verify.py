@@ -19,6 +19,13 @@ one after the other on this machine. It prints:
   TrustPolicy, worst case over node paces and job sizes; and, per cheat kind, its measured
   detection per check run through the real policy (check_rate_for_job, trust updates, the
   node's stake and pace): cheated jobs until caught, and the cheater's profit, by simulation.
+- checks by peers (issue 32): CPU seconds of a peer's check (its replay, encoding and signing:
+  node_agent/peer_checks.py) and of the coordinator's judging of it (no model), against the
+  generation they check; peer-check cost as a share of network compute at the default
+  TrustPolicy; bytes per token of the proof and of a peer's signed result;
+- proof bytes per token at fewer committed values: which cheat jobs the seeded tokens alone
+  catch (zero proof bytes), and, for the rest, the share of committed values each cheat put
+  off, from which the detection at top-64/32/16 is estimated (marked as an estimate).
 """
 
 from __future__ import annotations
@@ -109,6 +116,75 @@ def _report_projection(ratios: dict[str, float]) -> None:
               f"over a new node's first 100 jobs {sum(first) / len(first) * ratio * 100:.2f}%")
 
 
+def _report_peer_checks(model_dir: Path, count: int, max_tokens: int) -> None:
+    """A peer's check of honest jobs, timed in CPU seconds (this process only, bundled BLAS)."""
+    from contracts.peer_checks import CheckJob, decode_result
+    from contracts.receipts import decode_receipt
+    from contracts.token_checks import TokenSlack
+    from coordinator.verification.judge import ReplayFacts, judge
+    from coordinator.verification.tolerances import DEFAULT_TOLERANCES as TOLERANCES
+    from node_agent.inference.engine import Engine
+    from node_agent.peer_checks import run_check
+    from tests.adversarial.harness import HonestNode, new_identity, varied_jobs
+
+    engine, checker = Engine(), new_identity()
+    node = HonestNode(engine, model_dir)
+    jobs = varied_jobs(count + WARMUP_JOBS, seed=77, max_tokens_max=max_tokens, words_max=40)
+    generate_s = replay_s = judge_s = 0.0
+    tokens = proof_bytes = result_bytes = rejected = 0
+    for number, job in enumerate(jobs):
+        job = dataclasses.replace(job, max_tokens=max(job.max_tokens, max_tokens // 2))
+        started = time.process_time()
+        report, result = node.run(job)
+        generated = time.process_time()
+        receipt = decode_receipt(report.body)
+        check = CheckJob(f"pc-{job.job_id}", job.job_id, receipt.model_id, receipt.weights_digest, job.prompt,
+                         report.streamed, receipt.finish_reason, job.temperature, job.top_p, job.seed,
+                         TokenSlack(TOLERANCES.logit_slack, TOLERANCES.mass_slack))
+        body, _ = run_check(engine, str(model_dir), check, checker)
+        replayed = time.process_time()
+        peer = decode_result(body)
+        verdict = judge(receipt, ReplayFacts(peer.prompt_tokens, peer.prompt, peer.generated, peer.token_checks),
+                        TOLERANCES)
+        judged = time.process_time()
+        if number < WARMUP_JOBS:
+            continue
+        generate_s, replay_s, judge_s = (generate_s + generated - started, replay_s + replayed - generated,
+                                         judge_s + judged - replayed)
+        tokens += len(result.token_ids)
+        proof_bytes, result_bytes = proof_bytes + len(result.activation_commitment), result_bytes + len(body)
+        rejected += not verdict.passed
+    policy = TrustPolicy()
+    first = [check_rate(TrustRecord(passed, 0), policy) for passed in range(100)]
+    ratio = (replay_s + judge_s) / generate_s
+    print(f"\nchecks by peers, {count} honest jobs ({tokens} tokens), CPU seconds (bundled BLAS):")
+    print(f"  generation {generate_s:.2f}s; the peer's check {replay_s:.2f}s (replay, encode, sign); "
+          f"the coordinator judging it {judge_s:.3f}s (no model)")
+    print(f"  a peer check costs {ratio:.3f} of the generation it checks "
+          f"(the coordinator's share: {judge_s / generate_s:.4f})")
+    print(f"  peer-check cost as a share of network compute at the default policy: steady state "
+          f"(rate {policy.rate_min}) {policy.rate_min * ratio * 100:.2f}%; over a new node's first 100 jobs "
+          f"{sum(first) / len(first) * ratio * 100:.2f}%; a dispute adds one more replay (a referee), "
+          f"none among honest jobs here")
+    print(f"  proof: {proof_bytes / tokens:.2f} bytes per token in the receipt; a peer's signed result "
+          f"{result_bytes / tokens:.1f} bytes per token (node -> coordinator, never stored on chain)")
+    print(f"  honest jobs rejected by a peer's check: {rejected} of {count}")
+
+
+def _caught_at(outcome, values: int) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a cheat job is still caught if each chunk committed `values` values, not 128.
+
+    Caught by its tokens or counts: unchanged (no proof bytes). Caught only by its activations: estimated
+    from the measured share of values each failing chunk put off, against the per-chunk
+    mismatch limit scaled to `values` (8 of 128 -> 4 of 64)."""
+    if outcome.stage != "replay" or outcome.verdict is None:
+        return outcome.caught
+    if any("committed activations differ" not in r for r in outcome.verdict.reasons):
+        return True  # its tokens, its end or its counts give it away: no committed value needed
+    limit = -(-8 * values // 128)
+    return any(c.mismatched / c.compared * values > limit for c in outcome.verdict.chunks if c.compared)
+
+
 def _report_detection(per_job: int) -> dict[str, float]:
     from node_agent.inference.engine import Engine
     from node_agent.tiny_model import build_tiny_model
@@ -126,8 +202,10 @@ def _report_detection(per_job: int) -> dict[str, float]:
         print(f"\ndetection, {len(jobs)} jobs per cheat (greedy and sampled, 8 to 40 tokens):")
         total = caught_total = 0
         detection = {}
+        every: list = []
         for name, cheat in CHEATS.items():
             outcomes = [checks.judge(job, context.cheater, cheat(context, job)) for job in jobs]
+            every += outcomes
             caught = sum(o.caught for o in outcomes)
             stages = sorted({o.stage for o in outcomes if o.caught})
             total, caught_total = total + len(jobs), caught_total + caught
@@ -135,6 +213,16 @@ def _report_detection(per_job: int) -> dict[str, float]:
             print(f"  {name:<40} caught {caught}/{len(jobs)}  at {', '.join(stages)}")
         print(f"  all cheats: {caught_total}/{total} caught "
               f"({100 * caught_total / total:.1f}%)")
+        replayed = [o for o in every if o.stage == "replay"]
+        by_tokens = sum(_caught_at(o, 0) for o in replayed)
+        print(f"\nproof bytes per token at fewer committed values ({len(replayed)} cheat jobs caught by replay; "
+              f"{by_tokens} of them by the seeded tokens and the counts alone, at zero proof bytes):")
+        for values in (128, 64, 32, 16):
+            per_token = (1 + 2 * values) / 32
+            caught = sum(_caught_at(o, values) for o in every)
+            print(f"  top-{values:<3} {per_token:5.2f} bytes/token (plus the prompt's chunk): caught "
+                  f"{caught}/{len(every)}" + ("" if values == 128 else " (estimate)"))
+
     return detection
 
 
@@ -226,6 +314,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--blas", default="bundled,openblas", help="comma-separated: bundled, openblas")
     parser.add_argument("--cheat-jobs", type=int, default=6, help="jobs per cheat (at most 6)")
+    parser.add_argument("--peer-jobs", type=int, default=20, help="honest jobs checked by a peer")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--policy-only", action="store_true",
@@ -250,6 +339,8 @@ def main() -> None:
         for mode in modes:
             rows = _run_child(mode, model_dir, args, Path(scratch) / f"{mode}.json")
             ratios[mode] = _report_timing(mode, rows)
+        if args.peer_jobs:
+            _report_peer_checks(model_dir, args.peer_jobs, args.max_tokens)
     _report_projection(ratios)
     _report_expected_profit()
     _report_jobs_until_caught(_report_detection(args.cheat_jobs), args.trials)

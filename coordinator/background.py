@@ -1,6 +1,7 @@
 """The coordinator's background loops, each supervised.
 
     liveness    writes node liveness and uptime spans in batches, only what changed (nodes.liveness)
+    streams     wakes node streams that hold unsent work, a safety net for lost relayed wake-ups
     reaper      hands back the jobs of nodes whose heartbeats stopped (after the restart grace)
     billing     resolves the reservations of jobs that ended without closing them
     credits     posts held credits whose check window closed
@@ -83,6 +84,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
 
     loops = [
         Loop("liveness", service.nodes.flush_liveness, every(service.config.liveness_flush_ms / 1000)),
+        Loop("streams", service.nodes.sweep_streams, every(service.config.relayed_poll_interval_s)),
         Loop("reaper", service.nodes.reap_offline, every(interval_s)),
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_due_credits, every(interval_s)),

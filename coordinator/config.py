@@ -49,7 +49,8 @@ class CoordinatorConfig:
     orphan_sweep_interval_ms: int = 60_000
     stream_poll_interval_s: float = 1.0  # fallback wake-up when another coordinator wrote
     # With PostgreSQL the coordinators relay their wake-ups (live/pg_relay.py), so streams
-    # wait for news and read the database only this often, as a safety net.
+    # wait for news and read the database only this often, as a safety net. Node streams do
+    # not read at all: one sweep per process this often wakes those with unsent work.
     relayed_poll_interval_s: float = 60.0
     queued_jobs_scan_max: int = 256  # jobs considered per scheduling pass
     # The scheduler keeps one placement index across passes and re-reads only Macs that

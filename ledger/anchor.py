@@ -32,6 +32,9 @@ BUILD_DIR = Path(__file__).resolve().parent / "contracts" / "build"
 RPC_TIMEOUT_S = 30
 RECEIPT_TIMEOUT_S = 120
 ZERO_ROOT = b"\0" * 32
+# Blocks searched for an anchor's event: providers cap eth_getLogs ranges (often at 10,000),
+# and an anchor looked up is recent (awaiting confirmations, or sent just before a crash).
+PUBLICATION_LOOKBACK_BLOCKS = 9_000
 
 
 @dataclass(frozen=True)
@@ -132,10 +135,12 @@ class PayoutChain:
             raise ChainError(f"payout chain call failed: {error}") from error
 
     def publication(self, epoch: int) -> ChainReceipt | None:
-        """Where the epoch's root was published (its EpochPublished event), or None if not found."""
+        """Where the epoch's root was published (its EpochPublished event in the last
+        PUBLICATION_LOOKBACK_BLOCKS blocks), or None: never published, or longer ago (so deep)."""
         event = self._distributor.events.EpochPublished
         try:
-            logs = event.get_logs(from_block=0, argument_filters={"epoch": epoch})
+            since = max(0, int(self._w3.eth.block_number) - PUBLICATION_LOOKBACK_BLOCKS)
+            logs = event.get_logs(from_block=since, argument_filters={"epoch": epoch})
             if not logs:
                 return None
             receipt = self._w3.eth.get_transaction_receipt(logs[-1]["transactionHash"])

@@ -46,6 +46,11 @@ def anvil_binary() -> Path | None:
     named = os.environ.get(ANVIL_ENV)
     if named:
         return Path(named)
+    # npm's .bin/anvil is a node script that runs the platform package's binary as its child:
+    # run that binary itself, so the watchdog's signals (and Linux's death signal) reach anvil.
+    native = sorted(PROJECT_ANVIL.parent.parent.glob("@foundry-rs/anvil-*/bin/anvil"))
+    if native and os.access(native[0], os.X_OK):
+        return native[0]
     if PROJECT_ANVIL.exists():
         return PROJECT_ANVIL
     found = shutil.which("anvil")

@@ -15,17 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.storage.database import Database, default_sqlite_url
-from coordinator.verification import store
+from coordinator.verification import peer_store, store
 from coordinator.verification.policy import TrustPolicy, check_rate, reputation
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 POLL_INTERVAL_S = 0.05
 NODE_CHECKS_SHOWN_MAX = 50
+_UNDECIDED = frozenset({CheckStatus.WAITING, CheckStatus.PEER})
 
 
 def wait_for_checks(database_url: str, job_ids: Sequence[str], timeout_s: float = 120.0) -> list[CheckRecord]:
-    """The jobs' check records once none is waiting for the verifier.
+    """The jobs' check records once none is waiting for the verifier or a peer.
 
     Verdicts are written by the coordinator process, with no event another process
     can wait on, so this re-reads the database every POLL_INTERVAL_S until the deadline.
@@ -37,11 +38,11 @@ def wait_for_checks(database_url: str, job_ids: Sequence[str], timeout_s: float 
         while True:
             with db.transaction() as session:
                 checks = [store.check_by_job(session, job_id) for job_id in job_ids]
-            if all(c is not None and c.status is not CheckStatus.WAITING for c in checks):
+            if all(c is not None and c.status not in _UNDECIDED for c in checks):
                 return checks  # type: ignore[return-value]
             if time.monotonic() > deadline:
                 raise TimeoutError(f"checks still waiting after {timeout_s:.0f}s: "
-                                   f"{[c.job_id for c in checks if c is None or c.status is CheckStatus.WAITING]}")
+                                   f"{[c.job_id for c in checks if c is None or c.status in _UNDECIDED]}")
             pause.wait(POLL_INTERVAL_S)
     finally:
         db.dispose()
@@ -58,6 +59,8 @@ def render_check(check: CheckRecord) -> str:
         return f"check FAILED: {check.reason}; {money}{rerun}"
     if check.status is CheckStatus.WAITING:
         return f"waiting for the verifier (check rate {check.check_rate:.2f}); {money}"
+    if check.status is CheckStatus.PEER:
+        return f"being checked by peers: {check.reason}; {money}"
     if check.status is CheckStatus.QUARANTINED:
         return f"quarantined, not retried: {check.reason}; {money}"
     return f"unchecked: {check.reason}; {money}"
@@ -73,6 +76,13 @@ def _show_job(db: Database, job_id: str) -> int:
     print(f"  {render_check(check)}")
     if check.evidence_json:
         print("  evidence: " + json.dumps(json.loads(check.evidence_json), indent=2).replace("\n", "\n  "))
+    with db.transaction() as session:
+        peer_checks = peer_store.of_job(session, job_id)
+    for row in peer_checks:
+        found = {None: "", True: ", found it matched", False: ", found it differs"}[row.passed]
+        fee = f"; paid {row.fee_base_units} base units" if row.fee_transfer_id else ""
+        print(f"  {row.role} by {row.checker_node_id or 'no peer yet'} ({row.status}{found}{fee}): "
+              f"{row.reason or ''}")
     return 0
 
 

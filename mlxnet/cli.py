@@ -57,6 +57,16 @@ def _registration_limits(args: argparse.Namespace):  # type: ignore[no-untyped-d
                                  or defaults.per_operator_per_minute))
 
 
+def _peer_checks(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from coordinator.verification.peers import PeerCheckPolicy
+
+    if args.peer_pair_cooldown_s is None:
+        return PeerCheckPolicy()
+    if args.peer_pair_cooldown_s < 0:
+        raise SystemExit("--peer-pair-cooldown-s must be 0 or more seconds")
+    return PeerCheckPolicy(pair_cooldown_ms=int(args.peer_pair_cooldown_s * 1000))
+
+
 def _add_chain_flags(parser: argparse.ArgumentParser) -> None:
     """Where epoch roots are anchored (ledger.chain_settings checks them before the coordinator starts)."""
     from ledger.api import CONFIRMATIONS_MAX, KEYSTORE_PASSWORD_ENV_DEFAULT, PUBLISHER_KEY_ENV_DEFAULT
@@ -122,6 +132,7 @@ def _coordinator(args: argparse.Namespace) -> int:
                                ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
                                chain_dir=args.data_dir / "anvil", chain=chain,
                                registration_limits=_registration_limits(args),
+                               peer_checks=_peer_checks(args),
                                challenge_mean_interval_s=args.challenge_mean_interval_s,
                                challenge_pass_interval_s=min(10.0, args.challenge_mean_interval_s))
     verified = verified_specs(args.verify_model)
@@ -231,8 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help="accept consumers without an API key (the network pays)")
     coordinator.add_argument("--verify-model", action="append", default=[], metavar="[ID=]PATH",
                              help="replay sampled jobs of this model with a verifier worker "
-                                  "(repeatable); without it, jobs go unchecked and their "
-                                  "credits are posted when the check window closes")
+                                  "(repeatable); without it, nodes of other operators that serve "
+                                  "the same weights check them (checks by peers)")
+    coordinator.add_argument("--peer-pair-cooldown-s", type=float, metavar="S",
+                             help="checks by peers: a node and its last checker are not paired "
+                             "again for this long (default 600); a smaller fleet waits less")
     _add_chain_flags(coordinator)
     _add_database_flags(coordinator)
     coordinator.set_defaults(handler=_coordinator)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -89,6 +90,8 @@ class JobClient:
         self._rotation = Rotation(parse_addresses(address))
         self._trusts = {a: (trust_by_address or {}).get(a, trust) for a in self._rotation.addresses}
         self._draws = random.Random()
+        self._lock = threading.Lock()  # held while moving to another coordinator
+        self._retired: list[grpc.Channel] = []  # channels of coordinators failed over from
         self._channel, self._stub = self._connect()
         key = os.environ.get(API_KEY_ENV, "") if api_key is None else api_key
         metadata = [(CONSUMER_METADATA_KEY, consumer)] if consumer else []
@@ -115,23 +118,33 @@ class JobClient:
                 self._rotation, _wait_s = after_failure(self._rotation, 0.0)
         raise JobRequestError("UNAVAILABLE", "; ".join(problems))
 
-    def _fail_over(self, error: grpc.RpcError, failures: int) -> bool:
-        """After UNAVAILABLE from the current coordinator: move to the next one (after its
-        jitter or backoff) and return True, or False when there is none to try."""
+    def _fail_over(self, error: grpc.RpcError, failures: int,
+                   failed: job_pb2_grpc.JobServiceStub) -> bool:
+        """After UNAVAILABLE from the coordinator behind `failed`: move to the next one (after
+        its jitter or backoff) and return True, or False when there is none to try.
+
+        Threads may share the client: the first to see a coordinator fail moves everyone on,
+        and the old channel stays open until close() (another thread may be starting a call
+        on it, and a closed channel raises ValueError, not a gRPC error).
+        """
         if (error.code() is not grpc.StatusCode.UNAVAILABLE or len(self._rotation.addresses) < 2
                 or failures >= FAILOVER_ROUNDS_MAX * len(self._rotation.addresses)):
             return False
-        self._channel.close()
-        self._rotation, wait_s = after_failure(self._rotation, self._draws.random())
-        time.sleep(wait_s)
-        try:
-            self._channel, self._stub = self._connect()
-        except JobRequestError:
-            return failures + 1 < FAILOVER_ROUNDS_MAX * len(self._rotation.addresses)
+        with self._lock:
+            if self._stub is not failed:
+                return True  # another thread has moved on already
+            self._rotation, wait_s = after_failure(self._rotation, self._draws.random())
+            time.sleep(wait_s)
+            self._retired.append(self._channel)
+            try:
+                self._channel, self._stub = self._connect()
+            except JobRequestError:
+                return failures + 1 < FAILOVER_ROUNDS_MAX * len(self._rotation.addresses)
         return True
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in [*self._retired, self._channel]:
+            channel.close()
 
     def __enter__(self) -> JobClient:
         return self
@@ -144,11 +157,12 @@ class JobClient:
         carries its request id, which finds the job a first try made)."""
         failures = 0
         while True:
+            stub = self._stub
             try:
-                return getattr(self._stub, method_name)(request, timeout=RPC_DEADLINE_S,
-                                                        metadata=self._metadata)
+                return getattr(stub, method_name)(request, timeout=RPC_DEADLINE_S,
+                                                  metadata=self._metadata)
             except grpc.RpcError as error:
-                if not self._fail_over(error, failures):
+                if not self._fail_over(error, failures, stub):
                     raise JobRequestError(error.code().name, error.details() or "") from error
                 failures += 1
 
@@ -183,10 +197,10 @@ class JobClient:
         failures = 0
         while True:
             resume.restart()
+            stub = self._stub
             try:
-                for message in self._stub.StreamJob(job_pb2.StreamJobRequest(job_id=job_id),
-                                                    timeout=STREAM_DEADLINE_S,
-                                                    metadata=self._metadata):
+                for message in stub.StreamJob(job_pb2.StreamJobRequest(job_id=job_id),
+                                              timeout=STREAM_DEADLINE_S, metadata=self._metadata):
                     if message.HasField("final_job"):
                         yield message.final_job
                         return
@@ -195,7 +209,7 @@ class JobClient:
                     if tokens is not None:
                         yield tokens
             except grpc.RpcError as error:
-                if not self._fail_over(error, failures):
+                if not self._fail_over(error, failures, stub):
                     raise JobRequestError(error.code().name, error.details() or "") from error
                 failures += 1
                 continue

@@ -89,11 +89,12 @@ def _wait_for_line(child: Child, prefix: str, timeout_s: float) -> str:
                             f"see {child.log_path}")
 
 
-def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None) -> Child:
+def _spawn(name: str, argv: list[str], log_path: Path, env: dict[str, str] | None,
+           program: str = "mlxnet.cli") -> Child:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mlxnet.cli", *argv], stdout=subprocess.PIPE,
+            [sys.executable, "-m", program, *argv], stdout=subprocess.PIPE,
             stderr=log_file, stdin=subprocess.DEVNULL, text=True, bufsize=1,
             env={**os.environ, **(env or {})})
     return Child(name, process, log_path)
@@ -182,10 +183,12 @@ def operator_key(coordinator: str, operator: str) -> str | None:
 def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *,
                profile: str | None = None, operator: str | None = None,
                env: dict[str, str] | None = None, max_concurrent_jobs: int = 1,
-               trust: CoordinatorTrust | None = None, extra_args: tuple[str, ...] = ()) -> Child:
+               trust: CoordinatorTrust | None = None, extra_args: tuple[str, ...] = (),
+               program: str = "mlxnet.cli") -> Child:
     """Start a node agent without waiting; pass it to wait_until_registered.
 
     trust: the coordinator's pinned fingerprint, or plaintext; None trusts it on first use.
+    program: the module run with `python -m` (tests run altered agents this way).
     """
     argv = ["node", "--coordinator", coordinator, "--data-dir", str(work_dir / "nodes" / name),
             "--name", name, "--max-concurrent-jobs", str(max_concurrent_jobs), *extra_args]
@@ -202,7 +205,7 @@ def spawn_node(work_dir: Path, name: str, coordinator: str, models: list[str], *
         key = operator_key(coordinator, operator)
         if key is not None and OPERATOR_KEY_ENV not in (env or {}):
             env = {**(env or {}), OPERATOR_KEY_ENV: key}  # not in argv, where ps shows it
-    return _spawn(name, argv, work_dir / "logs" / f"{name}.log", env)
+    return _spawn(name, argv, work_dir / "logs" / f"{name}.log", env, program)
 
 
 def wait_until_registered(child: Child) -> Child:

@@ -296,6 +296,10 @@ class NodeAgent:
             except ValueError as error:  # refused input or an unsupported model: another peer is asked
                 self._client.report_check(check.check_id, failure_reason=f"replay failed: {error}"[:1000])
                 return
+            except Exception as error:  # noqa: BLE001 (an MLX fault in one replay must not end this thread)
+                log.exception("check %s crashed its replay", check.check_id)
+                self._client.report_check(check.check_id, failure_reason=f"replay crashed: {error}"[:1000])
+                return
             timeline.mark("checked")
             self._client.report_check(check.check_id, body, signature)
         except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
 SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"  # "<ms>.<base64url Ed25519 signature>"
 RPC_DEADLINE_S = 15.0
+RETIRED_CHANNELS_MAX = 8  # channels of coordinators failed over from, closed once older
 ATTEMPTS_KEPT_MAX = 4_096  # jobs whose attempt the client remembers, oldest forgotten first
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
               grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
@@ -243,6 +244,7 @@ class CoordinatorClient:
         self._trusts = {a: (trust_by_address or {}).get(a, trust) for a in self._rotation.addresses}
         self._on_first_use = on_first_use
         self._draws = random.Random()
+        self._retired: list[grpc.Channel] = []  # channels left behind by fail_over()
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._stub_value: node_pb2_grpc.NodeServiceStub | None = None
@@ -281,7 +283,9 @@ class CoordinatorClient:
         with self._lock:
             self._rotation, wait_s = after_failure(self._rotation, self._draws.random())
             if len(self._rotation.addresses) > 1 and self._channel is not None:
-                self._channel.close()
+                # Not closed now: another thread may be starting a call on it (a closed
+                # channel raises ValueError, not a gRPC error); its calls fail as UNAVAILABLE.
+                self._retired = [*self._retired[-(RETIRED_CHANNELS_MAX - 1):], self._channel]
                 self._channel, self._stub_value = None, None
             return wait_s
 
@@ -341,8 +345,8 @@ class CoordinatorClient:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self._channel is not None:
-                self._channel.close()
+            for channel in [*self._retired, *([self._channel] if self._channel else [])]:
+                channel.close()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         """The session token, and a fresh proof that this node's key holds it."""

@@ -124,8 +124,9 @@ async def _admitted(bridge: Bridge, request: Request, caller: Caller, view: JobV
     if view.job.status is JobStatus.QUEUED:
         await bridge.call(bridge.cancel, view.job.job_id, caller, ERROR_NO_CAPACITY)
         raise JobError(NoCapacityNow(
-            f"no Mac could take this job within {config.admission_wait_s:g} s; retry after the "
-            "Retry-After seconds", retry_after_s=config.busy_retry_after_s), view.job.job_id)
+            f"no Mac could take this job within {config.admission_wait_s:g} s (it was number "
+            f"{view.queue_position} in the queue); retry after the Retry-After seconds",
+            retry_after_s=config.busy_retry_after_s), view.job.job_id)
     return view
 
 

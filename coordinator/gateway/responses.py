@@ -19,7 +19,8 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import Response
 
 from contracts.chat import (
-    NO_OPTIONS, ChatFormatError, ChatMessage, ChatOptions, ChatTools, ToolCall, decode_chat,
+    NO_OPTIONS, ChatFormatError, ChatMessage, ChatOptions, ChatTools, ToolCall, canonical_json,
+    decode_chat,
 )
 from contracts.reasoning import split_reasoning
 from contracts.tool_calls import CallReader, ParsedCall, parse_tool_calls
@@ -115,7 +116,10 @@ def _tools(body: ResponsesRequest) -> ChatTools:
 
 
 def _options(body: ResponsesRequest) -> ChatOptions:
-    """text.format as chat's response_format: the same grammar on the node."""
+    """text.format as chat's response_format (the same grammar on the node), and reasoning.effort
+    as chat's reasoning_effort."""
+    effort = body.reasoning.effort if body.reasoning else None
+    kwargs = canonical_json({"reasoning_effort": effort}) if effort else ""
     text_format = body.text.format if body.text else None
     if isinstance(text_format, JsonObjectFormat):
         as_chat = ResponseFormatJsonObject(type="json_object")
@@ -123,8 +127,8 @@ def _options(body: ResponsesRequest) -> ChatOptions:
         as_chat = ResponseFormatJsonSchema(type="json_schema", json_schema=JsonSchemaFormat(
             name=text_format.name, schema=text_format.schema_))
     else:
-        return NO_OPTIONS
-    return ChatOptions(response_format_json(as_chat, "text.format.schema"))
+        return ChatOptions("", kwargs) if kwargs else NO_OPTIONS
+    return ChatOptions(response_format_json(as_chat, "text.format.schema"), kwargs)
 
 
 def responses_submission(service: CoordinatorService, body: ResponsesRequest, caller: Caller,
@@ -142,7 +146,8 @@ def responses_submission(service: CoordinatorService, body: ResponsesRequest, ca
         temperature=TEMPERATURE_DEFAULT if body.temperature is None else body.temperature,
         top_p=body.top_p or 1.0, seed=seed_for(None), request_id=request_id,
         min_decode_tokens_per_s=0.0, messages=tuple(messages),
-        api_key_id=caller.key.key_id if caller.key else None, tools=tools, options=_options(body))
+        api_key_id=caller.key.key_id if caller.key else None, tools=tools, options=_options(body),
+        option_fields=(("reasoning_effort", "reasoning.effort"),))
     plan = ResponsePlan("chat", body.model, bool(body.stream), True, False, 0, (),
                         chat_tools.reads_calls(tools))
     return submission, plan

@@ -1,8 +1,9 @@
 """OpenAI's Responses API request body (POST /v1/responses): the subset agents use.
 
 Input items: messages (text content), function_call and function_call_output items.
-Undeclared fields are refused with a 400 naming them (built-in tools, reasoning,
-include, background, truncation, conversation, prompt templates...); user, metadata,
+`reasoning.effort` goes to the model's chat template (a 400 naming it when the template
+does not read it). Undeclared fields are refused with a 400 naming them (built-in tools,
+reasoning summaries, include, background, truncation, conversation, prompt templates...); user, metadata,
 store, safety_identifier and prompt_cache_key are hints.
 """
 
@@ -13,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from contracts.chat import MESSAGES_MAX, TOOLS_MAX
+from contracts.reasoning import REASONING_EFFORTS
 from coordinator.gateway.fields import HINT_DESCRIPTION
 from coordinator.gateway.schemas import (
     HINT_CHARS_MAX,
@@ -97,6 +99,13 @@ class JsonSchemaTextFormat(_Request):
     strict: bool | None = None
 
 
+class ReasoningOptions(_Request):
+    effort: Literal[REASONING_EFFORTS] | None = Field(  # type: ignore[valid-type]
+        default=None, description="passed to the model's chat template as reasoning_effort")
+    summary: None = Field(default=None, description="reasoning summaries are not offered: the "
+                          "reasoning item carries the reasoning itself")
+
+
 class TextOptions(_Request):
     format: Annotated[Annotated[TextFormat, Tag("type=text")]
                       | Annotated[JsonObjectFormat, Tag("type=json_object")]
@@ -120,6 +129,7 @@ class ResponsesRequest(_Request):
                                              pattern="^resp_",
                                              description="one of your own earlier responses")
     text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
     user: Hint = None
     metadata: Metadata = None
     store: bool | None = Field(default=None, description=HINT_DESCRIPTION + " (responses are "

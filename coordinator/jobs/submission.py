@@ -67,6 +67,9 @@ class Submission:
     # well (then a failed job delivered nothing, and costs nothing; coordinator.jobs.ending).
     delivery: str = DELIVERY_STREAM
     options: ChatOptions = NO_OPTIONS  # a chat's response format and template options
+    # The request field that set a template option, where the route names it otherwise
+    # (the Responses API's reasoning.effort): (option, field) pairs, for refusals.
+    option_fields: tuple[tuple[str, str], ...] = ()
 
     @property
     def prompt_text(self) -> str:
@@ -82,9 +85,10 @@ _TEMPLATE_OPTIONS = {"enable_thinking": (CHAT_FEATURE_ENABLE_THINKING, "chat_tem
 def _check_options(sub: Submission, spec: ModelSpec) -> None:
     """Template options go only to a template that reads them; a JSON answer cannot follow a
     reasoning block the prompt opened (the grammar would bind the reasoning)."""
-    kwargs = sub.options.kwargs()
+    kwargs, fields = sub.options.kwargs(), dict(sub.option_fields)
     for name in kwargs:
         feature, param = _TEMPLATE_OPTIONS.get(name, ("", f"chat_template_kwargs.{name}"))
+        param = fields.get(name, param)
         if feature not in spec.chat_features:
             raise InvalidRequest(f"model {spec.model_id!r} cannot take {param}: its chat "
                                  f"template does not read {name}", param=param)

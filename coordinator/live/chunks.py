@@ -9,8 +9,11 @@ database as before, so nothing is lost or doubled.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import collections
 import contextlib
+import json
 import threading
 
 from coordinator.live.subscribers import Subscribers
@@ -56,3 +59,32 @@ class LiveChunks:
         """Chunks of job_id whose transaction committed, in index order."""
         for reader in self._readers.of((job_id,)):
             reader.put(chunks)
+
+
+# A chunk rides to other coordinators on the relay as a topic (live.pg_relay), so their
+# readers need not read it back from the database; bigger ones, and those with logprobs,
+# go as a plain wake-up and are read there.
+CHUNK_TOPIC_PREFIX = "chunk:"
+CHUNK_TOPIC_CHARS_MAX = 6_000  # under a NOTIFY payload's limit with room for the origin
+
+
+def chunk_topic(job_id: str, chunk: TokenChunk) -> str | None:
+    """The committed chunk as a relay topic, or None when it does not travel that way."""
+    if chunk.logprobs:
+        return None
+    body = json.dumps({"j": job_id, "i": chunk.first_index, "t": chunk.token_ids,
+                       "x": chunk.text}, separators=(",", ":")).encode()
+    topic = CHUNK_TOPIC_PREFIX + base64.urlsafe_b64encode(body).decode()
+    return topic if len(topic) <= CHUNK_TOPIC_CHARS_MAX else None
+
+
+def chunk_of_topic(topic: str) -> tuple[str, TokenChunk] | None:
+    """(job id, chunk) of a chunk topic; None for any other topic or a malformed one."""
+    if not topic.startswith(CHUNK_TOPIC_PREFIX):
+        return None
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(topic[len(CHUNK_TOPIC_PREFIX):]))
+        chunk = TokenChunk(int(fields["i"]), tuple(int(t) for t in fields["t"]), str(fields["x"]))
+        return str(fields["j"]), chunk
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        return None  # from a coordinator of another version: its readers go to the database

@@ -26,7 +26,7 @@ class Wait:
 
     topic: str
     seen_version: int
-    timeout_s: float
+    timeout_s: float | None  # None: until news (a process-wide sweep is then the safety net)
 
 
 T = TypeVar("T")
@@ -74,6 +74,11 @@ class Notifier:
         other coordinators' writes, then relayed_s (a safety net)."""
         return relayed_s if self._relayed.is_set() else polling_s
 
+    @property
+    def relayed(self) -> bool:
+        """Whether other coordinators' news arrives now (and ours reaches them)."""
+        return self._relayed.is_set()
+
     def wait_relayed(self, timeout_s: float) -> bool:
         """Block until the relay works (for tests and start-up checks); False on the timeout."""
         return self._relayed.wait(timeout_s)
@@ -82,11 +87,12 @@ class Notifier:
         with self._lock:
             return self._versions.get(topic, 0)
 
-    def notify(self, *topics: str) -> None:
-        """Wake this process's waiters of these topics, and relay them to other coordinators."""
+    def notify(self, *topics: str, carrying: tuple[str, ...] = ()) -> None:
+        """Wake this process's waiters of these topics, and relay them to other coordinators,
+        after `carrying` (topics that only travel, such as a chunk: nobody here waits on them)."""
         self.notify_local(*topics)
-        if self._relay is not None and topics:
-            self._relay(topics)
+        if self._relay is not None and (topics or carrying):
+            self._relay((*carrying, *topics))
 
     def notify_local(self, *topics: str) -> None:
         with self._lock:
@@ -96,7 +102,7 @@ class Notifier:
         for wake in woken:
             wake()
 
-    def wait(self, topic: str, seen_version: int, timeout_s: float) -> int:
+    def wait(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """Block until `topic` moves past `seen_version` or the timeout; return its version."""
         event = threading.Event()
         wake = event.set
@@ -105,7 +111,7 @@ class Notifier:
         event.wait(timeout_s)
         return self._leave(topic, wake)
 
-    async def wait_async(self, topic: str, seen_version: int, timeout_s: float) -> int:
+    async def wait_async(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """As wait, on an event loop: the waiting holds no thread."""
         loop = asyncio.get_running_loop()
         woken = loop.create_future()

@@ -4,8 +4,10 @@ Each coordinator relays its notifier's topics to the others: after a commit, `jo
 (tokens stored, a job ended) or `node:ID` (a job assigned) goes out as a NOTIFY, and every
 other coordinator wakes its own waiters on it, so a consumer on coordinator A gets the
 tokens a node streams to coordinator B at once, and a job A assigns reaches the node's
-stream on B at once. A notification still only says "look again": the database stays the
-source of truth, so a lost one costs a delay, never a token or a credit.
+stream on B at once. A committed token chunk rides along as a topic of its own
+(live.chunks.chunk_topic), so A's reader need not read it back from the database. A
+notification still only says "look again" (or "here is what was committed"): the database
+stays the source of truth, so a lost one costs a delay, never a token or a credit.
 
 While the relay is down (PostgreSQL restarting, the connection cut) streams fall back to
 polling the database every `stream_poll_interval_s`; while it is up they wait for news,
@@ -131,13 +133,13 @@ class PostgresRelay:
                     published_us, first = self._outbox.get(timeout=LISTEN_TICK_S)
                 except queue.Empty:
                     continue
-                topics = set(first)
+                topics = dict.fromkeys(first)  # in order: a chunk goes before its wake-up
                 while len(topics) < 512:  # what queued meanwhile goes in the same NOTIFY
                     try:
-                        topics.update(self._outbox.get_nowait()[1])
+                        topics.update(dict.fromkeys(self._outbox.get_nowait()[1]))
                     except queue.Empty:
                         break
-                for payload in payloads(f"{self._origin}@{published_us}", sorted(topics)):
+                for payload in payloads(f"{self._origin}@{published_us}", list(topics)):
                     connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
 
 

@@ -234,9 +234,8 @@ class EpochCloser:
                 # the coordinator unhealthy, or a balancer would stop sending it jobs.
                 log.warning("anchoring delayed, retrying next pass: %s", error)
                 return
-            except ChainSettingsError as error:  # the RPC now serves another chain: loud, but jobs go on
+            except ChainSettingsError as error:  # first reached now, the RPC serves another chain: loud, jobs go on
                 log.error("anchoring stopped until the payout chain is fixed: %s", error)
-                self._chain = None
                 return
             self._anchoring_due = bool(waiting)  # roots short of their confirmations: look again
 

@@ -101,24 +101,33 @@ class LivenessBook:
         with self._lock:
             return node_id in self._nodes
 
+    def peek(self, beat: Beat) -> BeatOutcome:
+        """What beat() would say of this heartbeat, changing nothing."""
+        with self._lock:
+            node = self._nodes[beat.node_id]
+            return self._outcome(node, beat)
+
+    def _outcome(self, node: _Node, beat: Beat) -> BeatOutcome:
+        came_online = beat.at_ms - node.stored_ms > self.offline_after_ms
+        terms_changed = beat.lending is not None and (beat.lending != node.lending or
+                                                      frozenset(beat.warm_models) != node.warm_models)
+        return BeatOutcome(came_online, terms_changed)
+
     def beat(self, beat: Beat) -> BeatOutcome:
         """Note a heartbeat of a node already adopted; says whether placement must hear of it."""
         with self._lock:
             node = self._nodes[beat.node_id]
-            came_online = beat.at_ms - node.stored_ms > self.offline_after_ms
-            warm = frozenset(beat.warm_models)
-            terms_changed = beat.lending is not None and (beat.lending != node.lending
-                                                          or warm != node.warm_models)
+            outcome = self._outcome(node, beat)
             if beat.at_ms > node.heard_ms:
                 node.heard_ms = beat.at_ms
                 heapq.heappush(self._offline_due, (beat.at_ms + self.offline_after_ms + 1, beat.node_id))
                 self._queue_refresh(beat.node_id, node)
             if beat.lending is not None:
-                node.lending, node.warm_models = beat.lending, warm
+                node.lending, node.warm_models = beat.lending, frozenset(beat.warm_models)
             node.running_jobs = beat.running_jobs
             if node.running_jobs != node.stored_running_jobs:
                 self._dirty.add(beat.node_id)
-            return BeatOutcome(came_online, terms_changed)
+            return outcome
 
     def stored(self, writes: list[LeaseWrite]) -> None:
         """These rows are now written (by a batch, or at once by the caller)."""

@@ -29,7 +29,7 @@ class CandidateScore:
     strategy: Strategy
     total: float  # weighted combination, 0..1
     scores: tuple[tuple[ScoreName, float], ...]  # each named score before weighting, 0..1
-    free_memory_bytes: int
+    free_memory_bytes: int  # a Mac: free for this model (what its running jobs of the model hold counts)
     predicted_decode_tokens_per_s: float
     slots_in_use: int = 0  # jobs running there now (a pod: its busiest member's)
     slots: int = 0  # jobs it runs at once, in one batch (a pod: its least member's)

@@ -15,12 +15,12 @@ from sqlalchemy.orm import Session
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.live.assignments import LiveAssignments
-from coordinator.live.chunks import LiveChunks
+from coordinator.live.chunks import CHUNK_TOPIC_PREFIX, LiveChunks, chunk_of_topic, chunk_topic
 from coordinator.live.health import HealthBoard
 from coordinator.live.notifier import Notifier, fleet_changes, job_topic, node_topic
 from coordinator.metrics import readings, timing
 from coordinator.metrics.recorder import CoordinatorMetrics
-from coordinator.model import TERMINAL_STATUSES, JobStatus
+from coordinator.model import TERMINAL_STATUSES, JobStatus, TokenChunk
 from coordinator.nodes.catalog import PeerCheckablePairs
 from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
@@ -89,7 +89,27 @@ class ServiceCore:
         changed = fleet_changes(topics)
         if changed:
             self.fleet.note_changed(changed, pods=True)
-        self.notifier.notify_local(*topics)
+        wake = []
+        for topic in topics:  # the chunks first, so the readers the wake-ups wake find them
+            carried = chunk_of_topic(topic)
+            if carried is not None:
+                job_id, chunk = carried
+                self.live_chunks.publish(job_id, [chunk])
+            elif not topic.startswith(CHUNK_TOPIC_PREFIX):
+                wake.append(topic)
+        self.notifier.notify_local(*wake)
+
+    def chunk_stored(self, job_id: str, chunk: TokenChunk | None) -> None:
+        """After the commit that stored chunk (None: nothing new was stored): this process's
+        readers take it from the live hand-off, and other coordinators' readers with the
+        wake-up that carries it."""
+        carried: tuple[str, ...] = ()
+        if chunk is not None:
+            self.live_chunks.publish(job_id, [chunk])
+            # Only while the relay works: a stalled one would queue chunks, not just wake-ups.
+            topic = chunk_topic(job_id, chunk) if self.notifier.relayed else None
+            carried = () if topic is None else (topic,)
+        self.notifier.notify(job_topic(job_id), carrying=carried)
 
     def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
         """After commit: readers of these jobs, and streams of these nodes, look again."""

@@ -34,10 +34,12 @@ from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.storage import challenge_rows, job_rows, liveness_rows, node_rows
-from coordinator.verification import peer_checks
+from coordinator.verification import peer_checks, peer_store
+from coordinator.verification.peer_store import PeerCheckStatus
 
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
+STREAM_SWEEP_NODES_MAX = 10_000  # nodes woken by one safety-net sweep
 
 class NodeSessions:
     """What node agents tell the network, behind the gRPC edge."""
@@ -118,12 +120,27 @@ class NodeSessions:
         registry.check_proof(node, token or "", proof, now)
         return node
 
+    def heartbeat_in_memory(self, token: str | None, report: reports.HeartbeatReport) -> int | None:
+        """The heartbeat, when it needs no database at all (the usual case): its time, so the
+        gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a node
+        this process has not heard, a change placement must hear of, a benchmark)."""
+        now = self._core.clock.now_ms()
+        node = self.sessions.get(registry.token_sha256(token), now) if token else None
+        if node is None or report.benchmark is not None or not self.liveness.knows(node.node_id):
+            return None
+        if report.signature and not self.uptime.knows(node.node_id):
+            return None
+        beat = Beat(node.node_id, now, report.running_jobs, report.lending, report.warm_models)
+        if self.liveness.peek(beat).schedulable:
+            return None
+        return self.heartbeat(node, report.running_jobs, report, now)
+
     def heartbeat(self, node: NodeRecord, running_jobs: int,
-                  report: reports.HeartbeatReport | None = None) -> int:
+                  report: reports.HeartbeatReport | None = None, now: int | None = None) -> int:
         """Note the heartbeat in memory. The database hears of it now only when placement must
         (the node came back, or its terms changed), then with one scheduling pass; otherwise the
         next liveness batch writes what changed, and nothing else runs."""
-        now = self._core.clock.now_ms()
+        now = self._core.clock.now_ms() if now is None else now
         report = report or reports.HeartbeatReport(running_jobs)
         reports.check_report(node, report)
         if report.signature:
@@ -158,6 +175,20 @@ class NodeSessions:
                                   now_ms, report.signature):
             log.warning("node %s re-sent a heartbeat from %d; not counted", node.node_id,
                         heartbeat.sent_at_ms)
+
+    def sweep_streams(self) -> int:
+        """The assignment streams' safety net while the relay works: wake the streams of nodes
+        that hold unstarted jobs or unanswered checks, in case a relayed wake-up was lost.
+        One read for the process, not one per stream; nodes without a stream here ignore it."""
+        if not self._core.notifier.relayed:
+            return 0  # no relay: every stream polls on its own
+        with self._core.db.read_transaction() as session:
+            node_ids = set(liveness_rows.nodes_with_unstarted_jobs(session, STREAM_SWEEP_NODES_MAX))
+            node_ids.update(check.checker_node_id for check in peer_store.with_status(
+                session, PeerCheckStatus.ASSIGNED, STREAM_SWEEP_NODES_MAX) if check.checker_node_id)
+        if node_ids:
+            self._core.notifier.notify_local(*(node_topic(n) for n in sorted(node_ids)))
+        return len(node_ids)
 
     def flush_liveness(self, everything: bool = False) -> int:
         """Write what changed since the last batch, in one transaction; rows written (none: no
@@ -240,7 +271,10 @@ class NodeSessions:
                         taken = challenge_rows.mark_sent(session, challenge.challenge_id, self._core.clock.now_ms())
                     if taken:
                         yield challenge
-                yield Wait(topic, seen, self._core.poll_interval_s())
+                # With a working relay a stream waits for news alone (sweep_streams is the
+                # safety net, one read a process); without one it polls.
+                yield Wait(topic, seen, None if self._core.notifier.relayed
+                           else self._core.config.stream_poll_interval_s)
 
     @staticmethod
     def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:
@@ -259,12 +293,10 @@ class NodeSessions:
         with self._core.db.transaction(durable=False) as session:
             stored = results.accept_tokens(session, node, job_id, chunk, self._core.clock.now_ms(),
                                            prompt_tokens, partial, attempt)
-        if stored:  # committed: the job's live readers may have it now
-            if chunk.first_index == 0:
-                hop_trace.job_hop(job_id, "first chunk stored")
-                log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
-            self._core.live_chunks.publish(job_id, [chunk])
-        self._core.notifier.notify(job_topic(job_id))
+        if stored and chunk.first_index == 0:
+            hop_trace.job_hop(job_id, "first chunk stored")
+            log.debug("job %s first chunk stored at %d", job_id, time.time_ns() // 10**6)
+        self._core.chunk_stored(job_id, chunk if stored else None)  # committed: readers may have it
         return stored
 
     def note_cached_prompt(self, node: NodeRecord, job_id: str, cached_prompt_tokens: int, attempt: int = 0) -> None:

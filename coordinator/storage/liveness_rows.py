@@ -11,8 +11,8 @@ from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from contracts.lending import LendingMode
-from coordinator.model import LeaseWrite, UptimeSpan
-from coordinator.storage.tables import job_assignments, node_heartbeats, node_uptime_spans, nodes
+from coordinator.model import JobStatus, LeaseWrite, UptimeSpan
+from coordinator.storage.tables import job_assignments, jobs, node_heartbeats, node_uptime_spans, nodes
 
 # A lease only moves forward: another coordinator may have written a newer one.
 _WRITE_LEASE = (update(nodes).where(nodes.c.node_id == bindparam("b_node_id"),
@@ -130,3 +130,15 @@ def stale_holding_jobs_among(session: Session, node_ids: Sequence[str], before_m
         found += session.execute(_STALE_HOLDING_JOBS_AMONG, {
             "node_ids": list(node_ids[start:start + 500]), "before_ms": before_ms}).scalars()
     return found
+
+
+_NODES_WITH_UNSENT_JOBS = (
+    select(job_assignments.c.node_id).distinct()
+    .join(jobs, jobs.c.job_id == job_assignments.c.job_id)
+    .where(job_assignments.c.active.is_(True), jobs.c.status == JobStatus.ASSIGNED.value)
+    .order_by(job_assignments.c.node_id).limit(bindparam("limit")))
+
+
+def nodes_with_unstarted_jobs(session: Session, limit: int) -> list[str]:
+    """Nodes holding jobs assigned and not yet started: the streams' safety net (one read)."""
+    return list(session.execute(_NODES_WITH_UNSENT_JOBS, {"limit": limit}).scalars())

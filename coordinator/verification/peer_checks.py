@@ -42,7 +42,7 @@ from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus
 from coordinator.verification.policy import TrustPolicy, is_quarantined
 from coordinator.verification.store import CheckStatus, NodeTrust
 from coordinator.verification.tolerances import Tolerances
-from ledger.api import JobStep, TransferState, get_transfer, job_transfer_id, pay_check_fee
+from ledger.api import JobStep, ResultCode, TransferState, get_transfer, job_transfer_id, pay_check_fee
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
     for row in waiting:
         receipt = _receipt(session, row.job_id)
         found = choose_checker(_request(session, row, receipt), candidates, pairings, context.policy,
-                               context.draws)
+                               context.draws, now_ms)
         if isinstance(found, Chosen):
             if peer_store.update_peer_check(session, row.check_id, _WAITING, status=PeerCheckStatus.ASSIGNED,
                                             checker_node_id=found.node_id, checker_operator_id=found.operator_id,
@@ -314,6 +314,10 @@ def _pay_fees(session: Session, rows: list[PeerCheckRecord], decided: Ruling, jo
             continue
         result = pay_check_fee(session, row.check_id, check.job_id, row.checker_operator_id, amount,
                                from_fees=fee_kept, now_us=now_ms * 1000)
+        if result is not None and fee_kept and result.code is ResultCode.EXCEEDS_CREDITS:
+            # The treasury is short (fees refunded meanwhile): the network pays, as for anonymous jobs.
+            result = pay_check_fee(session, row.check_id, check.job_id, row.checker_operator_id, amount,
+                                   from_fees=False, now_us=now_ms * 1000)
         if result is None:
             continue
         assert result.ok, f"ledger refused the fee of check {row.check_id}: {result.code}"

@@ -9,8 +9,10 @@ operator can read why a node was or was not asked:
     other weights          the checker must hold the very weights the job names
     quarantined, offline   only nodes in good standing that are online now
     recently paired        the pair took part in one of either node's last
-                           `pair_memory_checks` peer checks: a repeated pairing is how two
-                           operators would collude, so the pairs rotate
+                           `pair_memory_checks` peer checks, within `pair_cooldown_ms`: a
+                           repeated pairing is how two operators would collude, so the pairs
+                           rotate; where no other partner exists, the check waits out the
+                           cooldown (its credit held) rather than repeat a pair at once
     already asked          a checker that let its check lapse, or a party to a dispute
 
 A dispute (the checker's replay does not match the checked node's proof) goes to a referee
@@ -35,7 +37,8 @@ BASIS_POINTS = 10_000
 class PeerCheckPolicy:
     # Off: a sampled job no coordinator verifier holds is left unchecked, as before peer checks.
     enabled: bool = True
-    pair_memory_checks: int = 1  # a node's last peer checks whose partners are not paired again
+    pair_memory_checks: int = 1  # a node's last peer checks whose partners are not paired again ...
+    pair_cooldown_ms: int = 600_000  # ... within this long
     deadline_ms: int = 120_000  # a check job not answered by then goes to another checker
     attempts_max: int = 4  # checkers asked per role before the check is left held, with the reason
     # The checker's fee: this share of the checked job's operator credit, from the job's network
@@ -43,7 +46,8 @@ class PeerCheckPolicy:
     fee_bps: int = 1_000
 
     def __post_init__(self) -> None:
-        assert self.pair_memory_checks >= 0 and self.deadline_ms > 0 and self.attempts_max >= 1
+        assert self.pair_memory_checks >= 0 and self.pair_cooldown_ms >= 0
+        assert self.deadline_ms > 0 and self.attempts_max >= 1
         assert 0 <= self.fee_bps <= BASIS_POINTS
 
 
@@ -144,9 +148,9 @@ def rejection(candidate: Candidate, request: CheckRequest, paired: frozenset[str
 
 
 def choose_checker(request: CheckRequest, candidates: Sequence[Candidate], pairings: Iterable[Pairing],
-                   policy: PeerCheckPolicy, draws: random.Random) -> Chosen | NoChecker:
+                   policy: PeerCheckPolicy, draws: random.Random, now_ms: int) -> Chosen | NoChecker:
     """A checker drawn at random among the eligible nodes (draws: the coordinator's own randomness)."""
-    pairings = tuple(pairings)
+    pairings = tuple(p for p in pairings if p.at_ms > now_ms - policy.pair_cooldown_ms)
     checked_id = request.checked.node_id
     memory = policy.pair_memory_checks
     # A checked node's recent partners, and any candidate whose own recent partners include it.

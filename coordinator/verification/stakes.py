@@ -2,7 +2,8 @@
 
 - stake_share of the node's other held credits is voided (whole credits, newest first), the
   consumers refunded as for a failed job; those checks become `forfeited`, nothing left to
-  decide, except sampled ones still waiting: their check still runs, for trust and re-runs;
+  decide, except sampled ones still being checked (here or by a peer): their check still runs,
+  for trust and re-runs;
 - clawback_share of what was posted to the node for jobs within the claw-back horizon is taken
   back from its operator's balance, the rest left as a debt its next credits repay.
 """
@@ -21,8 +22,9 @@ from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 
 log = logging.getLogger(__name__)
 
-_FORFEITABLE = frozenset({CheckStatus.UNCHECKED, CheckStatus.WAITING, CheckStatus.QUARANTINED,
-                          CheckStatus.AWAITING_CHECKER})
+_FORFEITABLE = frozenset({CheckStatus.UNCHECKED, CheckStatus.WAITING, CheckStatus.PEER,
+                          CheckStatus.QUARANTINED, CheckStatus.AWAITING_CHECKER})
+_STILL_CHECKED = frozenset({CheckStatus.WAITING, CheckStatus.PEER})  # their verdict still moves trust
 
 
 FORFEITED = "forfeited as stake:"
@@ -47,7 +49,7 @@ def take_stake(session: Session, failed: CheckRecord, policy: StakePolicy, now_m
         payment = job_money.reject_credit(session, job_id)
         assert payment.ok, f"ledger refused to void the held credit of {job_id}: {payment.failure}"
         # A waiting check still runs (its verdict moves trust and re-runs the job); the rest end here.
-        status = CheckStatus.WAITING if check.status is CheckStatus.WAITING else CheckStatus.FORFEITED
+        status = check.status if check.status in _STILL_CHECKED else CheckStatus.FORFEITED
         moved = store.update_check(
             session, job_id, frozenset({check.status}), status=status,
             credit_state=CreditState.VOIDED, credit_resolved_at_ms=now_ms,

@@ -356,8 +356,12 @@ class ModelBatch:
     """The running jobs of one model: a continuous batch, stepped by the one MLX thread."""
 
     def __init__(self, model: Any, tokenizer: Any, end_token_ids: frozenset[int],  # type: ignore[misc]
-                 slots: int, memory_budget_bytes: int | None = None) -> None:
+                 slots: int, memory_budget_bytes: int | None = None,
+                 elsewhere: Callable[[], int] = lambda: 0, evict_elsewhere: Callable[[], bool] = lambda: False) -> None:
+        """elsewhere: memory the node's other models hold now (their batches share the budget);
+        evict_elsewhere: drop one of their prompt cache entries, False when they have none."""
         assert slots >= 1
+        self._elsewhere, self._evict_elsewhere = elsewhere, evict_elsewhere
         self.model, self.tokenizer, self.end_token_ids = model, tokenizer, end_token_ids
         self.slots = slots
         self.weights_bytes = weights_bytes(model)
@@ -392,8 +396,8 @@ class ModelBatch:
         """Whether these jobs fit together; the prompt cache gives way first, oldest entry first."""
         if self.memory_budget_bytes is None:
             return True
-        while self.memory_with(jobs) > self.memory_budget_bytes:
-            if not self.prompt_cache.evict_oldest():
+        while self.memory_with(jobs) + self._elsewhere() > self.memory_budget_bytes:
+            if not (self.prompt_cache.evict_oldest() or self._evict_elsewhere()):
                 return False
         return True
 
@@ -563,8 +567,17 @@ class Batches:
         if batch is None:
             model, tokenizer = self._engine.model(model_path)
             batch = self._batches[model_path] = ModelBatch(
-                model, tokenizer, self._engine.end_token_ids(model_path), self.slots, self.memory_budget_bytes)
+                model, tokenizer, self._engine.end_token_ids(model_path), self.slots, self.memory_budget_bytes,
+                lambda: self._held_elsewhere(model_path), lambda: self._evict_elsewhere(model_path))
         return batch
+
+    def _held_elsewhere(self, model_path: str) -> int:
+        """What the node's other models hold: their weights, prompt caches and running jobs' KV caches."""
+        return sum(batch.memory_with([*batch.joining, *batch.running])
+                   for path, batch in self._batches.items() if path != model_path)
+
+    def _evict_elsewhere(self, model_path: str) -> bool:
+        return any(batch.prompt_cache.evict_oldest() for path, batch in self._batches.items() if path != model_path)
 
     def add(self, request: GenerationRequest, max_context_tokens: int, sink: JobSink,
             commit: bool = True) -> BatchJob:

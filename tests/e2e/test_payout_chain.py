@@ -85,6 +85,10 @@ def _anvil_processes(coordinator_pid: int) -> list[int]:
     return found
 
 
+def _program(pid: int) -> str:
+    return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()).name
+
+
 def _wait_exit(pid: int, timeout_s: float) -> bool:
     try:
         descriptor = os.pidfd_open(pid)
@@ -129,6 +133,7 @@ def test_a_sigkilled_coordinator_takes_its_anvil_and_a_restart_finds_every_root(
         before = _anchors(database_url)
         anvil = _anvil_processes(coordinator.process.pid)
         assert len(anvil) == 2, "the coordinator runs anvil under its watchdog"
+        assert _program(anvil[1]) == "anvil"  # the binary itself, not a wrapper that could outlive it
     finally:
         coordinator.kill()  # SIGKILL: the coordinator cleans nothing up
     assert all(_wait_exit(pid, 60) for pid in anvil), "anvil outlived the coordinator"

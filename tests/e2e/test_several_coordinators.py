@@ -94,7 +94,7 @@ def cluster(tmp_path: Path, model_dir: Path, coordinators: int, nodes: int) -> I
             for index in range(coordinators):  # one after another: the first one migrates
                 net.coordinators.append(start_coordinator(
                     tmp_path / f"coordinator-{index}", database_url=database_url,
-                    heartbeat_interval_ms=500, allow_anonymous=True))
+                    heartbeat_interval_ms=1000, allow_anonymous=True))  # offline after 5 s
             for index in range(nodes):
                 net.start_node(f"node-{index}", index % coordinators, model_dir)
             yield net
@@ -183,9 +183,13 @@ def assert_ledger_clean(database_url: str, job_ids: list[str]) -> None:
         assert active == [], f"jobs never ended: {active}"
         with db.read_transaction() as session:
             for job_id in job_ids:
-                kinds = [t.kind for t in transfers_for_job(session, job_id)]
-                assert kinds.count(TransferKind.JOB_CHARGE) <= 1, (job_id, kinds)
-                assert kinds.count(TransferKind.JOB_OPERATOR_CREDIT) <= 1, (job_id, kinds)
+                transfers = transfers_for_job(session, job_id)
+                for kind in (TransferKind.JOB_CHARGE, TransferKind.JOB_OPERATOR_CREDIT):
+                    # One transfer of each at most; a held credit's post (or void) names it.
+                    made = [t for t in transfers if t.kind is kind and t.pending_id is None]
+                    resolved = [t.pending_id for t in transfers if t.kind is kind and t.pending_id]
+                    assert len(made) <= 1, (job_id, transfers)
+                    assert len(resolved) <= len(made), (job_id, transfers)
             report = audit(session, expected_credits=list(expected_credits(session)))
         assert report.differences == []
     finally:
@@ -247,7 +251,6 @@ def test_three_coordinators_ride_out_the_notification_channel_cut(
         first_wave = [r for home in (0, 1, 2) for r in stream_jobs(net, home, 2, SHORT_TOKENS)]
         wait_for_streams(first_wave)
         assert_each_ended_once(first_wave)
-        assert ran_across(net, first_wave) >= 1
         heard_before = [_lag_count(net.metrics(i)) for i in range(3)]
         assert all(count >= 1 for count in heard_before)  # each heard the others' news
 

@@ -299,6 +299,8 @@ def test_anvil_dies_with_a_sigkilled_parent_and_keeps_its_state(anvil_dir: Path)
         assert parent.stdout is not None
         watchdog = int(parent.stdout.readline())
         (anvil,) = _children(watchdog)
+        program = Path(f"/proc/{anvil}/cmdline").read_bytes().split(b"\0")[0]
+        assert Path(program.decode()).name == "anvil"  # the binary itself, not npm's node wrapper
     finally:
         parent.kill()  # SIGKILL: nothing in the parent gets to stop anvil
         parent.wait()

@@ -220,3 +220,26 @@ def test_the_epochs_loop_retries_anchoring_after_an_outage_until_it_lands(db: Da
         closed = [epoch for epoch in epoch_store.all_epochs(session) if epoch.root is not None]
         anchored = epoch_store.anchors(session, chain.chain_id, chain.distributor_address)
     assert closed and closed[0].number in anchored
+
+
+def test_the_epochs_loop_records_an_anchor_only_once_it_has_its_confirmations(db: Database) -> None:
+    from coordinator.money.epochs import EpochCloser
+    from tests.ledger.test_anchor_confirmations import GrowingChain
+
+    add_seat(db, 5_000)
+    chain = GrowingChain()
+    closer = EpochCloser(db, EpochSettings(length_s=4, heartbeat_credit_ms=10_000), lambda: chain,
+                         confirmations=3)
+    closer.step()  # closes the epoch that just ended and publishes its root
+    (number,) = chain.sent
+
+    def recorded() -> dict[int, object]:
+        with db.transaction() as session:
+            return dict(epoch_store.anchors(session, chain.chain_id, chain.distributor_address))
+
+    assert recorded() == {}
+    closer.step()  # still one confirmation: looked at again, not sent again
+    assert recorded() == {} and chain.sent == [number]
+    chain.mine(2)
+    closer.step()
+    assert list(recorded()) == [number] and chain.sent == [number]

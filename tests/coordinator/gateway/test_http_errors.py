@@ -159,6 +159,7 @@ def test_503_with_retry_after_when_no_mac_is_free(harness: Harness) -> None:
         _chat(harness.client(consumer.key))
     assert raised.value.status_code == 503 and raised.value.code == "no_capacity"
     assert int(raised.value.response.headers["retry-after"]) >= 1
+    assert "it was number 1 in the queue" in raised.value.message  # it waited its turn, first in line
     assert consumer_balance(harness.service, "acme").debits_pending == held
 
 

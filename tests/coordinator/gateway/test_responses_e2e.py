@@ -97,7 +97,7 @@ def test_text_format_json_schema_answers_with_json_that_validates(network: Gatew
 
 
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"reasoning": {"effort": "low"}}, "reasoning"),
+    ({"reasoning": {"effort": "low", "summary": "auto"}}, "reasoning.summary"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "string", "pattern": "x"}}}},
      "text.format.schema.pattern"),

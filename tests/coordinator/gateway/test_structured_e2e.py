@@ -189,6 +189,19 @@ def test_template_options_a_template_does_not_read_are_400s(network: GatewayNetw
     assert isinstance(body, dict) and body["param"] == param and "does not read" in body["message"]
 
 
+def test_the_responses_api_passes_reasoning_effort_to_a_template_that_reads_it(network: GatewayNetwork) -> None:
+    client = network.client(network.new_key("effort-responses"))
+    plain = client.responses.create(model=MODEL_ID, input="Why?", max_output_tokens=4, temperature=0)
+    effort = client.responses.create(model=MODEL_ID, input="Why?", max_output_tokens=4, temperature=0,
+                                     reasoning={"effort": "high"})
+    assert plain.usage is not None and effort.usage is not None
+    assert effort.usage.input_tokens > plain.usage.input_tokens  # rendered by the template
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=PLAIN_MODEL_ID, input="Why?", max_output_tokens=4,
+                                reasoning={"effort": "high"})
+    assert isinstance(raised.value.body, dict) and raised.value.body["param"] == "reasoning.effort"
+
+
 def test_an_unknown_template_option_is_a_400_naming_it(network: GatewayNetwork) -> None:
     client = network.client(network.new_key("kwargs-bad"))
     with pytest.raises(openai.BadRequestError) as raised:

@@ -148,3 +148,20 @@ def test_a_node_that_registers_on_one_coordinator_is_placed_on_by_the_other_at_o
     assert sorted(job.node_ids[0] for job in placed) == sorted(node_id for node_id, _ in nodes.values())
     for _, client in nodes.values():
         client.close()
+
+
+def test_a_committed_chunk_travels_as_a_topic_unless_it_is_big_or_has_logprobs() -> None:
+    from contracts.logprobs import TokenLogprob
+    from coordinator.live.chunks import CHUNK_TOPIC_CHARS_MAX, chunk_of_topic, chunk_topic
+    from coordinator.model import TokenChunk
+
+    chunk = TokenChunk(7, (11, 12), "a b\nc ✓")
+    topic = chunk_topic("job-1", chunk)
+    assert topic is not None and " " not in topic and len(topic) <= CHUNK_TOPIC_CHARS_MAX
+    assert chunk_of_topic(topic) == ("job-1", chunk)
+    [payload] = payloads("origin@1", [topic, "job:job-1"])  # the chunk before its wake-up
+    assert parse_payload(payload).topics == (topic, "job:job-1")
+    assert chunk_topic("job-1", TokenChunk(0, (1,), "x" * 5_000)) is None
+    assert chunk_topic("job-1", TokenChunk(0, (1,), "x", (TokenLogprob(-0.5),))) is None
+    assert chunk_of_topic("job:job-1") is None and chunk_of_topic("chunk:not-base64!") is None
+    assert chunk_of_topic("chunk:" + "e30=") is None  # "{}": no fields

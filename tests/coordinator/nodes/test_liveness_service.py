@@ -10,7 +10,8 @@ from sqlalchemy import event
 
 from contracts.hardware import ChipTier
 from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_message
-from coordinator.model import JobStatus
+from coordinator.live.notifier import Wait, node_topic
+from coordinator.model import JobRecord, JobStatus
 from coordinator.money.epochs import EpochSettings, gather_seats
 from coordinator.nodes.reports import HeartbeatReport
 from coordinator.scheduling.fleet_reads import snapshot
@@ -166,3 +167,33 @@ def test_ultra_seat_uptime_survives_a_coordinator_crash_as_one_span(database_url
         assert [(s.node_id, s.availability_bps) for s in seats] == [(identity.node_id, 10_000)]
     finally:
         again.db.dispose()
+
+
+def test_node_streams_read_nothing_while_relayed_and_one_sweep_wakes_those_with_unsent_work(
+        database_url: str, tmp_path: Path) -> None:
+    service = _service(database_url)
+    try:
+        service.notifier.set_relayed(True)  # as server.py does on SQLite, and on PostgreSQL with the relay up
+        node = register_node(service, load_or_create_identity(tmp_path / "mac.pem"), 4)
+        steps = service.nodes.assignment_steps(node)
+        wait = next(steps)
+        assert isinstance(wait, Wait) and wait.timeout_s is None  # no poll: news only
+        reads = service.db.read_transactions_begun
+        assert service.nodes.sweep_streams() == 0  # nothing unsent anywhere
+        assert service.db.read_transactions_begun == reads + 1  # one read for the whole process
+
+        consumer = new_consumer(service, "acme")
+        job = service.jobs.submit(consumer.submission(), consumer.caller).job
+        seen = service.notifier.version(node_topic(node.node_id))
+        assert service.nodes.sweep_streams() == 1  # its job is assigned and not yet started
+        assert service.notifier.version(node_topic(node.node_id)) == seen + 1  # its stream looks again
+        sent = next(steps)
+        assert isinstance(sent, JobRecord) and sent.job_id == job.job_id
+
+        service.notifier.set_relayed(False)  # the relay is down: streams poll again
+        wait = next(steps)
+        assert isinstance(wait, Wait) and wait.timeout_s == service.config.stream_poll_interval_s
+        assert service.nodes.sweep_streams() == 0  # and the sweep leaves it to them
+        steps.close()
+    finally:
+        service.db.dispose()

@@ -51,3 +51,22 @@ def test_a_mac_holding_one_copy_of_a_model_runs_several_of_its_jobs(tmp_path: Pa
         else:
             assert node_id not in committed
         _assert_live_index_equals_a_rebuild(service)
+
+
+def test_while_any_mac_has_a_free_slot_jobs_go_there_and_then_they_queue_in_order(
+        tmp_path: Path, database: Database) -> None:
+    service = _service(database)
+    hardware = HardwareReport(chip="Apple M4 Max", chip_family="M4", chip_tier=ChipTier.MAX, memory_bytes=64 * GIB,
+                              gpu_working_set_bytes=48 * GIB, gpu_cores=40, memory_bandwidth_gb_s=546.0,
+                              os_name="macOS", simulated=True)
+    macs = [register_node(service, load_or_create_identity(tmp_path / f"{n}.pem"), hardware, (MID,), "op",
+                          max_concurrent_jobs=2)[0] for n in range(3)]
+    placed = [service.jobs.submit(_submission("mid", request_id=f"r{n}", max_tokens=64)).job for n in range(6)]
+    assert all(job.status is JobStatus.ASSIGNED for job in placed)
+    assert sorted(job.node_ids[0] for job in placed) == sorted(macs * 2)  # every slot of every Mac
+    waiting = [service.jobs.submit(_submission("mid", request_id=f"w{n}", max_tokens=64)) for n in range(2)]
+    assert [(view.job.status, view.queue_position) for view in waiting] == [(JobStatus.QUEUED, 1),
+                                                                           (JobStatus.QUEUED, 2)]
+    service.jobs.cancel(placed[0].job_id)  # a slot frees: the oldest waiting job takes it
+    assert service.jobs.get(waiting[0].job.job_id).job.status is JobStatus.ASSIGNED
+    assert service.jobs.get(waiting[1].job.job_id).queue_position == 1

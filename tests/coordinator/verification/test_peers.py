@@ -13,7 +13,8 @@ from coordinator.verification.peers import (
 )
 
 MODEL, DIGEST = "test/tiny-llama", "d" * 64
-POLICY = PeerCheckPolicy(pair_memory_checks=1)
+POLICY = PeerCheckPolicy(pair_memory_checks=1, pair_cooldown_ms=1_000)
+NOW = 500  # every pairing in these tests is within the cooldown
 
 
 def _node(node_id: str, operator: str, digest: str = DIGEST, **flags: bool) -> Candidate:
@@ -27,7 +28,7 @@ def _request(node_id: str = "a", operator: str = "alice", **fields) -> CheckRequ
 def test_the_checker_is_of_another_operator_and_serves_the_same_weights() -> None:
     fleet = [_node("a", "alice"), _node("a2", "alice"), _node("b", "bob", digest="e" * 64),
              _node("c", "carol"), _node("d", "dave", quarantined=True), _node("e", "erin", online=False)]
-    chosen = choose_checker(_request(), fleet, (), POLICY, random.Random(1))
+    chosen = choose_checker(_request(), fleet, (), POLICY, random.Random(1), NOW)
     assert isinstance(chosen, Chosen)
     assert (chosen.node_id, chosen.eligible) == ("c", 1)
     assert dict(chosen.rejected) == {"a": "the checked node", "a2": "same operator",
@@ -36,7 +37,7 @@ def test_the_checker_is_of_another_operator_and_serves_the_same_weights() -> Non
 
 def test_no_eligible_peer_says_why_and_keeps_the_credit_held() -> None:
     found = choose_checker(_request(), [_node("a", "alice"), _node("a2", "alice")], (), POLICY,
-                           random.Random(1))
+                           random.Random(1), NOW)
     assert isinstance(found, NoChecker)
     assert "1 same operator" in found.reason and "1 the checked node" in found.reason
     assert "held" in found.reason
@@ -45,14 +46,24 @@ def test_no_eligible_peer_says_why_and_keeps_the_credit_held() -> None:
 def test_a_recent_partner_is_not_paired_again_in_either_direction() -> None:
     fleet = [_node("a", "alice"), _node("b", "bob"), _node("c", "carol")]
     checked_by_b = [Pairing("a", "b", 10)]
-    assert choose_checker(_request(), fleet, checked_by_b, POLICY, random.Random(0)).node_id == "c"  # type: ignore[union-attr]
+    assert choose_checker(_request(), fleet, checked_by_b, POLICY, random.Random(0), NOW).node_id == "c"  # type: ignore[union-attr]
     a_checked_b = [Pairing("b", "a", 10)]  # reciprocal pairs rotate too
-    assert choose_checker(_request(), fleet, a_checked_b, POLICY, random.Random(0)).node_id == "c"  # type: ignore[union-attr]
+    assert choose_checker(_request(), fleet, a_checked_b, POLICY, random.Random(0), NOW).node_id == "c"  # type: ignore[union-attr]
     # c's own last partner was a: a pairing from c's side counts as well
     c_last = [Pairing("c", "a", 20), Pairing("a", "b", 5)]
     found = choose_checker(_request(), fleet, c_last, PeerCheckPolicy(pair_memory_checks=1),
-                           random.Random(0))
+                           random.Random(0), NOW)
     assert isinstance(found, NoChecker) and "2 recently paired" in found.reason
+
+
+def test_a_pair_may_repeat_once_its_cooldown_has_passed() -> None:
+    """With one other operator, the check waits out the cooldown, then the pair repeats."""
+    fleet = [_node("a", "alice"), _node("b", "bob")]
+    pairings = [Pairing("a", "b", 100)]
+    waiting = choose_checker(_request(), fleet, pairings, POLICY, random.Random(0), 99 + POLICY.pair_cooldown_ms)
+    assert isinstance(waiting, NoChecker) and "1 recently paired" in waiting.reason
+    later = choose_checker(_request(), fleet, pairings, POLICY, random.Random(0), 100 + POLICY.pair_cooldown_ms)
+    assert isinstance(later, Chosen) and later.node_id == "b"
 
 
 def test_recent_partners_remember_only_the_last_checks() -> None:
@@ -65,7 +76,7 @@ def test_recent_partners_remember_only_the_last_checks() -> None:
 def test_a_referee_is_of_a_third_operator_and_never_a_party() -> None:
     fleet = [_node("a", "alice"), _node("b", "bob"), _node("b2", "bob"), _node("c", "carol")]
     request = _request(parties=(Party("b", "bob"),))
-    chosen = choose_checker(request, fleet, (), PeerCheckPolicy(pair_memory_checks=0), random.Random(3))
+    chosen = choose_checker(request, fleet, (), PeerCheckPolicy(pair_memory_checks=0), random.Random(3), NOW)
     assert isinstance(chosen, Chosen) and chosen.node_id == "c"
     assert dict(chosen.rejected)["b"] == "a party to the dispute"
     assert dict(chosen.rejected)["b2"] == "same operator"
@@ -73,14 +84,14 @@ def test_a_referee_is_of_a_third_operator_and_never_a_party() -> None:
 
 def test_a_checker_that_let_its_check_lapse_is_not_asked_again() -> None:
     fleet = [_node("a", "alice"), _node("b", "bob"), _node("c", "carol")]
-    chosen = choose_checker(_request(already_asked=frozenset({"b"})), fleet, (), POLICY, random.Random(0))
+    chosen = choose_checker(_request(already_asked=frozenset({"b"})), fleet, (), POLICY, random.Random(0), NOW)
     assert isinstance(chosen, Chosen) and chosen.node_id == "c"
 
 
 def test_the_draw_spreads_checks_over_every_eligible_peer() -> None:
     fleet = [_node("a", "alice"), *(_node(f"n{i}", f"op{i}") for i in range(5))]
     draws = random.Random(7)
-    picked = {choose_checker(_request(), fleet, (), POLICY, draws).node_id for _ in range(200)}  # type: ignore[union-attr]
+    picked = {choose_checker(_request(), fleet, (), POLICY, draws, NOW).node_id for _ in range(200)}  # type: ignore[union-attr]
     assert picked == {f"n{i}" for i in range(5)}
 
 
@@ -99,8 +110,8 @@ def test_never_self_never_same_operator_never_a_recent_partner(nodes, pairings, 
                                                                memory, seed) -> None:
     fleet = [Candidate(n, op, ((MODEL, DIGEST if same else "e" * 64),), online, quarantined)
              for n, op, same, online, quarantined in nodes]
-    policy = PeerCheckPolicy(pair_memory_checks=memory)
-    found = choose_checker(_request(checked, operator), fleet, pairings, policy, random.Random(seed))
+    policy = PeerCheckPolicy(pair_memory_checks=memory, pair_cooldown_ms=1_000)
+    found = choose_checker(_request(checked, operator), fleet, pairings, policy, random.Random(seed), NOW)
     by_id = {c.node_id: c for c in fleet}
     if isinstance(found, NoChecker):
         assert all(reason for _, reason in found.rejected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,29 @@ def test_memory_admission_refuses_what_can_never_fit_and_holds_what_fits_later(
         batches.step()
     batches.run_until_idle()
     assert second.done and second.done[0].result is not None and not second.done[0].result.stopped_early
+
+
+def test_two_models_share_the_nodes_memory_budget(engine: Engine, tiny_model_dir: Path, tmp_path: Path) -> None:
+    other_dir = tmp_path / "other-model"
+    shutil.copytree(tiny_model_dir, other_dir)  # the same weights at another path: a second model
+    probe = Batches(engine, slots=4).batch_for(str(tiny_model_dir))
+    per_token, weights = probe.kv_bytes_per_token, probe.weights_bytes
+    # Both models' weights and one job of about 100 tokens of context, not one job of each.
+    batches = Batches(engine, slots=4, memory_budget_bytes=2 * weights + 100 * per_token)
+    batches.batch_for(str(other_dir))  # loaded: its weights are held
+    first, second = Stream(batches), Stream(batches)
+    batches.add(_request(tiny_model_dir, 0, max_tokens=60), CONTEXT, first.sink())
+    batches.add(_request(other_dir, 1, max_tokens=60), CONTEXT, second.sink())
+    one, other = batches.batch_for(str(tiny_model_dir)), batches.batch_for(str(other_dir))
+    batches.step()
+    # Whichever model's batch steps first takes the memory; the other model's job waits for it.
+    assert sorted((len(b.waiting), b.in_use) for b in (one, other)) == [(0, 1), (1, 0)]
+    started, waiting = (first, second) if one.in_use else (second, first)
+    while not started.done:
+        assert not waiting.tokens
+        batches.step()
+    batches.run_until_idle()
+    assert waiting.done and waiting.done[0].result is not None and not waiting.done[0].result.stopped_early
 
 
 def test_no_token_of_one_job_reaches_another_under_random_arrivals(tiny_model_dir: Path) -> None:
