@@ -62,15 +62,15 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         if request.running_jobs < 0:
             raise InvalidRequest("running_jobs must not be negative")
         report = convert.heartbeat_report_from_pb(request)
-        token = _session_token(context)
+        session = _session_token(context)
         # Most heartbeats only touch memory: answered here, with no thread hop.
-        now = self._service.nodes.heartbeat_in_memory(token, report)
+        now = self._service.nodes.heartbeat_in_memory(*session, report)
         if now is None:
-            now = await self._offload.heartbeat(self._heartbeat, token, request.running_jobs, report)
+            now = await self._offload.heartbeat(self._heartbeat, session, request.running_jobs, report)
         return node_pb2.HeartbeatResponse(server_time_ms=now)
 
-    def _heartbeat(self, token: tuple[str | None, str | None], running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
-        return self._service.nodes.heartbeat(self._node(token), running_jobs, report)
+    def _heartbeat(self, session: tuple[str | None, str | None], running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
+        return self._service.nodes.heartbeat(self._node(session), running_jobs, report)
 
     @translate_stream_errors
     async def ReceiveAssignments(self, request, context):  # noqa: N802

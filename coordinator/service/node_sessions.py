@@ -120,13 +120,18 @@ class NodeSessions:
         registry.check_proof(node, token or "", proof, now)
         return node
 
-    def heartbeat_in_memory(self, token: str | None, report: reports.HeartbeatReport) -> int | None:
+    def heartbeat_in_memory(self, token: str | None, proof: str | None,
+                            report: reports.HeartbeatReport) -> int | None:
         """The heartbeat, when it needs no database at all (the usual case): its time, so the
         gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a node
-        this process has not heard, a change placement must hear of, a benchmark)."""
+        this process has not heard, a change placement must hear of, a benchmark).
+        A cached session still needs its proof, as in authenticate."""
         now = self._core.clock.now_ms()
         node = self.sessions.get(registry.token_sha256(token), now) if token else None
-        if node is None or report.benchmark is not None or not self.liveness.knows(node.node_id):
+        if node is None:
+            return None
+        registry.check_proof(node, token or "", proof, now)
+        if report.benchmark is not None or not self.liveness.knows(node.node_id):
             return None
         if report.signature and not self.uptime.knows(node.node_id):
             return None

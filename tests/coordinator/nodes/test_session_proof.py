@@ -13,6 +13,7 @@ import pytest
 from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import Unauthenticated
+from coordinator.nodes.reports import HeartbeatReport
 from coordinator.server import RunningCoordinator, start
 from node_agent.coordinator_client import CoordinatorClient
 from node_agent.hardware.profiles import simulated_profile
@@ -43,6 +44,18 @@ def test_a_token_is_good_only_with_a_recent_proof_by_its_own_key(service, tmp_pa
         with pytest.raises(Unauthenticated):
             service.nodes.authenticate(token, proof)
             pytest.fail(f"{name} was taken")
+
+
+def test_a_heartbeat_answered_from_memory_checks_the_proof_too(service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The in-memory heartbeat (a cached session, no database) takes the (token, proof) pair apart
+    and refuses a token without its key's proof, like every other call."""
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _, token = register_node(service, alice, MINI, (MODEL,), "alice")
+    now = service.clock.now_ms()
+    answered = service.nodes.heartbeat_in_memory(token, session_proof(alice, token, now), HeartbeatReport(0))
+    assert answered == now
+    with pytest.raises(Unauthenticated):
+        service.nodes.heartbeat_in_memory(token, None, HeartbeatReport(0))
 
 
 @pytest.fixture
