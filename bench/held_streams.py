@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             channel, _ = open_channel(address, trust)
             stub = node_pb2_grpc.NodeServiceStub(channel)
             held = [stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
-                                            metadata=(("x-mlxnet-session", client.session_token),))
+                                            metadata=client._metadata())  # its token, signed by its key
                     for client in hostile for _ in range(per_session)][:args.streams]
             _wait_for_streams(coordinator.extra["url"] + "/metrics", coordinator.extra["certificate"], held)
             opened_s = time.perf_counter() - started

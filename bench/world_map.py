@@ -7,9 +7,10 @@ Loads bench.world's simulated fleet into a fresh SQLite database, publishes a pl
 Mac (a city from coordinator/world/places.txt, chosen at random with a fixed seed), serves MLX
 World on loopback and opens it in Debian's Chromium (/usr/bin/chromium, via Playwright) at
 1280x800. Prints: the /world/api/map answer's size and time; first paint (navigation to the
-map's first frame with every Mac drawn), p50 and max over fresh pages; and while panning,
-frames per second (the browser's rAF rate caps it) with each frame's mean and worst draw time,
-over the whole world (Macs clustered) and zoomed in 8x.
+map's first frame with every Mac drawn), p50 and max over fresh pages; while panning, frames
+per second (the browser's rAF rate caps it) with each frame's mean and worst draw time, over
+the whole world (Macs clustered) and zoomed in 8x; and the time from a new Mac's registration
+(with a region of its own) to its point on the open map, over --joins Macs (target 2 s).
 """
 
 from __future__ import annotations
@@ -46,7 +47,44 @@ def _publish_places(db: Database, node_ids: list[str], now_ms: int, seed: int = 
         session.execute(update(nodes).where(nodes.c.left_at_ms.is_(None)).values(last_heartbeat_ms=now_ms))
 
 
-def _browser_figures(base: str, macs: int, repeats: int, frames: int, screenshot: Path | None) -> None:
+JOIN_WAIT_MS = 60_000
+
+
+def _join(service: CoordinatorService, work: Path, number: int) -> str:
+    """Register a new Mac as its node agent would, publishing a region; returns its id."""
+    from node_agent.coordinator_client import register_request
+    from node_agent.hardware.profiles import simulated_profile
+    from node_agent.identity import load_or_create_identity
+    from contracts.models import ModelSpec
+    from coordinator.rpc.convert import registration_from_pb
+
+    model = ModelSpec(model_id="bench/joiner-model", weights_bytes=10_000_000, parameter_count=2_500_000,
+                      num_layers=4, num_attention_heads=4, num_kv_heads=2, head_dim=32,
+                      max_context_tokens=2048, weights_digest="ab" * 32, vocab_size=256)
+
+    identity = load_or_create_identity(work / f"joiner-{number}.pem")
+    nonce, _ = service.nodes.challenge(identity.public_key_raw)
+    request = register_request(identity, nonce, simulated_profile("m4-max-128"), (model,), "",
+                               f"joiner-{number}", 1, region="Europe/Lisbon")
+    node_id, _ = service.nodes.register(registration_from_pb(request))
+    return node_id
+
+
+def _join_figures(page, service: CoordinatorService, joins: int) -> list[float]:  # type: ignore[no-untyped-def]
+    """Seconds from each new Mac's registration to its point on the open map."""
+    seconds = []
+    with tempfile.TemporaryDirectory() as directory:
+        for number in range(joins):
+            start = time.perf_counter()
+            node_id = _join(service, Path(directory), number)
+            page.wait_for_function("(id) => window.__mlxWorldMap.positionOf(id) !== null", arg=node_id,
+                                   timeout=JOIN_WAIT_MS, polling="raf")
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _browser_figures(base: str, macs: int, repeats: int, frames: int, screenshot: Path | None,
+                     service: CoordinatorService, joins: int) -> None:
     from playwright.sync_api import sync_playwright
 
     first_paints = []
@@ -67,6 +105,8 @@ def _browser_figures(base: str, macs: int, repeats: int, frames: int, screenshot
                                timeout=120_000)
         whole = page.evaluate("(n) => window.__mlxWorldMap.measureFrames(n, 1)", frames)
         zoomed = page.evaluate("(n) => window.__mlxWorldMap.measureFrames(n, 8)", frames)
+        page.evaluate("() => { window.__mlxWorldMap.resetView(); window.__mlxWorldMap.draw(); }")
+        joined = _join_figures(page, service, joins)
         if screenshot is not None:
             page.evaluate("() => { window.__mlxWorldMap.resetView(); window.__mlxWorldMap.draw(); }")
             page.screenshot(path=str(screenshot))
@@ -77,10 +117,12 @@ def _browser_figures(base: str, macs: int, repeats: int, frames: int, screenshot
     for name, figures in (("whole world", whole), ("zoomed 8x", zoomed)):
         print(f"  panning, {name}: {figures['fps']:.1f} frames/s; draw {figures['drawMs']:.2f} ms mean, "
               f"{figures['worstMs']:.2f} ms worst ({frames} frames)")
+    print(f"  a new Mac on the open map: p50 {statistics.median(joined):.2f} s, max {max(joined):.2f} s "
+          f"over {joins} joins (target 2 s)")
 
 
 def run(database_url: str, macs: int, pods: int, repeats: int, frames: int,
-        screenshot: Path | None = None) -> None:
+        screenshot: Path | None = None, joins: int = 5) -> None:
     upgrade_schema(database_url)
     db = Database(database_url)
     service = CoordinatorService(db, SystemClock(), CoordinatorConfig(database_url=database_url))
@@ -97,7 +139,7 @@ def run(database_url: str, macs: int, pods: int, repeats: int, frames: int,
             times.append((time.perf_counter() - start) * 1000)
         print(f"{macs} Macs, {pods} pods: GET /world/api/map {size / 1024:.0f} KiB, "
               f"p50 {statistics.median(times):.0f} ms, max {max(times):.0f} ms (uncached)")
-        _browser_figures(base, macs, repeats, frames, screenshot)
+        _browser_figures(base, macs, repeats, frames, screenshot, service, joins)
     finally:
         world.close()
         stop()
@@ -110,11 +152,12 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--frames", type=int, default=180)
+    parser.add_argument("--joins", type=int, default=5, help="new Macs timed onto the open map")
     parser.add_argument("--screenshot", type=Path, help="save the whole-world map here (PNG)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         run(f"sqlite:///{Path(directory) / 'world.db'}", args.macs, args.pods, args.repeats, args.frames,
-            args.screenshot)
+            args.screenshot, args.joins)
 
 
 if __name__ == "__main__":

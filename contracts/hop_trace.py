@@ -77,6 +77,19 @@ def job_hop(job_id: str, name: str, at_ns: int | None = None) -> None:
         _write([(time.monotonic_ns() if at_ns is None else at_ns, job_id, name)])
 
 
+def traceparent(job_id: str) -> str:
+    """The job's trace context as a W3C traceparent to send with it ("" when nothing traces)."""
+    source = getattr(_sink, "traceparent", None)
+    return source(job_id) if source is not None else ""
+
+
+def adopt(job_id: str, header: str) -> None:
+    """Trace the job's hops here under the context a traceparent brought (ignored if invalid)."""
+    take = getattr(_sink, "adopt", None)
+    if take is not None and header:
+        take(job_id, header)
+
+
 def _write(lines: list[tuple[int, str, str]]) -> None:
     # A job id comes from a node's message too: one with a space or a line break would break the line.
     lines = [(ns, job_id, name) for ns, job_id, name in lines

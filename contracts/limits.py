@@ -99,6 +99,8 @@ def _items(items_max: int, chars_max: int | None = None) -> Limit:
     return Limit(items_max=items_max, chars_max=chars_max)
 
 
+CHALLENGE_TOKENS_MAX = 4_096  # a challenge benchmark's decode, at most (coordinator/nodes/spot_benchmarks.py)
+
 # "Message.field" in package mlxnet.v1 -> its limit. Fields without an entry get the defaults.
 FIELD_LIMITS: dict[str, Limit] = {
     # common.proto
@@ -219,6 +221,9 @@ FIELD_LIMITS: dict[str, Limit] = {
     "SignedCheckResult.body": _text(CHECK_RESULT_BYTES_MAX),
     "SignedCheckResult.signature": _text(128),
     "LeaveRequest.reason": _text(REASON_CHARS_MAX),
+    "AnswerChallengeRequest.challenge_id": _text(JOB_ID_CHARS_MAX),
+    "AnswerChallengeRequest.token_ids": _items(CHALLENGE_TOKENS_MAX),
+    "AnswerChallengeRequest.decode_tokens_per_s": _range(0, TOKENS_PER_S_MAX),
 }
 
 

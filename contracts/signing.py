@@ -17,3 +17,12 @@ def signature_is_valid(public_key_raw: bytes, message: bytes, signature: bytes) 
     except InvalidSignature:
         return False
     return True
+
+
+SESSION_PROOF_WINDOW_MS = 300_000  # a proof's time may differ from the coordinator's by this much
+
+
+def session_proof_message(session_token: str, at_ms: int) -> bytes:
+    """What a node signs with its key on every call: its session token, bound to the key that
+    registered it (a token copied without the key is refused), and the time, so a proof goes stale."""
+    return b"mlxnet.session.v1\0" + session_token.encode() + b"\0" + str(at_ms).encode()

@@ -9,6 +9,7 @@
     verifier    replays sampled jobs, when this coordinator holds a verifier
     peers       hands sampled jobs to peer nodes to check, and lapsed checks to other peers
     epochs      closes each ledger epoch once it ends and anchors its root
+    spot-checks sends verified Macs challenge benchmarks at random times, fails unanswered ones
 
 A loop's pass that fails (the database is away, or a bug) never ends its thread: the loop
 logs it, reports itself unhealthy on the process's HealthBoard, backs off (doubling up to
@@ -90,6 +91,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("scheduler", service.run_scheduler, every(interval_s)),
         _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
                                  service.config.chain.confirmations), stopping),
+        Loop("spot-checks", service.spot_checks.issue_due, every(service.config.challenge_pass_interval_s)),
     ]
     if service.checks.verifier is not None:
         loops.append(_verifier_loop(service, stopping))

@@ -76,6 +76,10 @@ class CoordinatorConfig:
     # Demos only (`mlxnet coordinator --trust-simulated-hardware`): place nodes that declare a
     # simulated Mac (--profile) by the chip they declare, unmeasured. Never pays a seat bonus.
     trust_simulated_hardware: bool = False
+    # Challenge benchmarks (coordinator/nodes/spot_benchmarks.py): each verified Mac gets one at
+    # random times, on average this often; the loop that draws them runs every pass interval.
+    challenge_mean_interval_s: float = 6 * 3600.0
+    challenge_pass_interval_s: float = 10.0
     # The coordinator's Ed25519 key for the ledger (created on first use): it signs each closed
     # epoch's journal head and operators' statements. None: epochs close unsigned (tests).
     ledger_key_path: Path | None = None
@@ -90,6 +94,7 @@ class CoordinatorConfig:
         assert self.max_tokens_default <= self.max_tokens_max
         assert self.node_offline_after_ms > self.heartbeat_interval_ms
         assert self.fleet_rebuild_interval_ms > 0
+        assert self.challenge_mean_interval_s > 0 and self.challenge_pass_interval_s > 0
         assert self.liveness_flush_interval_ms > 0
         assert self.session_cache_ttl_ms >= 0 and self.orphan_sweep_interval_ms > 0
 

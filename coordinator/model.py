@@ -63,17 +63,20 @@ class NodeRecord:
     # (jobs in one batch, their tokens/s in all) from that benchmark; empty until measured
     batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
     left_at_ms: int | None = None  # the node left the network (Leave) and is not placed on
+    challenge_flag: str | None = None  # why its latest challenge benchmark failed (spot_benchmarks)
 
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.model_id == model_id), None)
 
     @property
     def hardware_verified(self) -> bool:
-        """The node's own benchmark fits the chip it claims (coordinator/nodes/benchmark_check.py).
+        """The node's own benchmark fits the chip it claims (coordinator/nodes/benchmark_check.py),
+        and its latest challenge benchmark, if any, fit that benchmark (nodes/spot_benchmarks.py).
 
         Until then its hardware is only claimed: placement treats it as the slowest Mac and
         the Ultra-seat bonus is not paid on it."""
-        return self.measured_bandwidth_gb_s is not None and self.benchmark_flag is None
+        return (self.measured_bandwidth_gb_s is not None and self.benchmark_flag is None
+                and self.challenge_flag is None)
 
 
 # How a job's consumer reads its output. A stream (gRPC, an HTTP stream) sees each token as
@@ -194,3 +197,18 @@ class UptimeSpan:
         if self.last_received_ms < until_ms:
             times.append(self.last_received_ms)
         return times
+
+
+@dataclass(frozen=True)
+class SpotChallenge:
+    """A challenge benchmark sent to a verified Mac (coordinator/nodes/spot_benchmarks.py)."""
+
+    challenge_id: str
+    node_id: str
+    model_id: str  # the reference model the node benchmarked
+    prompt: str
+    seed: int
+    decode_tokens: int
+    issued_at_ms: int
+    claimed_tokens_per_s: float  # the node's benchmark when issued: what is being checked
+    sent_at_ms: int | None = None

@@ -132,7 +132,9 @@ def _coordinator(args: argparse.Namespace) -> int:
                                ledger_key_path=args.data_dir / LEDGER_KEY_FILE,
                                chain_dir=args.data_dir / "anvil", chain=chain,
                                registration_limits=_registration_limits(args),
-                               peer_checks=_peer_checks(args))
+                               peer_checks=_peer_checks(args),
+                               challenge_mean_interval_s=args.challenge_mean_interval_s,
+                               challenge_pass_interval_s=min(10.0, args.challenge_mean_interval_s))
     verified = verified_specs(args.verify_model)
     try:
         running = start(config, args.host, args.port, http_port=args.http_port,
@@ -225,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator.add_argument("--registrations-per-operator-per-minute", type=int, metavar="N",
                              help="registrations one operator's nodes may make a minute after its "
                              "burst (default 60)")
+    coordinator.add_argument("--challenge-mean-interval-s", type=_positive_seconds, default=6 * 3600.0,
+                             metavar="S", help="how often, on average, each verified Mac gets a challenge "
+                             "benchmark at a random time (default 6 h)")
     coordinator.add_argument("--trust-simulated-hardware", action="store_true",
                              help="demos only: place nodes declaring a simulated Mac (--profile) by "
                              "the chip they declare; other claims wait for a benchmark that fits")
@@ -281,6 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--work-dir", type=Path, help="keep the demo's files here")
     demo.set_defaults(handler=_demo)
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a positive number of seconds")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -284,9 +284,10 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
               if lending.activity_file else host_activity_source())
     monitor = LendingMonitor(lending, source, config.memory_cap_bytes)
     enabled = args.benchmark or config.benchmark.enabled
-    benchmark = None
+    benchmark, challenge = None, None
     if enabled == "on" or (enabled == "auto" and not settings.hardware.simulated):
         benchmark = _benchmark_runner(args.data_dir / "reference-model", args.max_concurrent_jobs)
+        challenge = _challenge_runner(args.data_dir / "reference-model")
     pod, pod_runner = None, None
     if config.pod is not None:
         from node_agent.pods.runner import pod_declaration, pod_job_runner
@@ -296,7 +297,7 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
                                     args.data_dir / "pod-runs")
     return OperatorHooks(settings.identity.node_id, settings.coordinator, monitor,
                          args.data_dir / STATUS_FILE_NAME, benchmark,
-                         config.benchmark.interval_minutes * 60, pod, pod_runner)
+                         config.benchmark.interval_minutes * 60, pod, pod_runner, challenge)
 
 
 def _benchmark_runner(reference_dir: Path, slots: int):  # type: ignore[no-untyped-def]
@@ -308,6 +309,14 @@ def _benchmark_runner(reference_dir: Path, slots: int):  # type: ignore[no-untyp
             build_tiny_model(reference_dir)  # the same bytes on every node: a fair yardstick
         return run_benchmark(reference_dir, REFERENCE_MODEL_ID, slots=slots)  # batches up to its slots
     return run_once
+
+
+def _challenge_runner(reference_dir: Path):  # type: ignore[no-untyped-def]
+    def run(prompt: str, seed: int, decode_tokens: int):  # type: ignore[no-untyped-def]
+        from node_agent.inference.benchmark import run_challenge
+
+        return run_challenge(reference_dir, prompt, seed, decode_tokens)  # built by the benchmark first
+    return run
 
 
 def drain_and_leave(agent: NodeAgent, hooks: OperatorHooks) -> None:

@@ -2,10 +2,12 @@
 
 The hops are contracts.hop_trace's (request, key check, placement, commit, sent to its node, the
 node's receipt of the job, prefill, first token, first chunk stored, ...): each becomes a span
-from the job's previous hop in this process to this one. Every process derives the job's trace
-id and parent span id from the job id, which the assignment carries over gRPC, so the
-coordinator's and the node's spans land in one trace with no new field on the wire. The parent
-(the job) is never exported itself: a tracing UI shows the hops as one trace under it.
+from the job's previous hop in this process to this one, under the job's context. The process
+that first sees a job gives it a fresh random context (trace id and parent span id); the
+coordinator sends it to the node as a W3C traceparent with the assignment
+(ReceiveAssignmentsResponse.traceparent), and the node adopts it, so the coordinator's and the
+node's spans land in one trace. The parent (the job) is never exported itself: a tracing UI
+shows the hops as one trace under it.
 
 Standard OTEL_* variables apply (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_BSP_SCHEDULE_DELAY, ...).
 Needs the `otel` extra (`pip install -e '.[otel]'`); without it the coordinator and node warn
@@ -18,6 +20,8 @@ import collections
 import hashlib
 import logging
 import os
+import re
+import secrets
 import threading
 import time
 from typing import Any
@@ -31,10 +35,27 @@ JOBS_TRACKED_MAX = 10_000  # jobs whose last hop this process remembers; the old
 _provider: Any = None
 
 
+# W3C Trace Context: version 00, trace id, parent span id, flags; all-zero ids are invalid.
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
 def job_trace_ids(job_id: str) -> tuple[int, int]:
-    """(trace id, parent span id) for a job, the same in every process."""
+    """(trace id, parent span id) derived from a job id: the old scheme, kept for reading old traces."""
     digest = hashlib.sha256(b"mlxnet.trace.v1\0" + job_id.encode()).digest()
     return int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1
+
+
+def format_traceparent(trace_id: int, span_id: int) -> str:
+    return f"00-{trace_id:032x}-{span_id:016x}-01"
+
+
+def parse_traceparent(header: str) -> tuple[int, int] | None:
+    """(trace id, parent span id) of a W3C traceparent, or None when it is not a valid one."""
+    found = _TRACEPARENT.fullmatch(header.strip().lower()) if len(header) <= 64 else None
+    if found is None:
+        return None
+    trace_id, span_id = int(found.group(1), 16), int(found.group(2), 16)
+    return (trace_id, span_id) if trace_id and span_id else None
 
 
 class HopSpans:
@@ -44,7 +65,33 @@ class HopSpans:
         self._tracer = tracer
         self._offset_ns = wall_minus_monotonic_ns
         self._last_ns: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # job id -> (trace id, parent span id): fresh here, or adopted from a traceparent
+        self._contexts: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self._lock = threading.Lock()
+
+    def _context(self, job_id: str) -> tuple[int, int]:
+        with self._lock:
+            context = self._contexts.get(job_id)
+            if context is None:
+                context = self._contexts[job_id] = (secrets.randbits(128) or 1, secrets.randbits(64) or 1)
+                while len(self._contexts) > JOBS_TRACKED_MAX:
+                    self._contexts.popitem(last=False)
+            return context
+
+    def traceparent(self, job_id: str) -> str:
+        """The job's context as a W3C traceparent, to send with it (a fresh one if it has none)."""
+        return format_traceparent(*self._context(job_id))
+
+    def adopt(self, job_id: str, traceparent: str) -> bool:
+        """Trace the job's hops here under the context another process sent; False if invalid."""
+        parsed = parse_traceparent(traceparent)
+        if parsed is None:
+            return False
+        with self._lock:
+            self._contexts[job_id] = parsed
+            while len(self._contexts) > JOBS_TRACKED_MAX:
+                self._contexts.popitem(last=False)
+        return True
 
     def __call__(self, lines: list[tuple[int, str, str]]) -> None:
         from opentelemetry import trace
@@ -56,7 +103,7 @@ class HopSpans:
                 self._last_ns[job_id] = ns
                 while len(self._last_ns) > JOBS_TRACKED_MAX:
                     self._last_ns.popitem(last=False)
-            trace_id, parent_id = job_trace_ids(job_id)
+            trace_id, parent_id = self._context(job_id)
             parent = SpanContext(trace_id, parent_id, is_remote=True,
                                  trace_flags=TraceFlags(TraceFlags.SAMPLED))
             span = self._tracer.start_span(

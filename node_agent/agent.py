@@ -27,7 +27,7 @@ from contracts.models import ModelSpec
 from contracts.peer_checks import CheckJob
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
-    Assignment, CallRejected, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
+    Assignment, CallRejected, Challenge, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
     SessionExpired,
 )
 from node_agent.hooks import AgentHooks
@@ -52,6 +52,7 @@ from node_agent.token_sender import SenderThreads, TokenSender
 log = logging.getLogger(__name__)
 
 QUEUED_ASSIGNMENTS_MAX = 64
+CHALLENGES_WAITING_MAX = 2  # the coordinator sends one at a time; a resend may overlap
 RECONNECT_DELAY_S_MAX = 5.0  # a stream that stayed up longer starts the next backoff afresh
 LEAVE_REPORTS_WAIT_S = 60.0  # leaving waits this long for receipts still being reported
 
@@ -91,6 +92,7 @@ class NodeAgent:
                                    self.stopping)
         self._paths = {spec.model_id: path for spec, path in settings.models}
         self._jobs: queue.Queue[tuple[Assignment | CheckJob, JobTimeline]] = queue.Queue(QUEUED_ASSIGNMENTS_MAX)
+        self._challenges: queue.Queue[Challenge] = queue.Queue(CHALLENGES_WAITING_MAX)
         # Up to max_concurrent_jobs jobs of a model decode together in one batch; weights are
         # counted once, each job's KV cache apart, against the GPU budget the node reported.
         budget = settings.hardware.gpu_working_set_bytes or None
@@ -205,8 +207,16 @@ class NodeAgent:
             except CoordinatorUnavailable as error:
                 log.debug("heartbeat failed: %s", error)
 
-    def _accept(self, assignment: Assignment | CheckJob) -> None:
+    def _accept(self, assignment: Assignment | CheckJob | Challenge) -> None:
+        if isinstance(assignment, Challenge):
+            try:
+                self._challenges.put_nowait(assignment)
+            except queue.Full:
+                log.warning("challenge benchmark %s dropped: one is already waiting", assignment.challenge_id)
+            return
         work_id = assignment.check_id if isinstance(assignment, CheckJob) else assignment.job_id
+        if isinstance(assignment, Assignment):
+            hop_trace.adopt(work_id, assignment.traceparent)  # the coordinator's trace
         hop_trace.job_hop(work_id, "node received")
         if not self._active.admit(work_id):
             return
@@ -217,6 +227,7 @@ class NodeAgent:
     def _work_forever(self) -> None:
         """The MLX thread: steps the batches while any job runs, and starts jobs as they arrive."""
         while not self.stopping.is_set():
+            self._answer_challenges()
             if self._batches.busy:
                 self._start_arrived()
                 self._batches.step()
@@ -227,6 +238,29 @@ class NodeAgent:
                 self._hooks.idle_work()
                 continue
             self._start(assignment, timeline)
+
+    def _answer_challenges(self) -> None:
+        """A challenge benchmark runs at once, between batch steps: it is timed from its sending."""
+        while True:
+            try:
+                challenge = self._challenges.get_nowait()
+            except queue.Empty:
+                return
+            answer = self._hooks.run_challenge(challenge)
+            if answer is None:
+                log.warning("challenge benchmark %s not run: this node runs no benchmark", challenge.challenge_id)
+                continue
+            tokens, rate = answer
+            try:
+                refused = self._client.answer_challenge(challenge.challenge_id, tokens, rate)
+            except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
+                log.warning("challenge benchmark %s not answered: %s", challenge.challenge_id, error)
+                continue
+            if refused:
+                log.warning("challenge benchmark %s failed: %s", challenge.challenge_id, refused)
+            else:
+                log.info("challenge benchmark %s passed (%d tokens, %.0f tok/s)", challenge.challenge_id,
+                         len(tokens), rate)
 
     def _start_arrived(self) -> None:
         """Jobs that arrived during the last step join at this step boundary."""

@@ -19,6 +19,7 @@ attempt, stay valid there: sessions live in the shared database.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import random
@@ -39,6 +40,7 @@ from contracts.peer_checks import CheckJob
 from contracts.receipts import FinishReason
 from contracts.token_checks import TokenSlack
 from contracts.pods import PodDeclaration
+from contracts.signing import session_proof_message
 from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
@@ -48,6 +50,7 @@ from protos.wire.registration import registration_signing_bytes
 
 log = logging.getLogger(__name__)
 SESSION_METADATA_KEY = "x-mlxnet-session"
+SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"  # "<ms>.<base64url Ed25519 signature>"
 RPC_DEADLINE_S = 15.0
 RETIRED_CHANNELS_MAX = 8  # channels of coordinators failed over from, closed once older
 ATTEMPTS_KEPT_MAX = 4_096  # jobs whose attempt the client remembers, oldest forgotten first
@@ -103,6 +106,17 @@ class Assignment:
     pod_node_ids: tuple[str, ...] = ()  # rank order, the leader first
     layer_split: tuple[int, ...] = ()  # layers per member, aligned with pod_node_ids
     top_logprobs: int = -1  # -1: no logprobs; k >= 0: send each token's, and the k likeliest
+    traceparent: str = ""  # the job's W3C trace context from the coordinator, when it traces
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """A challenge benchmark from the coordinator: decode on the reference model, answer at once."""
+
+    challenge_id: str
+    prompt: str
+    seed: int
+    decode_tokens: int
 
 
 @dataclass(frozen=True)
@@ -335,7 +349,13 @@ class CoordinatorClient:
                 channel.close()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((SESSION_METADATA_KEY, self._session),)
+        """The session token, and a fresh proof that this node's key holds it."""
+        if self._identity is None:
+            return ((SESSION_METADATA_KEY, self._session),)
+        at_ms = time.time_ns() // 1_000_000
+        signature = self._identity.sign(session_proof_message(self._session, at_ms))
+        return ((SESSION_METADATA_KEY, self._session),
+                (SESSION_PROOF_METADATA_KEY, f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"))
 
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,
@@ -376,14 +396,19 @@ class CoordinatorClient:
         except grpc.RpcError as error:
             raise _translate(error) from error
 
-    def assignments(self) -> Iterator[Assignment | CheckJob]:
+    def assignments(self) -> Iterator[Assignment | CheckJob | Challenge]:
         """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError).
 
-        A CheckJob is a prefill-only replay of another node's job (node_agent/peer_checks.py)."""
+        A CheckJob is a prefill-only replay of another node's job (node_agent/peer_checks.py);
+        a Challenge, a challenge benchmark to run on the reference model at once."""
         stream = self._stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
                                                metadata=self._metadata())
         try:
             for message in stream:
+                if message.HasField("challenge"):
+                    yield Challenge(message.challenge.challenge_id, message.challenge.prompt,
+                                    message.challenge.seed, message.challenge.decode_tokens)
+                    continue
                 spec = self._models.get(message.model.model_id)
                 if spec is None:
                     raise CallRejected("FAILED_PRECONDITION",
@@ -402,7 +427,8 @@ class CoordinatorClient:
                                  pod_leader_node_id=message.pod_leader_node_id,
                                  pod_node_ids=tuple(message.pod_node_ids),
                                  layer_split=tuple(message.layer_split),
-                                 top_logprobs=message.top_logprobs if message.logprobs else -1)
+                                 top_logprobs=message.top_logprobs if message.logprobs else -1,
+                                 traceparent=message.traceparent)
         except grpc.RpcError as error:
             raise _translate(error) from error
         finally:
@@ -474,6 +500,17 @@ class CoordinatorClient:
         except grpc.RpcError as error:
             raise _translate(error) from error
         return response.accepted
+
+    def answer_challenge(self, challenge_id: str, token_ids: tuple[int, ...],
+                         decode_tokens_per_s: float) -> str | None:
+        """Send a challenge benchmark's answer; None when it passed, else the coordinator's reason."""
+        try:
+            response = self._stub.AnswerChallenge(node_pb2.AnswerChallengeRequest(
+                challenge_id=challenge_id, token_ids=list(token_ids),
+                decode_tokens_per_s=decode_tokens_per_s), timeout=RPC_DEADLINE_S, metadata=self._metadata())
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+        return None if response.passed else response.reason
 
     def leave(self, reason: str) -> int:
         """Deregister; returns how many jobs the coordinator handed back."""

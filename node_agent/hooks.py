@@ -8,7 +8,7 @@ node_agent.operator_hooks.OperatorHooks is the real one.
 
 from __future__ import annotations
 
-from node_agent.coordinator_client import Assignment, NodeStatus
+from node_agent.coordinator_client import Assignment, Challenge, NodeStatus
 from node_agent.pods.outcome import PodJobResult
 from node_agent.token_sender import TokenSender
 
@@ -39,6 +39,11 @@ class AgentHooks:
 
     def idle_work(self) -> None:
         """Called on the MLX worker thread when no job waits (the self-benchmark runs here)."""
+
+    def run_challenge(self, challenge: Challenge) -> tuple[tuple[int, ...], float] | None:
+        """On the MLX worker thread: a challenge benchmark's tokens and decode rate, on the
+        self-benchmark's reference model; None when this node runs no benchmark."""
+        return None
 
     def job_started(self, job_id: str) -> None:
         pass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from contracts.benchmarks import BenchmarkResult
 from contracts.pods import PodDeclaration
-from node_agent.coordinator_client import Assignment, NodeStatus
+from node_agent.coordinator_client import Assignment, Challenge, NodeStatus
 from node_agent.hooks import AgentHooks
 from node_agent.lending.monitor import LendingMonitor
 from node_agent.pods.outcome import PodJobResult, PodJobRunner
@@ -28,17 +28,21 @@ from node_agent.token_sender import TokenSender
 log = logging.getLogger(__name__)
 
 BenchmarkRunner = Callable[[], BenchmarkResult]
+# (prompt, seed, tokens) -> the tokens decoded on the reference model and the rate measured here.
+ChallengeRunner = Callable[[str, int, int], tuple[tuple[int, ...], float]]
 
 
 class OperatorHooks(AgentHooks):
     def __init__(self, node_id: str, coordinator: str, monitor: LendingMonitor, status_path: Path,
                  benchmark: BenchmarkRunner | None = None, benchmark_interval_s: float = 6 * 3600,
-                 pod: PodDeclaration | None = None, pod_runner: PodJobRunner | None = None) -> None:
+                 pod: PodDeclaration | None = None, pod_runner: PodJobRunner | None = None,
+                 challenge_runner: ChallengeRunner | None = None) -> None:
         self._node_id, self._coordinator = node_id, coordinator
         self.monitor = monitor
         self._status_path = status_path
         self._benchmark, self._benchmark_interval_s = benchmark, benchmark_interval_s
         self._pod, self._pod_runner = pod, pod_runner
+        self._challenge_runner = challenge_runner
         self._lock = threading.Lock()
         self._no_job = threading.Condition(self._lock)
         self._latest_benchmark: BenchmarkResult | None = None
@@ -101,6 +105,11 @@ class OperatorHooks(AgentHooks):
         self.write_status()
         if self.benchmark_ready is not None:
             self.benchmark_ready()
+
+    def run_challenge(self, challenge: Challenge) -> tuple[tuple[int, ...], float] | None:
+        if self._challenge_runner is None:
+            return None
+        return self._challenge_runner(challenge.prompt, challenge.seed, challenge.decode_tokens)
 
     @property
     def latest_benchmark(self) -> BenchmarkResult | None:

@@ -7,11 +7,13 @@ sends (node_agent.coordinator_client.register_request) and converts it at the ed
 
 from __future__ import annotations
 
+import base64
 import weakref
 
 from contracts.hardware import HardwareReport
 from contracts.ids import NodeId
 from contracts.models import ModelSpec
+from contracts.signing import session_proof_message
 from coordinator.nodes.registry import Registration
 from coordinator.rpc.convert import registration_from_pb
 from coordinator.service import CoordinatorService
@@ -48,3 +50,9 @@ def register_node(service: CoordinatorService, identity: Identity, hardware: Har
     """Register the node; its id and session token."""
     return service.nodes.register(signed_registration(service, identity, hardware, models, operator,
                                                       **options))  # type: ignore[arg-type]
+
+
+def session_proof(identity: Identity, token: str, at_ms: int) -> str:
+    """The x-mlxnet-session-proof value a node agent sends with its session token."""
+    signature = identity.sign(session_proof_message(token, at_ms))
+    return f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from contracts import hop_trace
 from contracts.benchmarks import BenchmarkResult
 from contracts.chat import ChatMessage, ToolCall
 from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
@@ -19,7 +20,7 @@ from coordinator.errors import InvalidRequest
 from coordinator.jobs import answers, chat_options
 from coordinator.jobs.submission import Submission
 from coordinator.model import (
-    ERROR_PROMPT_TOO_LONG, PROMPT_CHAT, JobRecord, JobStatus, SignedReceipt, TokenChunk,
+    ERROR_PROMPT_TOO_LONG, PROMPT_CHAT, JobRecord, JobStatus, SignedReceipt, SpotChallenge, TokenChunk,
 )
 from coordinator.nodes.registry import Registration
 from coordinator.nodes.reports import HeartbeatReport
@@ -177,7 +178,8 @@ def assignment_to_pb(job: JobRecord, spec: ModelSpec,
         sampling=sampling_to_pb(job), context_tokens=job.context_tokens,
         strategy=job.strategy or "single", pod_node_ids=list(job.node_ids),
         layer_split=list(job.layer_split), logprobs=job.top_logprobs >= 0,
-        top_logprobs=max(0, job.top_logprobs), attempt=job.attempt)
+        top_logprobs=max(0, job.top_logprobs), attempt=job.attempt,
+        traceparent=hop_trace.traceparent(job.job_id))
     if pod is not None:  # members and their layers in the pod's rank order
         declaration, layers = pod
         del message.pod_node_ids[:], message.layer_split[:]
@@ -286,3 +288,9 @@ def placement_to_pb(decision: Placement | Unplaceable) -> job_pb2.ExplainPlaceme
     message.predicted_decode_tokens_per_s = decision.predicted_decode_tokens_per_s
     message.predicted_time_to_first_token_s = decision.predicted_time_to_first_token_s
     return message
+
+
+def challenge_to_pb(challenge: SpotChallenge) -> node_pb2.ReceiveAssignmentsResponse:
+    return node_pb2.ReceiveAssignmentsResponse(challenge=node_pb2.BenchmarkChallenge(
+        challenge_id=challenge.challenge_id, prompt=challenge.prompt, seed=challenge.seed,
+        decode_tokens=challenge.decode_tokens))

@@ -10,7 +10,7 @@ import grpc
 from contracts import hop_trace
 from contracts.peer_checks import CheckJob
 from coordinator.errors import InvalidRequest
-from coordinator.model import NodeRecord
+from coordinator.model import NodeRecord, SpotChallenge
 from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
@@ -20,11 +20,14 @@ from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
 
 SESSION_METADATA_KEY = "x-mlxnet-session"
+SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"
 log = logging.getLogger(__name__)
 
 
-def _session_token(context: grpc.aio.ServicerContext) -> str | None:
-    return dict(context.invocation_metadata() or ()).get(SESSION_METADATA_KEY)
+def _session_token(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+    """The session token and its proof (signed by the node's key), from the call's metadata."""
+    metadata = dict(context.invocation_metadata() or ())
+    return metadata.get(SESSION_METADATA_KEY), metadata.get(SESSION_PROOF_METADATA_KEY)
 
 
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
@@ -35,8 +38,8 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         self._offload = offload
         self._streams = streams
 
-    def _node(self, token: str | None) -> NodeRecord:
-        return self._service.nodes.authenticate(token)
+    def _node(self, session: tuple[str | None, str | None]) -> NodeRecord:
+        return self._service.nodes.authenticate(*session)
 
     @translate_errors
     async def RegisterChallenge(self, request, context):  # noqa: N802 (gRPC names)
@@ -59,15 +62,15 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         if request.running_jobs < 0:
             raise InvalidRequest("running_jobs must not be negative")
         report = convert.heartbeat_report_from_pb(request)
-        token = _session_token(context)
+        session = _session_token(context)
         # Most heartbeats only touch memory: answered here, with no thread hop.
-        now = self._service.nodes.heartbeat_in_memory(token, report)
+        now = self._service.nodes.heartbeat_in_memory(*session, report)
         if now is None:
-            now = await self._offload.heartbeat(self._heartbeat, token, request.running_jobs, report)
+            now = await self._offload.heartbeat(self._heartbeat, session, request.running_jobs, report)
         return node_pb2.HeartbeatResponse(server_time_ms=now)
 
-    def _heartbeat(self, token: str | None, running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
-        return self._service.nodes.heartbeat(self._node(token), running_jobs, report)
+    def _heartbeat(self, session: tuple[str | None, str | None], running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
+        return self._service.nodes.heartbeat(self._node(session), running_jobs, report)
 
     @translate_stream_errors
     async def ReceiveAssignments(self, request, context):  # noqa: N802
@@ -77,6 +80,9 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             # Headers now, not with the first job: the node knows it is listening.
             await context.send_initial_metadata(())
             async for job in self._offload.drain(self._service.nodes.assignment_steps(node)):
+                if isinstance(job, SpotChallenge):
+                    yield convert.challenge_to_pb(job)
+                    continue
                 spec = node.model(job.model_id)
                 assert spec is not None, "jobs and checks only go to nodes serving their model"
                 if isinstance(job, CheckJob):
@@ -109,7 +115,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def ReportResult(self, request, context):  # noqa: N802
         return await self._offload.call(self._report, _session_token(context), request)
 
-    def _report(self, token: str | None, request):  # type: ignore[no-untyped-def]
+    def _report(self, token: tuple[str | None, str | None], request):  # type: ignore[no-untyped-def]
         node = self._node(token)
         if request.handed_back:
             self._service.nodes.hand_back(node, request.job_id, request.failure_reason or "handed back")
@@ -131,7 +137,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         await self._offload.call(self._report_prompt_cache, _session_token(context), request)
         return node_pb2.ReportPromptCacheResponse()
 
-    def _report_prompt_cache(self, token: str | None, request) -> None:  # type: ignore[no-untyped-def]
+    def _report_prompt_cache(self, token: tuple[str | None, str | None], request) -> None:  # type: ignore[no-untyped-def]
         self._service.nodes.note_cached_prompt(self._node(token), request.job_id, request.cached_prompt_tokens,
                                                request.attempt)
 
@@ -139,7 +145,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def ReportCheck(self, request, context):  # noqa: N802
         return await self._offload.call(self._report_check, _session_token(context), request)
 
-    def _report_check(self, token: str | None, request):  # type: ignore[no-untyped-def]
+    def _report_check(self, token: tuple[str | None, str | None], request):  # type: ignore[no-untyped-def]
         node = self._node(token)
         if not request.check_id or len(request.check_id) > 64:
             raise InvalidRequest("check_id must be 1-64 characters")
@@ -153,10 +159,20 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.ReportCheckResponse(accepted=outcome.accepted)
 
     @translate_errors
+    async def AnswerChallenge(self, request, context):  # noqa: N802
+        problem = await self._offload.call(self._answer, _session_token(context), request.challenge_id,
+                                           len(request.token_ids))
+        return node_pb2.AnswerChallengeResponse(passed=problem is None, reason=problem or "")
+
+    def _answer(self, token: tuple[str | None, str | None], challenge_id: str,
+                tokens_answered: int) -> str | None:
+        return self._service.spot_checks.answer(self._node(token), challenge_id, tokens_answered)
+
+    @translate_errors
     async def Leave(self, request, context):  # noqa: N802
         reason = request.reason[:256] or "leaving"
         handed_back = await self._offload.call(self._leave, _session_token(context), reason)
         return node_pb2.LeaveResponse(jobs_handed_back=handed_back)
 
-    def _leave(self, token: str | None, reason: str) -> int:
+    def _leave(self, token: tuple[str | None, str | None], reason: str) -> int:
         return self._service.nodes.leave(self._node(token), reason)

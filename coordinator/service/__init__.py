@@ -7,6 +7,7 @@
     checks.py          service.checks: the verifier's replays, and what checks found
     peer_checks.py     service.peers: check jobs run by peer nodes, their results and disputes
     money.py           service.money: the sweeps that settle ended jobs and release held credits
+    spot_checks.py     service.spot_checks: challenge benchmarks for verified Macs at random times
 
 The gRPC servicers and the HTTP gateway translate their wire types to these calls and back;
 nothing here knows about gRPC or HTTP.
@@ -26,6 +27,7 @@ from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.service.money import Money
 from coordinator.service.node_sessions import NodeSessions
 from coordinator.service.peer_checks import PeerChecks
+from coordinator.service.spot_checks import SpotChecks
 from coordinator.storage.database import Database
 
 __all__ = ["VERIFICATION_TOPIC", "CoordinatorService", "JobView", "Watch"]
@@ -42,6 +44,7 @@ class CoordinatorService:
         self.nodes = NodeSessions(self.core, self.checks)
         self.money = Money(self.core)
         self.peers = PeerChecks(self.core)
+        self.spot_checks = SpotChecks(self.core, self.core.draws)
         self.db, self.clock, self.config = db, clock, config
         self.notifier, self.fleet, self.health = self.core.notifier, self.core.fleet, self.core.health
 

@@ -19,6 +19,7 @@ from coordinator.model import (
     JobStatus,
     NodeRecord,
     SignedReceipt,
+    SpotChallenge,
     TokenChunk,
 )
 from contracts.models import ModelSpec
@@ -32,7 +33,7 @@ from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
-from coordinator.storage import job_rows, liveness_rows, node_rows
+from coordinator.storage import challenge_rows, job_rows, liveness_rows, node_rows
 from coordinator.verification import peer_checks, peer_store
 from coordinator.verification.peer_store import PeerCheckStatus
 
@@ -106,25 +107,31 @@ class NodeSessions:
             log.info("model %s pinned to weights %s by %s", spec.model_id, spec.weights_digest[:16],
                      pinned_by)
 
-    def authenticate(self, token: str | None) -> NodeRecord:
-        """The session's node: from the session cache, else one read (then cached)."""
+    def authenticate(self, token: str | None, proof: str | None) -> NodeRecord:
+        """The session's node (from the session cache, else one read, then cached), once the
+        proof shows its key made this call (registry.check_proof): every call, cached or not."""
         now = self._core.clock.now_ms()
         token_sha256 = registry.token_sha256(token) if token else ""
-        cached = self.sessions.get(token_sha256, now) if token else None
-        if cached is not None:
-            return cached
-        with self._core.db.read_transaction() as session:
-            node = registry.authenticate(session, token)
-        self.sessions.put(token_sha256, node, now)
+        node = self.sessions.get(token_sha256, now) if token else None
+        if node is None:
+            with self._core.db.read_transaction() as session:
+                node = registry.authenticate(session, token)
+            self.sessions.put(token_sha256, node, now)
+        registry.check_proof(node, token or "", proof, now)
         return node
 
-    def heartbeat_in_memory(self, token: str | None, report: reports.HeartbeatReport) -> int | None:
+    def heartbeat_in_memory(self, token: str | None, proof: str | None,
+                            report: reports.HeartbeatReport) -> int | None:
         """The heartbeat, when it needs no database at all (the usual case): its time, so the
         gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a node
-        this process has not heard, a change placement must hear of, a benchmark)."""
+        this process has not heard, a change placement must hear of, a benchmark).
+        A cached session still needs its proof, as in authenticate."""
         now = self._core.clock.now_ms()
         node = self.sessions.get(registry.token_sha256(token), now) if token else None
-        if node is None or report.benchmark is not None or not self.liveness.knows(node.node_id):
+        if node is None:
+            return None
+        registry.check_proof(node, token or "", proof, now)
+        if report.benchmark is not None or not self.liveness.knows(node.node_id):
             return None
         if report.signature and not self.uptime.knows(node.node_id):
             return None
@@ -234,17 +241,18 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             return node_rows.pod_assignment(session, job)
 
-    def assignments(self, node: NodeRecord, is_active: Callable[[], bool]) -> Iterator[JobRecord | CheckJob]:
-        """Jobs assigned to the node and not yet started, and check jobs it is to run for its
-        peers (prefill-only replays), each sent once; waits on this thread."""
+    def assignments(self, node: NodeRecord,
+                    is_active: Callable[[], bool]) -> Iterator[JobRecord | CheckJob | SpotChallenge]:
+        """Jobs assigned to the node and not yet started, check jobs it is to run for its peers
+        (prefill-only replays) and challenge benchmarks, each sent once; waits on this thread."""
         return on_this_thread(self._core.notifier, self.assignment_steps(node), is_active)
 
-    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
+    def assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | SpotChallenge | Wait]:
         """assignments' steps, with a Wait wherever it would wait."""
         with self._core.metrics.stream_open(STREAM_NODE):
             yield from self._assignment_steps(node)
 
-    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | Wait]:
+    def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | SpotChallenge | Wait]:
         sent: set[str] = set()
         topic = node_topic(node.node_id)
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
@@ -256,12 +264,18 @@ class NodeSessions:
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
                     checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances)
+                    challenges = challenge_rows.unsent_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
                 for check in checks:
                     if check.check_id not in sent:
                         sent.add(check.check_id)
                         yield check
+                for challenge in challenges:  # its clock starts as it is handed to the stream
+                    with self._core.db.transaction(durable=False) as session:
+                        taken = challenge_rows.mark_sent(session, challenge.challenge_id, self._core.clock.now_ms())
+                    if taken:
+                        yield challenge
                 # With a working relay a stream waits for news alone (sweep_streams is the
                 # safety net, one read a process); without one it polls.
                 yield Wait(topic, seen, None if self._core.notifier.relayed

@@ -248,6 +248,7 @@ node_challenges = Table(
     Column("prompt", Text, nullable=False),
     Column("seed", BigInteger, nullable=False),
     Column("decode_tokens", Integer, nullable=False),
+    Column("claimed_tokens_per_s", Float, nullable=False),  # the node's benchmark: what is checked
     Column("issued_at_ms", BigInteger, nullable=False),
     Column("sent_at_ms", BigInteger, nullable=True),  # first handed to the node's stream
     Column("answered_at_ms", BigInteger, nullable=True),

@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("prompt", sa.Text, nullable=False),
         sa.Column("seed", sa.BigInteger, nullable=False),
         sa.Column("decode_tokens", sa.Integer, nullable=False),
+        sa.Column("claimed_tokens_per_s", sa.Float, nullable=False),
         sa.Column("issued_at_ms", sa.BigInteger, nullable=False),
         sa.Column("sent_at_ms", sa.BigInteger, nullable=True),
         sa.Column("answered_at_ms", sa.BigInteger, nullable=True),

@@ -121,3 +121,21 @@ def run_benchmark(reference_model_dir: Path, reference_name: str,
              result.prefill_tokens_per_s, reference_name, run_time_ms,
              ", ".join(f"{size} jobs {rate:.0f}" for size, rate in batches))
     return result
+
+
+def run_challenge(model_dir: Path, prompt: str, seed: int, decode_tokens: int) -> tuple[tuple[int, ...], float]:
+    """A coordinator's challenge benchmark: decode_tokens tokens after prompt on the reference
+    model, sampled with seed (no stop at end-of-text: the count is the coordinator's); returns
+    the tokens and the decode rate measured here."""
+    import importlib
+
+    generate_step = importlib.import_module("mlx_lm.generate").generate_step
+    model, tokenizer = load(str(model_dir))
+    mx.random.seed(seed % 2**32)
+    prompt_ids = mx.array(tokenizer.encode(prompt, add_special_tokens=False) or [0])
+    started = time.perf_counter()
+    tokens = tuple(int(token) for token, _ in generate_step(
+        prompt_ids, model, max_tokens=decode_tokens, sampler=make_sampler(temp=1.0)))
+    rate = len(tokens) / max(time.perf_counter() - started, 1e-9)
+    log.info("challenge benchmark: %d tokens at %.0f tok/s", len(tokens), rate)
+    return tokens, rate

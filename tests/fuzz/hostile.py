@@ -256,6 +256,8 @@ def _baselines() -> dict[str, Message]:
         "RegisterChallenge": node_pb2.RegisterChallengeRequest(public_key=b"\x01" * 32),
         "ReportCheck": node_pb2.ReportCheckRequest(check_id="check-" + "0" * 24,
                                                    failure_reason="out of memory"),
+        "AnswerChallenge": node_pb2.AnswerChallengeRequest(challenge_id="challenge-" + "0" * 24,
+                                                           token_ids=[1, 2, 3], decode_tokens_per_s=300.0),
     }
 
 

@@ -214,7 +214,7 @@ class ReceiveAssignmentsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ReceiveAssignmentsResponse(_message.Message):
-    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "check")
+    __slots__ = ("job_id", "model", "prompt", "sampling", "context_tokens", "strategy", "pod_node_ids", "layer_split", "pod_id", "pod_leader_node_id", "logprobs", "top_logprobs", "attempt", "check", "challenge", "traceparent")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +229,8 @@ class ReceiveAssignmentsResponse(_message.Message):
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CHECK_FIELD_NUMBER: _ClassVar[int]
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: _common_pb2.ModelSpec
     prompt: str
@@ -243,7 +245,9 @@ class ReceiveAssignmentsResponse(_message.Message):
     top_logprobs: int
     attempt: int
     check: PeerCheckJob
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., check: _Optional[_Union[PeerCheckJob, _Mapping]] = ...) -> None: ...
+    challenge: BenchmarkChallenge
+    traceparent: str
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[_Union[_common_pb2.ModelSpec, _Mapping]] = ..., prompt: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., context_tokens: _Optional[int] = ..., strategy: _Optional[str] = ..., pod_node_ids: _Optional[_Iterable[str]] = ..., layer_split: _Optional[_Iterable[int]] = ..., pod_id: _Optional[str] = ..., pod_leader_node_id: _Optional[str] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., attempt: _Optional[int] = ..., check: _Optional[_Union[PeerCheckJob, _Mapping]] = ..., challenge: _Optional[_Union[BenchmarkChallenge, _Mapping]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class PeerCheckJob(_message.Message):
     __slots__ = ("checked_job_id", "output_ids", "finish_reason", "logit_slack", "mass_slack")
@@ -282,6 +286,36 @@ class ReportCheckResponse(_message.Message):
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
+
+class BenchmarkChallenge(_message.Message):
+    __slots__ = ("challenge_id", "prompt", "seed", "decode_tokens")
+    CHALLENGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    challenge_id: str
+    prompt: str
+    seed: int
+    decode_tokens: int
+    def __init__(self, challenge_id: _Optional[str] = ..., prompt: _Optional[str] = ..., seed: _Optional[int] = ..., decode_tokens: _Optional[int] = ...) -> None: ...
+
+class AnswerChallengeRequest(_message.Message):
+    __slots__ = ("challenge_id", "token_ids", "decode_tokens_per_s")
+    CHALLENGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    challenge_id: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    decode_tokens_per_s: float
+    def __init__(self, challenge_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., decode_tokens_per_s: _Optional[float] = ...) -> None: ...
+
+class AnswerChallengeResponse(_message.Message):
+    __slots__ = ("passed", "reason")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    passed: bool
+    reason: str
+    def __init__(self, passed: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
     __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens", "partial_receipt", "attempt")

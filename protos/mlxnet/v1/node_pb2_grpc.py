@@ -81,6 +81,11 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.FromString,
                 _registered_method=True)
+        self.AnswerChallenge = channel.unary_unary(
+                '/mlxnet.v1.NodeService/AnswerChallenge',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.AnswerChallengeRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.AnswerChallengeResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -150,6 +155,13 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AnswerChallenge(self, request, context):
+        """The node's answer to a challenge benchmark sent in its assignment stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +209,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.ReportCheck,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.SerializeToString,
+            ),
+            'AnswerChallenge': grpc.unary_unary_rpc_method_handler(
+                    servicer.AnswerChallenge,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.AnswerChallengeRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.AnswerChallengeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -444,6 +461,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/ReportCheck',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportCheckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AnswerChallenge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/AnswerChallenge',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.AnswerChallengeRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.AnswerChallengeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ registrations expire. The burst goes over real gRPC, as the attacker's client di
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
 
 
 def test_a_sybil_burst_from_one_address_is_refused_past_its_burst(coordinator: RunningCoordinator) -> None:
-    burst = coordinator.service.config.registration_limits.per_address_burst
+    limits = coordinator.service.config.registration_limits
+    started = time.monotonic()
     with grpc.insecure_channel(f"127.0.0.1:{coordinator.port}") as channel:
         stub = node_pb2_grpc.NodeServiceStub(channel)
         granted = 0
@@ -68,7 +70,9 @@ def test_a_sybil_burst_from_one_address_is_refused_past_its_burst(coordinator: R
                 stub.RegisterChallenge(node_pb2.RegisterChallengeRequest(
                     public_key=os.urandom(32)), timeout=10)
                 granted += 1
-    assert granted == burst
+    # The burst, plus what the bucket refilled meanwhile (each nonce is a database write now).
+    refilled = int((time.monotonic() - started) * limits.per_address_per_minute / 60)
+    assert limits.per_address_burst <= granted <= limits.per_address_burst + refilled
     assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "too many registrations from 127.0.0.1; try again in" in (refused.value.details() or "")
 

@@ -7,9 +7,11 @@ SQLite and PostgreSQL.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from contracts.benchmarks import BenchmarkResult
@@ -24,7 +26,7 @@ from coordinator.scheduling.fleet_reads import snapshot
 from coordinator.server import RunningCoordinator, start
 from coordinator.storage import job_rows, liveness_rows, node_rows
 from mlxnet.consumer import JobClient
-from node_agent.coordinator_client import CallRejected, CoordinatorClient, NodeStatus
+from node_agent.coordinator_client import CallRejected, CoordinatorClient, NodeStatus, SessionExpired
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2, node_pb2
@@ -97,10 +99,18 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     status = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
     forger = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     forger.register(identity, ULTRA, (MODEL,), "", "studio", 1)
+    proven = forger._metadata()  # the session, proven by the node's own key
     forger._identity = dataclasses.replace(identity, private_key=other.private_key)  # wrong key
-    with pytest.raises(CallRejected) as forged:
+    with pytest.raises(SessionExpired, match="bound to its key"):  # its session proof fails first
         forger.heartbeat(0, status)
-    assert forged.value.code == "PERMISSION_DENIED"
+    now_ms = time.time_ns() // 1_000_000
+    claim = Heartbeat(identity.node_id, now_ms, 0, status.lending)
+    forged_beat = node_pb2.HeartbeatRequest(  # a good session, a heartbeat signed by another key
+        running_jobs=0, sent_at_ms=now_ms, signature=other.sign(heartbeat_message(claim)),
+        lending=node_pb2.LendingState(mode="ultra_seat", accepting_jobs=True))
+    with pytest.raises(grpc.RpcError) as forged:
+        forger._stub.Heartbeat(forged_beat, timeout=5, metadata=proven)
+    assert forged.value.code() is grpc.StatusCode.PERMISSION_DENIED
     assert _spans(coordinator, identity) == []
     forger.close()
 

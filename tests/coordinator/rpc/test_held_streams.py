@@ -52,10 +52,10 @@ def _registered(tmp_path: Path, address: str, name: str) -> CoordinatorClient:
     return client
 
 
-def _hold_assignments(stub: node_pb2_grpc.NodeServiceStub, session: str):  # type: ignore[no-untyped-def]
+def _hold_assignments(stub: node_pb2_grpc.NodeServiceStub, client: CoordinatorClient):  # type: ignore[no-untyped-def]
     """An open ReceiveAssignments call, never read: the server holds the stream."""
     return stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
-                                   metadata=(("x-mlxnet-session", session),))
+                                   metadata=client._metadata())  # its token and a proof by its key
 
 
 def test_held_streams_never_stall_heartbeats_registrations_or_calls(
@@ -65,7 +65,7 @@ def test_held_streams_never_stall_heartbeats_registrations_or_calls(
                 for i in range(HELD_STREAMS // LIMITS.assignment_streams_per_node)]
     with grpc.insecure_channel(address) as channel:
         stub = node_pb2_grpc.NodeServiceStub(channel)
-        held = [_hold_assignments(stub, client.session_token)
+        held = [_hold_assignments(stub, client)
                 for client in sessions for _ in range(LIMITS.assignment_streams_per_node)]
         try:
             assert coordinator.server.streams.wait_for("ReceiveAssignments",
@@ -78,7 +78,7 @@ def test_held_streams_never_stall_heartbeats_registrations_or_calls(
                     consumer.get("job-none")
             assert answered.value.code == "NOT_FOUND"
             # One session more than its share: refused, and the others stay open.
-            extra = _hold_assignments(stub, sessions[0].session_token)
+            extra = _hold_assignments(stub, sessions[0])
             with pytest.raises(grpc.RpcError) as refused:
                 next(extra)
             assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -1,0 +1,149 @@
+"""Challenge benchmarks (issue 25): a verified Mac is re-checked at random times with the
+coordinator's own prompt and seed; an answer that does not fit its claimed speed puts its
+hardware back to "claimed" (placed as the slowest Mac, no Ultra-seat bonus) until one passes."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts.limits import CHALLENGE_TOKENS_MAX
+from coordinator.errors import NotFound
+from coordinator.model import SpotChallenge
+from coordinator.nodes import spot_benchmarks
+from coordinator.service import CoordinatorService
+from coordinator.storage import challenge_rows, node_rows
+from node_agent.coordinator_client import NodeStatus
+from node_agent.identity import load_or_create_identity
+from tests.coordinator.nodes.test_claims import FAKE_ULTRA, _fits, _predicted, _service
+from tests.coordinator.verification.test_outcomes import MODEL
+from tests.node_registration import register_node
+
+CLAIMED_TOKENS_PER_S = 300.0  # _fits's decode rate
+
+
+def _challenge(decode_tokens: int = 600, sent_at_ms: int | None = 1_000) -> SpotChallenge:
+    return SpotChallenge("challenge-x", "node-x", "tiny", "a b c", 7, decode_tokens, 0,
+                         CLAIMED_TOKENS_PER_S, sent_at_ms)
+
+
+def test_an_answer_in_time_passes_and_a_slow_short_or_impossibly_fast_one_fails() -> None:
+    challenge = _challenge()
+    allowed = spot_benchmarks.allowed_ms(challenge)
+    assert allowed == spot_benchmarks.OVERHEAD_MS + 8_000  # 600 tokens at a quarter of 300 tok/s
+    assert spot_benchmarks.answer_problem(challenge, 600, 1_000 + allowed) is None
+    slow = spot_benchmarks.answer_problem(challenge, 600, 1_000 + allowed + 1)
+    assert slow is not None and "the node's benchmark claims 300.0 tok/s" in slow
+    short = spot_benchmarks.answer_problem(challenge, 599, 1_500)
+    assert short == "challenge benchmark answered 599 tokens; 600 were asked for"
+    instant = spot_benchmarks.answer_problem(challenge, 600, 1_010)  # 60,000 tok/s
+    assert instant is not None and "faster than" in instant
+
+
+@given(st.floats())
+def test_a_challenge_is_never_longer_than_the_edge_allows(claimed: float) -> None:
+    tokens = spot_benchmarks.decode_tokens_for(claimed)
+    assert spot_benchmarks.DECODE_TOKENS_MIN <= tokens <= CHALLENGE_TOKENS_MAX
+
+
+@given(st.integers(1, 100_000), st.integers(1, 100_000))
+def test_of_two_full_answers_the_quicker_never_fails_for_slowness(first_ms: int, second_ms: int) -> None:
+    challenge = _challenge()
+    quick, slow = sorted((first_ms, second_ms))
+    quick_problem = spot_benchmarks.answer_problem(challenge, 600, 1_000 + quick)
+    slow_problem = spot_benchmarks.answer_problem(challenge, 600, 1_000 + slow)
+    if slow_problem is None:
+        assert quick_problem is None or "faster than" in quick_problem
+
+
+def test_challenges_come_at_random_times_about_as_often_as_asked() -> None:
+    draws = random.Random(5)
+    due = sum(spot_benchmarks.is_due(draws, 10.0, 600.0) for _ in range(60_000))
+    assert 900 < due < 1_100  # 60,000 passes of 10 s: 1,000 expected
+
+
+@pytest.fixture
+def service(database_url: str) -> Iterator[CoordinatorService]:
+    # Every pass challenges every candidate: the mean interval is far below the pass's.
+    yield from _service(database_url, challenge_mean_interval_s=1e-3, challenge_pass_interval_s=10.0)
+
+
+def _sent_challenge(service: CoordinatorService, node_id: str) -> SpotChallenge:
+    assert service.spot_checks.issue_due() == [node_id]
+    assert service.spot_checks.issue_due() == []  # one open at a time
+    with service.db.transaction() as session:
+        node = node_rows.node_by_id(session, node_id)
+    assert node is not None
+    steps = service.nodes.assignment_steps(node)
+    try:
+        item = next(step for step in steps if isinstance(step, SpotChallenge))
+    finally:
+        steps.close()
+    assert item.sent_at_ms == service.clock.now_ms() or item.sent_at_ms is None
+    return item
+
+
+def _verified(service: CoordinatorService, node_id: str) -> bool:
+    with service.db.transaction() as session:
+        node = node_rows.node_by_id(session, node_id)
+    assert node is not None
+    return node.hardware_verified
+
+
+def test_a_fake_ultra_that_fails_its_challenge_is_only_claimed_until_one_passes(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    identity = load_or_create_identity(tmp_path / "fake.pem")
+    register_node(service, identity, FAKE_ULTRA, (MODEL,), "mallory",
+                  status=NodeStatus(benchmark=_fits(0.8 * 819)))  # its benchmark is believed
+    assert _verified(service, identity.node_id)
+    fast_job = _predicted(service).predicted_decode_tokens_per_s  # type: ignore[union-attr]
+
+    challenge = _sent_challenge(service, identity.node_id)
+    assert challenge.claimed_tokens_per_s == CLAIMED_TOKENS_PER_S
+    with service.db.transaction() as session:
+        record = node_rows.node_by_id(session, identity.node_id)
+    service.clock.ms += spot_benchmarks.allowed_ms(challenge) + 1  # type: ignore[attr-defined]
+    problem = service.spot_checks.answer(record, challenge.challenge_id, challenge.decode_tokens)  # type: ignore[arg-type]
+    assert problem is not None and "challenge benchmark decoded" in problem
+    assert not _verified(service, identity.node_id)
+    assert _predicted(service, fast_job) is None  # placed as the slowest Mac again
+    with pytest.raises(NotFound):  # answered once only
+        service.spot_checks.answer(record, challenge.challenge_id, challenge.decode_tokens)  # type: ignore[arg-type]
+
+    # A fresh self-benchmark does not clear it; a re-registration neither.
+    register_node(service, identity, FAKE_ULTRA, (MODEL,), "mallory",
+                  status=NodeStatus(benchmark=dataclasses.replace(_fits(0.8 * 819), measured_at_ms=2)))
+    assert not _verified(service, identity.node_id)
+
+    again = _sent_challenge(service, identity.node_id)
+    service.clock.ms += 2_000  # type: ignore[attr-defined]
+    assert service.spot_checks.answer(record, again.challenge_id, again.decode_tokens) is None  # type: ignore[arg-type]
+    assert _verified(service, identity.node_id)
+    with service.db.transaction() as session:
+        outcomes = [outcome for _, outcome in challenge_rows.outcomes(session, identity.node_id)]
+    assert outcomes[-1] == "passed" and outcomes[0] is not None and outcomes[0].startswith("challenge benchmark")
+
+
+def test_an_unanswered_challenge_fails_at_its_deadline(service: CoordinatorService, tmp_path: Path) -> None:
+    identity = load_or_create_identity(tmp_path / "silent.pem")
+    register_node(service, identity, FAKE_ULTRA, (MODEL,), "mallory",
+                  status=NodeStatus(benchmark=_fits(0.8 * 819)))
+    _sent_challenge(service, identity.node_id)
+    service.clock.ms += spot_benchmarks.ANSWER_DEADLINE_MS  # type: ignore[attr-defined]
+    service.spot_checks.issue_due()
+    assert _verified(service, identity.node_id)  # not yet past it
+    service.clock.ms += 1  # type: ignore[attr-defined]
+    service.spot_checks.issue_due()  # (it is offline by now: no new challenge)
+    assert not _verified(service, identity.node_id)
+
+
+def test_an_unverified_mac_is_never_challenged(service: CoordinatorService, tmp_path: Path) -> None:
+    identity = load_or_create_identity(tmp_path / "claim.pem")
+    register_node(service, identity, FAKE_ULTRA, (MODEL,), "mallory")  # no benchmark at all
+    assert service.spot_checks.issue_due() == []
