@@ -438,6 +438,21 @@ class Report:
                     or self.credits_without_receipt or self.audit_differences or self.reservations_open)
 
 
+def _paid_twice(transfers) -> bool:  # type: ignore[no-untyped-def]
+    """A job charged or credited twice. A held credit's post (or void) names its hold (pending_id):
+    it settles the same payment, so it is not counted again; a hold resolved twice is."""
+    from ledger.model import TransferKind
+
+    for kind in (TransferKind.JOB_CHARGE, TransferKind.JOB_OPERATOR_CREDIT):
+        of_kind = [t for t in transfers if t.kind is kind]
+        held = {t.id for t in of_kind}
+        settling = [t.pending_id for t in of_kind if t.pending_id in held]
+        payments = [t for t in of_kind if t.pending_id not in held]
+        if len(payments) > 1 or len(settling) != len(set(settling)):
+            return True
+    return False
+
+
 def _wait_until_quiet(db, deadline_s: float) -> list[str]:  # type: ignore[no-untyped-def]
     """Jobs still queued, assigned or running once every job should have ended."""
     from sqlalchemy import select
@@ -479,8 +494,7 @@ def check(database_url: str, outcomes: list[Outcome], faults: list[Fault], durat
                         break
                     if job.status.value == "completed":
                         completed.append(job_id)
-                    kinds = [t.kind for t in transfers_for_job(session, job_id)]
-                    if kinds.count(TransferKind.JOB_CHARGE) > 1 or kinds.count(TransferKind.JOB_OPERATOR_CREDIT) > 1:
+                    if _paid_twice(transfers_for_job(session, job_id)):
                         double_payments.append(job_id)
                 if len(completed) > 1:
                     doubled.append(outcome.key)
