@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mlx_lm import load, stream_generate
 
-from coordinator.storage import node_rows
+from coordinator.storage import liveness_rows, node_rows
 from coordinator.storage.database import Database
 from mlxnet.cli import main
 from mlxnet.consumer import JobClient, StreamedTokens
@@ -117,9 +117,9 @@ def test_a_returning_owner_hands_the_job_back_and_it_completes_elsewhere(
         with db.transaction() as session:
             first_node = node_rows.node_by_id(session, first_id)
             assert first_node is not None and first_node.lending.owner_active
-            # Signed heartbeats were stored for both nodes while they ran.
-            assert node_rows.heartbeat_times(session, first_id, 0, 2**62)
-            assert node_rows.heartbeat_times(session, second_id, 0, 2**62)
+            # Signed heartbeats were kept for both nodes while they ran (as uptime spans).
+            assert liveness_rows.spans(session, first_id, 0, 2**62)
+            assert liveness_rows.spans(session, second_id, 0, 2**62)
     finally:
         db.dispose()
 
