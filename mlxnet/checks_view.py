@@ -22,11 +22,12 @@ from coordinator.verification.store import CheckRecord, CheckStatus, CreditState
 DATABASE_URL_ENV = "MLXNET_DATABASE_URL"
 POLL_INTERVAL_S = 0.05
 NODE_CHECKS_SHOWN_MAX = 50
-_UNDECIDED = frozenset({CheckStatus.WAITING, CheckStatus.PEER})
+UNDECIDED = frozenset({CheckStatus.WAITING, CheckStatus.PEER})
 
 
-def wait_for_checks(database_url: str, job_ids: Sequence[str], timeout_s: float = 120.0) -> list[CheckRecord]:
-    """The jobs' check records once none is waiting for the verifier or a peer.
+def wait_for_checks(database_url: str, job_ids: Sequence[str], timeout_s: float = 120.0,
+                    waiting: frozenset[CheckStatus] = UNDECIDED) -> list[CheckRecord]:
+    """The jobs' check records once none is in a `waiting` state (by default: for the verifier or a peer).
 
     Verdicts are written by the coordinator process, with no event another process
     can wait on, so this re-reads the database every POLL_INTERVAL_S until the deadline.
@@ -38,11 +39,11 @@ def wait_for_checks(database_url: str, job_ids: Sequence[str], timeout_s: float 
         while True:
             with db.transaction() as session:
                 checks = [store.check_by_job(session, job_id) for job_id in job_ids]
-            if all(c is not None and c.status not in _UNDECIDED for c in checks):
+            if all(c is not None and c.status not in waiting for c in checks):
                 return checks  # type: ignore[return-value]
             if time.monotonic() > deadline:
                 raise TimeoutError(f"checks still waiting after {timeout_s:.0f}s: "
-                                   f"{[c.job_id for c in checks if c is None or c.status in _UNDECIDED]}")
+                                   f"{[c.job_id for c in checks if c is None or c.status in waiting]}")
             pause.wait(POLL_INTERVAL_S)
     finally:
         db.dispose()

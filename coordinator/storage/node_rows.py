@@ -13,13 +13,12 @@ import math
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from contracts.benchmarks import BenchmarkResult
 from contracts.hardware import ChipTier, HardwareReport, LinkKind, ThunderboltLink
 from contracts.ids import NodeId, OperatorId
-from contracts.lending import Heartbeat, LendingMode, LendingState
+from contracts.lending import LendingMode, LendingState
 from contracts.models import ModelSpec
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.model import JobRecord, NodeRecord
@@ -186,49 +185,8 @@ def record_heartbeat(session: Session, node_id: str, now_ms: int, running_jobs: 
                         .values(**_lending_values(lending, warm_models or ())))
 
 
-def insert_signed_heartbeat(session: Session, heartbeat: Heartbeat, received_at_ms: int,
-                            signature: bytes) -> bool:
-    """Store a verified heartbeat; False when one with the same sent_at_ms exists (a replay)."""
-    lending = heartbeat.lending
-    try:
-        with session.begin_nested():
-            session.execute(insert(node_heartbeats).values(
-                node_id=heartbeat.node_id, sent_at_ms=heartbeat.sent_at_ms,
-                received_at_ms=received_at_ms, mode=lending.mode.value,
-                running_jobs=heartbeat.running_jobs, owner_active=lending.owner_active,
-                accepting_jobs=lending.accepting_jobs,
-                memory_cap_bytes=lending.memory_cap_bytes or 0, signature=signature))
-    except IntegrityError:
-        return False
-    return True
-
-
-def last_signed_heartbeat_ms(session: Session, node_id: str) -> int | None:
-    """sent_at_ms of the node's newest stored heartbeat; a new one must be later."""
-    return session.execute(select(func.max(node_heartbeats.c.sent_at_ms))
-                           .where(node_heartbeats.c.node_id == node_id)).scalar_one()
-
-
-def heartbeat_times(session: Session, node_id: str, since_ms: int, until_ms: int,
-                    modes: frozenset[LendingMode] | None = None) -> list[int]:
-    """When the coordinator received the node's signed heartbeats, in [since_ms, until_ms), ascending.
-
-    Only heartbeats whose signature verified are stored, so each time is proof
-    the node was online then. `modes` keeps only heartbeats sent in those
-    lending modes (e.g. {LendingMode.ULTRA_SEAT} for the Ultra-seat bonus).
-    """
-    query = (select(node_heartbeats.c.received_at_ms)
-             .where(node_heartbeats.c.node_id == node_id,
-                    node_heartbeats.c.received_at_ms >= since_ms,
-                    node_heartbeats.c.received_at_ms < until_ms)
-             .order_by(node_heartbeats.c.received_at_ms))
-    if modes is not None:
-        query = query.where(node_heartbeats.c.mode.in_([mode.value for mode in modes]))
-    return [int(t) for t in session.execute(query).scalars()]
-
-
 def prune_heartbeats(session: Session, before_ms: int) -> int:
-    """Drop heartbeats received before before_ms (older than any open epoch); returns how many."""
+    """Drop pre-0017 heartbeat rows received before before_ms (older than any open epoch); returns how many."""
     result = session.execute(node_heartbeats.delete().where(
         node_heartbeats.c.received_at_ms < before_ms))
     return result.rowcount

@@ -149,8 +149,8 @@ job_tokens = Table(
     Column("logprobs_json", Text, nullable=True),  # per token, when the job asked (0004_api_keys)
 )
 
-# Signed heartbeats: each proves the node was online when the coordinator received it.
-# The ledger computes Ultra-seat availability from them (records.heartbeat_times).
+# Signed heartbeats stored one row each before 0017_beats_uptime_spans (now only read and pruned):
+# each proves the node was online when the coordinator received it (liveness_rows.proof_times).
 node_heartbeats = Table(
     "node_heartbeats", metadata,
     Column("node_id", String(64), ForeignKey("nodes.node_id"), primary_key=True),

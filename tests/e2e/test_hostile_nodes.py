@@ -5,12 +5,11 @@ an out-of-vocabulary token id is refused and crashes nothing, at first or on res
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from mlxnet.checks_view import wait_for_checks
 from mlxnet.consumer import JobClient
 from mlxnet.processes import operator_key, start_coordinator
 from node_agent.coordinator_client import CallRejected, CoordinatorClient
@@ -134,20 +133,6 @@ def _check_of(database_url: str, job_id: str):  # type: ignore[no-untyped-def]
         db.dispose()
 
 
-def _left_the_verifier(database_url: str, job_id: str, timeout_s: float = 120.0):  # type: ignore[no-untyped-def]
-    """The job's check once the coordinator's verifier has handled it (no longer waiting for it).
-    wait_for_checks would wait on: an escalated check stays with peers, and here there are none."""
-    from coordinator.verification.store import CheckStatus
-
-    deadline, pause = time.monotonic() + timeout_s, threading.Event()
-    while True:
-        check = _check_of(database_url, job_id)
-        if check is not None and check.status is not CheckStatus.WAITING:
-            return check
-        assert time.monotonic() < deadline, f"the verifier never took job {job_id}: {check}"
-        pause.wait(0.2)
-
-
 def test_stored_work_that_cannot_be_replayed_is_quarantined_once_and_never_again(
         tmp_path: Path, tiny_model_dir: Path) -> None:
     from coordinator.verification.store import CheckStatus, CreditState
@@ -156,7 +141,8 @@ def test_stored_work_that_cannot_be_replayed_is_quarantined_once_and_never_again
     job_id = _store_a_job_with_an_out_of_vocabulary_token(database_url, tiny_model_dir, tmp_path)
     coordinator = _coordinator(tmp_path, database_url, tiny_model_dir)
     try:
-        check = _left_the_verifier(database_url, job_id)  # the verifier worker got to it
+        # The verifier worker got to it: waiting for peers too would never end, as here there are none.
+        (check,) = wait_for_checks(database_url, [job_id], waiting=frozenset({CheckStatus.WAITING}))
         # Escalated to a peer (peer checks are on by default), never replayed here again, credit held.
         assert check.status is CheckStatus.PEER and check.credit_state is CreditState.PENDING
         assert "vocabulary size" in (check.reason or "")

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import insert, text
 
 from contracts.benchmarks import BenchmarkResult
 from contracts.ids import JobId, NodeId, OperatorId
@@ -16,7 +16,9 @@ from contracts.lending import Heartbeat, LendingMode, LendingState
 from coordinator.model import NodeRecord
 from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch, close_epochs_forever
 from coordinator.nodes.benchmark_check import benchmark_flag
-from coordinator.storage import node_rows
+from coordinator.nodes import uptime
+from coordinator.storage import liveness_rows, node_rows
+from coordinator.storage.tables import node_heartbeats
 from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
 from ledger.storage import epoch_store
@@ -34,8 +36,32 @@ SETTINGS = EpochSettings(length_s=LENGTH_S, heartbeat_credit_ms=10_000)
 ULTRA = NodeId("node-" + "u" * 24)
 
 
-def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True) -> None:
-    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed)."""
+def _uptime_spans(session, beats: list[Heartbeat], credit_ms: int) -> None:  # type: ignore[no-untyped-def]
+    """The beats as the coordinator keeps them: aggregated into uptime spans (coordinator/nodes/uptime.py)."""
+    spans, span = [], None
+    for beat in beats:
+        grown = span and uptime.extend(span, beat.lending.mode.value, beat.sent_at_ms, beat.sent_at_ms,
+                                       b"s" * 64, credit_ms)
+        if not grown:
+            spans += [span] if span else []
+            grown = uptime.opened(beat.node_id, beat.lending.mode.value, beat.sent_at_ms, beat.sent_at_ms,
+                                  b"s" * 64)
+        span = grown
+    liveness_rows.save_spans(session, [(s, False) for s in [*spans, span] if s])
+
+
+def _legacy_rows(session, beats: list[Heartbeat]) -> None:  # type: ignore[no-untyped-def]
+    """The beats as coordinators before 0017_beats_uptime_spans stored them: one row each."""
+    session.execute(insert(node_heartbeats), [dict(
+        node_id=b.node_id, sent_at_ms=b.sent_at_ms, received_at_ms=b.sent_at_ms, mode=b.lending.mode.value,
+        running_jobs=b.running_jobs, owner_active=b.lending.owner_active,
+        accepting_jobs=b.lending.accepting_jobs, memory_cap_bytes=0, signature=b"s" * 64) for b in beats])
+
+
+def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True, legacy: bool = False) -> None:
+    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed).
+
+    legacy: its heartbeats are rows stored before uptime spans, which an epoch still reads."""
     lending = LendingState(mode=LendingMode.ULTRA_SEAT)
     node = NodeRecord(ULTRA, b"k" * 32, OperatorId("carol"), "studio", simulated_profile("m3-ultra-512"), (), 1,
                       START_MS, START_MS, lending)
@@ -48,9 +74,12 @@ def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True) -> No
                                    run_time_ms=1000)
             assert benchmark_flag(node.hardware, fits) is None
             node_rows.save_benchmark(session, ULTRA, fits, START_MS, None)
-        for sent_ms in range(START_MS, START_MS + LENGTH_S * 1_000, heartbeat_every_ms):
-            beat = Heartbeat(ULTRA, sent_ms, 0, lending)
-            assert node_rows.insert_signed_heartbeat(session, beat, sent_ms, b"s" * 64)
+        beats = [Heartbeat(ULTRA, sent_ms, 0, lending)
+                 for sent_ms in range(START_MS, START_MS + LENGTH_S * 1_000, heartbeat_every_ms)]
+        if legacy:
+            _legacy_rows(session, beats)
+        else:
+            _uptime_spans(session, beats, SETTINGS.heartbeat_credit_ms)
         price = price_job(8 * 10**9, 100, 100)
         assert jobs.credit_operator_for_job(session, JobId("job-c"), OperatorId("carol"), price,
                                             now_us=START_MS * 1_000 + 5).ok
@@ -65,9 +94,11 @@ def db(database_url: str) -> Database:
     database.dispose()
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["uptime-spans", "pre-0017-rows"])
 @pytest.mark.parametrize("every_ms, qualified", [(5_000, True), (20_000, False)])
-def test_seat_availability_comes_from_signed_heartbeats(db: Database, every_ms: int, qualified: bool) -> None:
-    add_seat(db, every_ms)
+def test_seat_availability_comes_from_signed_heartbeats(db: Database, every_ms: int, qualified: bool,
+                                                        legacy: bool) -> None:
+    add_seat(db, every_ms, legacy=legacy)
     end_us = (START_MS + LENGTH_S * 1_000) * 1_000
     result = close_due_epoch(db, SETTINGS, now_us=end_us + 1)
     assert result is not None and result.ok and result.epoch is not None and result.epoch.number == EPOCH
