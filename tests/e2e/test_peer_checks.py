@@ -102,6 +102,7 @@ def _run_round(coordinator: Child) -> list[str]:
     return done
 
 
+@pytest.mark.timeout(600)  # six processes, a quantized copy and up to eight rounds on a loaded 2-core machine
 def test_peers_check_sampled_jobs_catch_a_cheat_and_a_lying_checker(
         network: tuple[Child, list[Child], Database]) -> None:
     coordinator, nodes, db = network
