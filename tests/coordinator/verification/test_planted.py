@@ -9,6 +9,7 @@ match whatever claim it is judged against (the strongest laziness: it answers "m
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,7 @@ from tests.coordinator.verification.test_peer_checks import (
 )
 
 LAZY_CHECKS_MAX = 40  # a lazy checker is caught within this many answered checks (see the test)
+WARM_UP_JOBS = 3  # checked honestly by all, before one checker turns lazy
 
 
 # --- the claim: wrong for every honest replay, and shaped like a real one -------------------
@@ -161,12 +163,17 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
         nodes = _fleet(service, tmp_path, ["alice", "bob", "carol", "dave"])
         seeds: dict[str, int] = {}
         lazy, answered_by_lazy, caught_at = "", 0, None
-        for job in range(80):
-            job_id, _ = _complete(service, nodes, seed=1_000 * seed + job)
-            seeds[job_id] = 1_000 * seed + job
+        runs: collections.Counter[str] = collections.Counter()
+        checks: collections.Counter[str] = collections.Counter()
+        for job in range(200):
+            job_id, runner = _complete(service, nodes, seed=1_000 * seed + job)
+            seeds[job_id], runs[runner] = 1_000 * seed + job, runs[runner] + 1
+            if job == WARM_UP_JOBS:  # the busiest checker (placement favours one node to run jobs) turns lazy
+                lazy = max(sorted(checks), key=lambda n: (n != runs.most_common(1)[0][0], checks[n]))
             service.peers.dispatch()
             for row in _assigned_rows(service):
-                lazy = lazy or row.checker_node_id or ""  # the first node asked to check turns lazy
+                assert row.checker_node_id is not None
+                checks[row.checker_node_id] += 1
                 fees_before = _fees_kept(service, lazy) if row.checker_node_id == lazy else 0
                 outcome = _respond(service, nodes, row, lazy, seeds)
                 assert outcome.accepted
@@ -174,6 +181,7 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
                     answered_by_lazy += 1
                     if outcome.penalized_node_id == lazy:
                         caught_at, caught_row, fees = answered_by_lazy, row, fees_before
+                        kept_after_catch = _fees_kept(service, lazy)
             if caught_at is not None and job >= 30:
                 break
         rows = _all_rows(service)
@@ -194,9 +202,8 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
         assert caught is not None and caught.passed and (caught.reason or "").startswith("CAUGHT")
         # Every fee it had earned is taken back (from its balance, or as a debt), each only once.
         taken_back = (taken.amount if taken else 0) + (owed.amount if owed else 0)
-        assert fees > 0 and taken_back == fees
-        assert all(r.fee_taken_back_by is not None for r in _all_rows(service)
-                   if r.checker_node_id == lazy and r.fee_transfer_id)
+        assert taken_back == fees  # none when caught before its first fee
+        assert kept_after_catch == 0
         # Every honest checker rejected every planted claim, and was never penalized.
         assert len({r.checker_node_id for r in planted} - {lazy}) >= 2  # honest checkers were tested too
         for node_id in nodes:
