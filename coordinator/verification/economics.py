@@ -76,7 +76,7 @@ class StakePolicy:
     # measured a peer check at 0.47 of the generation it checks, on CPU) ...
     check_cost_share: float = 0.5
     planted_share_min: float = 0.1  # ... planted checks per real check, at least ...
-    planted_per_check_max: float = 1.0  # ... and at most (a checker with little at stake)
+    planted_per_check_max: float = 0.5  # ... and at most (a checker with little at stake)
     fee_margin: float = 1.25  # the fee covers this much more than an honest checker's replays cost
 
     def __post_init__(self) -> None:
