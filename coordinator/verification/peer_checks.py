@@ -260,8 +260,9 @@ def accept_result(session: Session, checker: NodeRecord, check_id: str, body: by
     evidence = {**verdict.evidence(), "checker": checker.node_id, "role": row.role.value,
                 "result": result_digest(body)}
     if row.planted:
-        caught = planted.settle(session, row, verdict, evidence, context.trust, now_ms)
-        return ResultOutcome(True, row.job_id, penalized_node_id=checker.node_id if caught else None, planted=True)
+        taken = planted.settle(session, row, verdict, evidence, (body, signature), context.trust, now_ms)
+        return ResultOutcome(True, row.job_id, penalized_node_id=None if taken is None else checker.node_id,
+                             planted=True)
     moved = peer_store.update_peer_check(
         session, check_id, _ASSIGNED, status=PeerCheckStatus.ANSWERED, passed=verdict.passed,
         answered_at_ms=now_ms, result_body=body, result_signature=signature,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sqlalchemy import (
-    BigInteger, Boolean, Column, Index, Integer, LargeBinary, String, Table, Text, func, insert, select, update,
+    BigInteger, Boolean, Column, Index, Integer, LargeBinary, String, Table, Text, func, insert, or_, select, update,
 )
 from sqlalchemy.orm import Session
 
@@ -166,12 +166,13 @@ def planting_sources(session: Session, limit: int) -> list[PeerCheckRecord]:
 
 
 def checked_by(session: Session, node_id: str, job_ids: list[str]) -> frozenset[str]:
-    """Which of these jobs the node was ever asked to check (or referee)."""
+    """Which of these jobs the node was ever sent: to check, to referee, or as a planted check's source."""
     if not job_ids:
         return frozenset()
-    rows = session.execute(select(peer_checks.c.job_id).where(
-        peer_checks.c.checker_node_id == node_id, peer_checks.c.job_id.in_(job_ids)))
-    return frozenset(rows.scalars())
+    rows = session.execute(select(peer_checks.c.job_id, peer_checks.c.planted_from_job_id).where(
+        peer_checks.c.checker_node_id == node_id,
+        or_(peer_checks.c.job_id.in_(job_ids), peer_checks.c.planted_from_job_id.in_(job_ids))))
+    return frozenset(job_id for row in rows for job_id in row if job_id in job_ids)
 
 
 def _fees_kept(node_id: str, since_ms: int):  # type: ignore[no-untyped-def]

@@ -144,15 +144,17 @@ def claim_of(session: Session, row: PeerCheckRecord) -> tuple[Receipt, str, tupl
 
 
 def settle(session: Session, row: PeerCheckRecord, verdict: CheckVerdict, evidence: dict[str, object],
-           trust: TrustPolicy, now_ms: int) -> stakes.StakeTaken | None:
+           signed: tuple[bytes, bytes], trust: TrustPolicy, now_ms: int) -> stakes.StakeTaken | None:
     """A planted check answered: nothing is paid; a checker whose answer passes the planted claim
-    is caught (trust, stake, its fees of the horizon). The stake it lost, or None."""
+    is caught (trust, stake, its fees of the horizon). The stake it lost, or None. The signed
+    result (body, signature) is kept: it is what proves the checker passed a claim built to fail."""
+    body, signature = signed
     assert row.planted and row.checker_node_id is not None and row.checker_operator_id is not None
     if not verdict.passed:
         reason = "rejected the planted claim, as every honest replay does; nothing paid for a planted check"
         moved = peer_store.update_peer_check(
             session, row.check_id, frozenset({PeerCheckStatus.ASSIGNED}), status=PeerCheckStatus.ANSWERED,
-            passed=False, answered_at_ms=now_ms, reason=reason,
+            passed=False, answered_at_ms=now_ms, reason=reason, result_body=body, result_signature=signature,
             evidence_json=json.dumps(evidence, sort_keys=True, default=str))
         assert moved, "read as assigned under its row lock"
         return None
@@ -164,6 +166,7 @@ def settle(session: Session, row: PeerCheckRecord, verdict: CheckVerdict, eviden
     moved = peer_store.update_peer_check(
         session, row.check_id, frozenset({PeerCheckStatus.ASSIGNED}), status=PeerCheckStatus.ANSWERED,
         passed=True, answered_at_ms=now_ms, reason=f"CAUGHT: {why}"[:outcomes.REASON_CHARS_MAX],
+        result_body=body, result_signature=signature,
         evidence_json=json.dumps(evidence, sort_keys=True, default=str))
     assert moved, "read as assigned under its row lock"
     outcomes.count_checker_failure(session, row.checker_node_id, why, trust, now_ms)

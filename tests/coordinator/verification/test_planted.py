@@ -39,6 +39,7 @@ from coordinator.verification.planted import PLANTED_NODE_ID, planted_claim, pla
 from coordinator.verification.store import CheckStatus, CreditState
 from coordinator.verification.tolerances import DEFAULT_TOLERANCES
 from ledger.api import get_transfer
+from mlxnet import checks_view
 from node_agent.identity import Identity
 from tests.coordinator.verification.test_outcomes import MODEL, FakeClock
 from tests.coordinator.verification.test_peer_checks import (
@@ -156,8 +157,8 @@ def _service(database_url: str, seed: int) -> CoordinatorService:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, tmp_path: Path,
-                                                            seed: int) -> None:
+def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, tmp_path: Path, seed: int,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     service = _service(database_url, seed)
     try:
         nodes = _fleet(service, tmp_path, ["alice", "bob", "carol", "dave"])
@@ -189,6 +190,14 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
         # No planted check was paid, and none names a real claimant.
         assert all(r.fee_base_units == 0 and r.fee_transfer_id is None for r in planted)
         assert all(r.checked_node_id == PLANTED_NODE_ID for r in planted)
+        # Each built from a verified job its checker never ran nor checked, and never sent to it twice.
+        real = [r for r in rows if not r.planted]
+        for row in planted:
+            assert all(row.checker_node_id not in (r.checker_node_id, r.checked_node_id)
+                       for r in real if r.job_id == row.planted_from_job_id)
+        for node_id in nodes:
+            sources = [r.planted_from_job_id for r in planted if r.checker_node_id == node_id]
+            assert len(sources) == len(set(sources))
         # The lazy checker is caught within LAZY_CHECKS_MAX answers: in its first few checks it has
         # little at stake and about every other check it gets is planted (economics.planted_rate).
         assert caught_at is not None and caught_at <= LAZY_CHECKS_MAX, (caught_at, answered_by_lazy)
@@ -204,6 +213,10 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
         taken_back = (taken.amount if taken else 0) + (owed.amount if owed else 0)
         assert taken_back == fees  # none when caught before its first fee
         assert kept_after_catch == 0
+        # What an auditor reads: the planted checks the node answered, and why it was caught.
+        assert checks_view._show_node(service.db, lazy) == 0
+        shown = capsys.readouterr().out
+        assert "planted checks answered" in shown and f"CAUGHT by planted check {caught_row.check_id}" in shown
         # Every honest checker rejected every planted claim, and was never penalized.
         assert len({r.checker_node_id for r in planted} - {lazy}) >= 2  # honest checkers were tested too
         for node_id in nodes:
