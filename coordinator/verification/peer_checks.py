@@ -9,7 +9,11 @@ settle disputes, pay the checker.
   posts the credit; a mismatch is a dispute, settled by a referee of a third operator (or the
   coordinator's verifier where it holds the model). The loser's trust falls.
 - accept_failure: the checker could not replay it; another peer is asked.
-Each answer that stands earns its checker a fee, one ledger transfer per check job.
+- settle_refereed: the coordinator's own verifier decided a disputed job; the checker's answer is
+  judged by it as by a peer referee.
+Each answer that stands earns its checker a fee, one ledger transfer per check job. With a real
+check, a checker is sometimes sent a planted one too (planted.py), which pays nothing and
+catches a checker that answers "matches" without replaying.
 """
 
 from __future__ import annotations
