@@ -19,6 +19,10 @@ one after the other on this machine. It prints:
   TrustPolicy, worst case over node paces and job sizes; and, per cheat kind, its measured
   detection per check run through the real policy (check_rate_for_job, trust updates, the
   node's stake and pace): cheated jobs until caught, and the cheater's profit, by simulation.
+- checkers (`--policy-only` too): the check fee the stake policy sets, an honest checker's
+  profit per check, and a lazy checker's (one that answers "matches" without replaying) expected
+  profit per answer against what it has at stake, with planted checks at economics.planted_rate;
+  and, by simulation, how many checks a checker lazy on every check answers before it is caught;
 - checks by peers (issue 32): CPU seconds of a peer's check (its replay, encoding and signing:
   node_agent/peer_checks.py) and of the coordinator's judging of it (no model), against the
   generation they check; peer-check cost as a share of network compute at the default
@@ -45,7 +49,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.verification.economics import Cheater, Exposure, check_rate_for_job, expected_profit  # noqa: E402
+from coordinator.verification.economics import (  # noqa: E402
+    Cheater, Exposure, check_rate_for_job, checker_at_stake, checker_fee_bps, checker_profit, expected_profit, forfeit,
+    planted_rate, replay_cost,
+)
 from coordinator.verification.policy import TrustPolicy, TrustRecord, check_rate  # noqa: E402
 
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
@@ -259,6 +266,61 @@ def _report_expected_profit() -> None:
         for pace in PACES))
 
 
+STAKES_IN_CREDITS = (0, 0.25, 0.5, 1, 2, 5, 10, 100)  # what a checker has at stake, in checked-job credits
+
+
+def _report_checker_economics(trials: int) -> None:
+    """Checkers (economics.py): the fee, an honest checker's margin, and what laziness earns."""
+    stake = TrustPolicy().stake
+    credit = 1_000_000
+    bps = checker_fee_bps(stake)
+    print(f"\ncheckers, default policy: fee {bps / 100:g}% of the checked job's credit (fee_margin "
+          f"{stake.fee_margin} x (1 + planted_share_min {stake.planted_share_min}) x check_cost_share "
+          f"{stake.check_cost_share} x kappa {stake.work_cost_share_max}); planted checks per real one: "
+          f"{stake.planted_share_min}..{stake.planted_per_check_max}")
+    print("  at stake (job credits)  planted r   honest profit/check   lazy: caught q   lazy profit/answer"
+          "   (in job credits)")
+    for at_stake in STAKES_IN_CREDITS:
+        found = checker_profit(credit, round(at_stake * credit), stake)
+        print(f"  {at_stake:>22g}  {found.planted_rate:>9.3f}   {found.honest / credit:>+19.3f}"
+              f"   {found.lazy_caught:>14.3f}   {found.lazy / credit:>+18.3f}")
+    rng = random.Random(32)
+    for held in (0, 1, 10):
+        caught, profits = _lazy_checks_until_caught(stake, held, rng, trials)
+        caught.sort()
+        print(f"  a checker lazy on every check, {held:g} job credits held: caught after mean "
+              f"{statistics.mean(caught):.1f} checks (p95 {caught[int(0.95 * len(caught))]}, max {caught[-1]}); "
+              f"profit over honest checking {statistics.mean(profits):+.2f} job credits")
+
+
+def _lazy_checks_until_caught(stake, held: float, rng: random.Random, trials: int,  # type: ignore[no-untyped-def]
+                              checks_max: int = 10_000) -> tuple[list[int], list[float]]:
+    """A checker that answers "matches" to every check, through planted_rate: its stake is its fees
+    so far (all taken back when caught) plus `held` job credits; each real check brings a planted one
+    with probability r, answered in a random order. Per trial: checks answered until caught, and its
+    profit over honest checking of the same checks (honest: fees less replays; lazy: its stake lost)."""
+    credit = 1_000
+    held_units = round(held * credit)
+    fee = credit * checker_fee_bps(stake) // 10_000
+    cost = replay_cost(credit, stake)
+    caught_after, profits = [], []
+    for _ in range(trials):
+        fees, answered = 0, 0
+        while answered < checks_max:
+            rate = planted_rate(credit, checker_at_stake(fees, held_units, 0, stake), stake)
+            planted = rng.random() < rate
+            if not planted or rng.random() < 0.5:  # the real check answered (first)
+                answered, fees = answered + 1, fees + fee
+            if planted:
+                answered += 1
+                break
+        lazy = -forfeit(held_units, stake)  # every fee taken back, the stake voided
+        honest = fees - cost * answered
+        caught_after.append(answered)
+        profits.append((lazy - honest) / credit)
+    return caught_after, profits
+
+
 def _jobs_until_caught(detection: float, pace: float, honest_checks: int, rng: random.Random,
                        trials: int, jobs_max: int = 20_000) -> tuple[list[int], list[float]]:
     """A node that cheats on every job from its steady state on (its last window's jobs held),
@@ -328,6 +390,7 @@ def main() -> None:
 
     if args.policy_only:
         _report_expected_profit()
+        _report_checker_economics(args.trials)
         _report_jobs_until_caught(_report_detection(args.cheat_jobs), args.trials)
         return
     modes = [m for m in args.blas.split(",") if m != "openblas" or OPENBLAS.exists()]
@@ -343,6 +406,7 @@ def main() -> None:
             _report_peer_checks(model_dir, args.peer_jobs, args.max_tokens)
     _report_projection(ratios)
     _report_expected_profit()
+    _report_checker_economics(args.trials)
     _report_jobs_until_caught(_report_detection(args.cheat_jobs), args.trials)
 
 

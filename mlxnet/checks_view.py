@@ -71,6 +71,13 @@ def _show_job(db: Database, job_id: str) -> int:
     with db.transaction() as session:
         check = store.check_by_job(session, job_id)
     if check is None:
+        with db.transaction() as session:
+            planted = [row for row in peer_store.of_job(session, job_id) if row.planted]
+        for row in planted:
+            print(f"job {job_id} is a planted check, built from job {row.planted_from_job_id}, sent to "
+                  f"{row.checker_node_id} ({row.status}): {row.reason}")
+        if planted:
+            return 0
         print(f"job {job_id} has no check: it has not completed with a receipt")
         return 1
     print(f"job {job_id} on node {check.node_id} (operator {check.operator_id})")
@@ -91,6 +98,7 @@ def _show_node(db: Database, node_id: str) -> int:
     with db.transaction() as session:
         trust = store.node_trust_of(session, node_id)
         checks = store.checks_for_node(session, node_id, NODE_CHECKS_SHOWN_MAX)
+        planted = peer_store.planted_answered_by(session, node_id, NODE_CHECKS_SHOWN_MAX)
     policy = TrustPolicy()
     record = trust.record
     print(f"node {node_id}: {record.checks_passed} checks passed, {record.checks_failed} failed; "
@@ -98,6 +106,12 @@ def _show_node(db: Database, node_id: str) -> int:
           f"{check_rate(record, policy):.3f} (default policy)")
     if trust.quarantined_at_ms is not None:
         print(f"  QUARANTINED: {trust.quarantine_reason}")
+    if planted:
+        caught = [row for row in planted if row.passed]
+        print(f"  as a checker: {len(planted)} planted checks answered (claims built to fail), "
+              f"{len(caught)} wrongly passed")
+        for row in caught:
+            print(f"  CAUGHT by planted check {row.check_id}: {row.reason}")
     for check in checks:
         print(f"  {check.job_id}: {render_check(check)}")
     return 0

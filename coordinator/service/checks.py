@@ -41,7 +41,8 @@ class Checks:
         if self.verifier is None:
             return []
         decided = self.verifier.run_once()
-        self._core.fleet.note_changed(d.node_id for d in decided)  # trust, perhaps quarantine
+        self._core.fleet.note_changed([*(d.node_id for d in decided),  # trust, perhaps quarantine
+                                       *(d.penalized_checker_id for d in decided if d.penalized_checker_id)])
         self._core.notifier.notify(*(job_topic(d.job_id) for d in decided))
         if any(d.rerun_job_id for d in decided):
             self._core.run_scheduler()

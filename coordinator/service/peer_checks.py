@@ -31,7 +31,7 @@ class PeerChecks:
             done = peer_checks.dispatch(session, self.context(), self._core.clock.now_ms())
         for check_id, node_id in done.assigned:
             log.info("check %s sent to peer %s", check_id, node_id)
-        self._core.notifier.notify(*(node_topic(node_id) for _, node_id in done.assigned))
+        self._core.notifier.notify(*(node_topic(node_id) for _, node_id in done.assigned))  # planted ones ride along
         if done.to_verifier:
             self._core.notifier.notify(VERIFICATION_TOPIC)
         return done
@@ -44,7 +44,11 @@ class PeerChecks:
         with self._core.db.transaction() as session:
             outcome = peer_checks.accept_result(session, node, check_id, body, signature, self.context(),
                                                 self._core.clock.now_ms())
-        if outcome.decided is not None:
+        if outcome.planted:
+            if outcome.penalized_node_id:  # a lazy checker caught: its trust and stake changed
+                self._core.fleet.note_changed([outcome.penalized_node_id])
+                log.warning("checker %s caught by a planted check", outcome.penalized_node_id)
+        elif outcome.decided is not None:
             touched = [node.node_id, *([outcome.verdict.node_id] if outcome.verdict else []),
                        *([outcome.penalized_node_id] if outcome.penalized_node_id else [])]
             self._core.fleet.note_changed(touched)  # trust, perhaps quarantine

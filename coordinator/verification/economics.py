@@ -32,6 +32,28 @@ assumes: a check exists (a model nobody else serves and the coordinator does not
 checked; its credits are held for `unverifiable_hold_s` instead, see outcomes.open_check), the
 node cannot see which jobs are drawn, and credits released between a job and its verdict are
 taken back by the claw-back (its horizon outlasts the window).
+
+Checkers, by the same construction. A check (one prefill over the prompt and output) costs a
+checker at most C = `check_cost_share` * kappa * c, for a checked job of credit c. Some checks
+are planted (verification/planted.py): claims the coordinator built to be wrong, which every
+honest replay rejects and which a checker cannot tell from real ones. A node asked r planted
+checks per real one (r in [`planted_share_min`, `planted_per_check_max`]) is paid only for the
+real ones, so the fee is set once, here, to cover its replays at the least planting:
+
+    fee  =  fee_margin * (1 + planted_share_min) * C          (checker_fee_bps)
+
+A lazy checker answers "matches" without replaying, saving C. On a planted check that answer is
+wrong and caught for sure, and the check is planted with probability q = r / (1 + r), so it
+loses, with that probability, what it has at stake: L = every fee paid for its checks within
+the claw-back horizon, taken back, plus `stake_share` of its held credits and `clawback_share` of
+its posted ones, as a failed job would. Laziness on a check pays in expectation when C > q * L,
+so each assignment's planting rate is raised until
+
+    r / (1 + r)  >=  margin * C / L                             (planted_rate)
+
+which holds whenever L >= margin * C * (1 + r_max) / r_max; below that (a checker with almost
+nothing at stake) r is r_max and the checker also loses its trust (quarantine_failures catches
+take it out of placement for good). bench/verify.py --policy-only evaluates both sides.
 """
 
 from __future__ import annotations
@@ -50,6 +72,12 @@ class StakePolicy:
     clawback_horizon_s: int = 7 * 24 * 3600
     checks_per_window_min: float = 2.0  # expected checks per node per check window, at least
     unverifiable_hold_s: int = 3 * 24 * 3600  # credits of a model nobody can check stay held this long
+    # Checkers (see above): a replay costs at most this share of the job's compute (bench/verify.py
+    # measured a peer check at 0.47 of the generation it checks, on CPU) ...
+    check_cost_share: float = 0.5
+    planted_share_min: float = 0.1  # ... planted checks per real check, at least ...
+    planted_per_check_max: float = 0.5  # ... and at most (a checker with little at stake)
+    fee_margin: float = 1.25  # the fee covers this much more than an honest checker's replays cost
 
     def __post_init__(self) -> None:
         assert 0 < self.detection_min <= 1 and 0 <= self.work_cost_share_max <= 1
@@ -58,6 +86,8 @@ class StakePolicy:
         assert self.margin > 1 and 0 <= self.stake_share <= 1 and 0 <= self.clawback_share <= 1
         assert self.clawback_horizon_s >= 0 and self.checks_per_window_min >= 0
         assert self.unverifiable_hold_s >= 0
+        assert 0 < self.check_cost_share <= 1 and self.fee_margin >= 1
+        assert 0 < self.planted_share_min <= self.planted_per_check_max <= 1
 
 
 @dataclass(frozen=True)
@@ -101,6 +131,55 @@ def forfeit(held_credit: int, policy: StakePolicy) -> int:
 def clawback(posted_credit: int, policy: StakePolicy) -> int:
     """Base units taken back of what was posted to the node within the claw-back horizon."""
     return math.ceil(posted_credit * policy.clawback_share)
+
+
+# --- checkers: the fee, and the planted checks that make laziness lose money ----------------
+
+BASIS_POINTS = 10_000
+
+
+def checker_fee_bps(policy: StakePolicy) -> int:
+    """A checker's fee, in basis points of the checked job's operator credit (see above)."""
+    share = policy.fee_margin * (1 + policy.planted_share_min) * policy.check_cost_share * policy.work_cost_share_max
+    return min(BASIS_POINTS, math.ceil(share * BASIS_POINTS - 1e-9))  # 1e-9: float dust, not a unit
+
+
+def replay_cost(job_credit: int, policy: StakePolicy) -> float:
+    """C: base units a checker's replay of a job of this credit costs it at most (what laziness saves)."""
+    return policy.check_cost_share * policy.work_cost_share_max * job_credit
+
+
+def planted_rate(job_credit: int, at_stake: int, policy: StakePolicy) -> float:
+    """Planted checks to send with a real check of this credit, per real check, for a checker with
+    `at_stake` base units to lose when caught: the least r with r / (1 + r) >= margin * C / L."""
+    assert job_credit >= 0 and at_stake >= 0
+    needed = policy.margin * replay_cost(job_credit, policy) / at_stake if at_stake else math.inf
+    rate = needed / (1 - needed) if needed < 1 else math.inf
+    return min(policy.planted_per_check_max, max(policy.planted_share_min, rate))
+
+
+@dataclass(frozen=True)
+class CheckerProfit:
+    planted_rate: float  # r: planted checks per real one
+    honest: float  # base units an honest checker earns per real check, over its replays' cost
+    lazy_gain: float  # C: what one lazy answer saves
+    lazy_caught: float  # q = r / (1 + r): the chance that answer was to a planted check
+    lazy_loss: float  # L: what the checker loses when caught
+    lazy: float  # expected profit of one lazy answer, over an honest one: C - q * L
+
+
+def checker_profit(job_credit: int, at_stake: int, policy: StakePolicy) -> CheckerProfit:
+    """Both sides of the checker's choice, for a check of a job of this credit (see above)."""
+    rate = planted_rate(job_credit, at_stake, policy)
+    cost = replay_cost(job_credit, policy)
+    fee = job_credit * checker_fee_bps(policy) // BASIS_POINTS
+    caught = rate / (1 + rate)
+    return CheckerProfit(rate, fee - (1 + rate) * cost, cost, caught, at_stake, cost - caught * at_stake)
+
+
+def checker_at_stake(fees_in_horizon: int, held_credit: int, posted_in_horizon: int, policy: StakePolicy) -> int:
+    """L: what a checker caught answering a planted check loses (its fees, its stake, a claw-back)."""
+    return fees_in_horizon + forfeit(held_credit, policy) + clawback(posted_in_horizon, policy)
 
 
 # --- the expected profit of cheating, for the benchmark and the property tests ------------

@@ -105,6 +105,7 @@ class VerdictOutcome:
     quarantined: bool = False
     audited_job_ids: tuple[str, ...] = ()
     stake: stakes.StakeTaken | None = None  # what the failure cost the node beyond this job
+    penalized_checker_id: str | None = None  # a peer whose "differs" this verdict contradicted
 
 
 def _summary(verdict: CheckVerdict) -> str:
@@ -247,3 +248,16 @@ def _give_up_unclaimed(session: Session, now_ms: int, hold_s: int, limit: int) -
                            reason=f"sampled, but no checker came: no peer took it within {_hours(hold_s)} "
                                   f"(no node of another operator serves these weights); released after "
                                   f"the longer hold")
+
+
+def count_checker_failure(session: Session, node_id: str, why: str, policy: TrustPolicy, now_ms: int) -> bool:
+    """A checker whose answer a referee contradicted, or that passed a planted claim, fails a check
+    as a cheating node would; True when that takes it out of placement."""
+    trust = store.node_trust_of(session, node_id, for_update=True)
+    record = trust.record.after(False)
+    newly = trust.quarantined_at_ms is None and is_quarantined(record, policy)
+    store.save_node_trust(session, NodeTrust(
+        node_id, record, now_ms if newly else trust.quarantined_at_ms,
+        f"failed {record.checks_failed} checks; last: {why}" if newly else trust.quarantine_reason), now_ms)
+    log.warning("checker %s failed a check: %s", node_id, why)
+    return newly

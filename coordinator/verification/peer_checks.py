@@ -9,13 +9,16 @@ settle disputes, pay the checker.
   posts the credit; a mismatch is a dispute, settled by a referee of a third operator (or the
   coordinator's verifier where it holds the model). The loser's trust falls.
 - accept_failure: the checker could not replay it; another peer is asked.
-Each answer that stands earns its checker a fee, one ledger transfer per check job.
+- settle_refereed: the coordinator's own verifier decided a disputed job; the checker's answer is
+  judged by it as by a peer referee.
+Each answer that stands earns its checker a fee, one ledger transfer per check job. With a real
+check, a checker is sometimes sent a planted one too (planted.py), which pays nothing and
+catches a checker that answers "matches" without replaying.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import random
@@ -32,15 +35,16 @@ from contracts.token_checks import TokenSlack
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.model import NodeRecord
 from coordinator.storage import job_rows, node_rows
-from coordinator.verification import outcomes, peer_store, store
+from coordinator.verification import outcomes, peer_store, planted, store
+from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict, ReplayFacts, judge
 from coordinator.verification.peers import (
     CheckRequest, Chosen, Pairing, Party, PeerCheckPolicy, Role, Ruling, candidate_of, check_fee,
     choose_checker, fee_is_earned, job_passes, ruling,
 )
-from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus
-from coordinator.verification.policy import TrustPolicy, is_quarantined
-from coordinator.verification.store import CheckStatus, NodeTrust
+from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus, check_id_for
+from coordinator.verification.policy import TrustPolicy
+from coordinator.verification.store import CheckStatus
 from coordinator.verification.tolerances import Tolerances
 from ledger.api import JobStep, ResultCode, TransferState, get_transfer, job_transfer_id, pay_check_fee
 
@@ -63,11 +67,6 @@ class PeerContext:
     offline_after_ms: int
 
 
-def check_id_for(job_id: str, role: Role, attempt: int) -> str:
-    digest = hashlib.sha256(f"mlxnet.peer-check\x00{job_id}\x00{role}\x00{attempt}".encode()).hexdigest()
-    return f"pc_{digest[:32]}"
-
-
 def _receipt(session: Session, job_id: str) -> Receipt:
     job = job_rows.job_by_id(session, job_id)
     assert job is not None and job.receipt_body is not None, "checks open on jobs with a receipt"
@@ -86,6 +85,7 @@ class DispatchPass:
     assigned: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (check id, node id)
     to_verifier: list[str] = dataclasses.field(default_factory=list)  # job ids the coordinator referees
     held: list[str] = dataclasses.field(default_factory=list)  # job ids no peer could check
+    planted: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (check id, node id): planted.py
 
 
 def dispatch(session: Session, context: PeerContext, now_ms: int) -> DispatchPass:
@@ -165,6 +165,7 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
                                             reason=f"sent to {found.node_id}, drawn among {found.eligible}"):
                 pairings.insert(0, Pairing(row.checked_node_id, found.node_id, now_ms))
                 done.assigned.append((row.check_id, found.node_id))
+                _plant_beside(session, row, found, receipt, context, now_ms, done)
             continue
         if row.role is Role.REFEREE and (receipt.model_id, receipt.weights_digest) in context.replayable:
             # No third peer: the coordinator's own verifier referees (it judges the checked node).
@@ -178,21 +179,41 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
             store.update_check(session, row.job_id, _PEER, reason=found.reason[:outcomes.REASON_CHARS_MAX])
 
 
+def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt: Receipt, context: PeerContext,
+                 now_ms: int, done: DispatchPass) -> None:
+    """Perhaps a planted check for the same checker, so it cannot skip the replay unseen."""
+    check = store.check_by_job(session, row.job_id)
+    assert check is not None
+    planting = planted.Planting(found.node_id, found.operator_id, receipt.model_id, receipt.weights_digest,
+                                check.operator_credit)
+    check_id = planted.plant(session, planting, context.trust.stake, context.policy.deadline_ms, context.draws,
+                             now_ms)
+    if check_id is not None:
+        done.planted.append((check_id, found.node_id))
+
+
 # --- what a checker is sent ------------------------------------------------------
 
 def check_jobs_for(session: Session, node_id: str, tolerances: Tolerances) -> list[CheckJob]:
     """The check jobs assigned to a node and not answered yet."""
     found = []
     for row in peer_store.assigned_to(session, node_id, CHECK_JOBS_PER_NODE_MAX):
-        job = job_rows.job_by_id(session, row.job_id)
-        assert job is not None and job.receipt_body is not None
-        receipt = decode_receipt(job.receipt_body)
-        streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-        found.append(CheckJob(row.check_id, job.job_id, receipt.model_id, receipt.weights_digest, job.prompt,
-                              streamed[:receipt.completion_tokens], receipt.finish_reason, receipt.temperature,
-                              receipt.top_p, receipt.seed,
+        receipt, prompt, output_ids = claim(session, row)
+        found.append(CheckJob(row.check_id, row.job_id, receipt.model_id, receipt.weights_digest, prompt,
+                              output_ids, receipt.finish_reason, receipt.temperature, receipt.top_p, receipt.seed,
                               TokenSlack(tolerances.logit_slack, tolerances.mass_slack)))
     return found
+
+
+def claim(session: Session, row: PeerCheckRecord) -> tuple[Receipt, str, tuple[int, ...]]:
+    """What a check is judged against: the receipt, prompt and output (a planted check's are built)."""
+    if row.planted:
+        return planted.claim_of(session, row)
+    job = job_rows.job_by_id(session, row.job_id)
+    assert job is not None and job.receipt_body is not None
+    receipt = decode_receipt(job.receipt_body)
+    streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
+    return receipt, job.prompt, streamed[:receipt.completion_tokens]
 
 
 # --- a checker's answer ------------------------------------------------------------
@@ -203,7 +224,8 @@ class ResultOutcome:
     job_id: str = ""
     decided: Ruling | None = None  # None: undecided (a referee is now needed) or not accepted
     verdict: outcomes.VerdictOutcome | None = None
-    penalized_node_id: str | None = None  # a checker the referee contradicted
+    penalized_node_id: str | None = None  # a checker the referee contradicted, or a planted check caught
+    planted: bool = False  # a planted check: nothing decided for any real job
 
 
 def _mine(session: Session, checker: NodeRecord, check_id: str) -> PeerCheckRecord:
@@ -234,16 +256,17 @@ def accept_result(session: Session, checker: NodeRecord, check_id: str, body: by
                   context: PeerContext, now_ms: int) -> ResultOutcome:
     row = _mine(session, checker, check_id)
     if row.status is not PeerCheckStatus.ASSIGNED:
-        return ResultOutcome(False, row.job_id)
-    job = job_rows.job_by_id(session, row.job_id)
-    assert job is not None and job.receipt_body is not None
-    receipt = decode_receipt(job.receipt_body)
-    streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-    result = _read_result(checker, row, receipt, job.prompt, streamed[:receipt.completion_tokens], body, signature)
+        return ResultOutcome(False, row.job_id, planted=row.planted)
+    receipt, prompt, output_ids = claim(session, row)
+    result = _read_result(checker, row, receipt, prompt, output_ids, body, signature)
     verdict = judge(receipt, ReplayFacts(result.prompt_tokens, result.prompt, result.generated,
                                          result.token_checks), context.tolerances)
     evidence = {**verdict.evidence(), "checker": checker.node_id, "role": row.role.value,
                 "result": result_digest(body)}
+    if row.planted:
+        taken = planted.settle(session, row, verdict, evidence, (body, signature), context.trust, now_ms)
+        return ResultOutcome(True, row.job_id, penalized_node_id=None if taken is None else checker.node_id,
+                             planted=True)
     moved = peer_store.update_peer_check(
         session, check_id, _ASSIGNED, status=PeerCheckStatus.ANSWERED, passed=verdict.passed,
         answered_at_ms=now_ms, result_body=body, result_signature=signature,
@@ -283,28 +306,38 @@ def _settle(session: Session, row: PeerCheckRecord, decided: Ruling, verdict: Ch
     penalized = None
     rows = [r for r in peer_store.of_job(session, row.job_id) if r.status is PeerCheckStatus.ANSWERED]
     if decided is Ruling.CHECKER_LOSES:
-        liar = next(r for r in rows if r.role is Role.CHECK and r.passed is False)
-        assert liar.checker_node_id is not None
-        _count_failure(session, liar.checker_node_id, f"its check of job {row.job_id} was contradicted by "
-                       f"referee {row.checker_node_id}", context.trust, now_ms)
-        penalized = liar.checker_node_id
-    _pay_fees(session, rows, decided, passes, context.policy, now_ms)
+        penalized = _penalize_liar(session, rows, f"referee {row.checker_node_id}", context.trust, now_ms)
+    _pay_fees(session, rows, decided, passes, context.trust.stake, now_ms)
     return ResultOutcome(True, row.job_id, decided, outcome, penalized)
 
 
-def _count_failure(session: Session, node_id: str, why: str, policy: TrustPolicy, now_ms: int) -> None:
-    """A checker whose answer a referee contradicted fails a check, as a cheating node would."""
-    trust = store.node_trust_of(session, node_id, for_update=True)
-    record = trust.record.after(False)
-    newly = trust.quarantined_at_ms is None and is_quarantined(record, policy)
-    store.save_node_trust(session, NodeTrust(
-        node_id, record, now_ms if newly else trust.quarantined_at_ms,
-        f"failed {record.checks_failed} checks; last: {why}" if newly else trust.quarantine_reason), now_ms)
-    log.warning("checker %s lost a dispute: %s", node_id, why)
+def _penalize_liar(session: Session, rows: list[PeerCheckRecord], referee: str, trust: TrustPolicy,
+                   now_ms: int) -> str:
+    """The checker whose "differs" the referee contradicted fails a check; its node id."""
+    liar = next(r for r in rows if r.role is Role.CHECK and r.passed is False)
+    assert liar.checker_node_id is not None
+    outcomes.count_checker_failure(session, liar.checker_node_id, f"its check of job {liar.job_id} was "
+                                   f"contradicted by {referee}", trust, now_ms)
+    return liar.checker_node_id
+
+
+def settle_refereed(session: Session, job_id: str, passed: bool, verifier: str, trust: TrustPolicy,
+                    now_ms: int) -> str | None:
+    """The coordinator's own verifier decided a job a peer had disputed: the checker's answer is
+    judged by that verdict as by a referee's (trust when contradicted, its fee when it stands).
+    The node id of a contradicted checker, or None."""
+    rows = [r for r in peer_store.of_job(session, job_id) if r.status is PeerCheckStatus.ANSWERED]
+    if not any(r.role is Role.CHECK and r.passed is False for r in rows):
+        return None  # no dispute: the verifier checked it first, or a peer escalated
+    decided = ruling(False, passed)
+    assert decided is not None
+    penalized = _penalize_liar(session, rows, verifier, trust, now_ms) if decided is Ruling.CHECKER_LOSES else None
+    _pay_fees(session, rows, decided, job_passes(decided), trust.stake, now_ms)
+    return penalized
 
 
 def _pay_fees(session: Session, rows: list[PeerCheckRecord], decided: Ruling, job_passed: bool,
-              policy: PeerCheckPolicy, now_ms: int) -> None:
+              policy: StakePolicy, now_ms: int) -> None:
     check = store.check_by_job(session, rows[0].job_id)
     assert check is not None
     fee_kept = job_passed and _fee_collected(session, check.job_id)

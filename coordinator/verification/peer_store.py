@@ -9,10 +9,13 @@ asked). Like store.py, everything takes the caller's session and never commits.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import BigInteger, Boolean, Column, Index, Integer, LargeBinary, String, Table, Text, insert, select, update
+from sqlalchemy import (
+    BigInteger, Boolean, Column, Index, Integer, LargeBinary, String, Table, Text, func, insert, or_, select, update,
+)
 from sqlalchemy.orm import Session
 
 from coordinator.verification.peers import Pairing, Role
@@ -40,6 +43,11 @@ peer_checks = Table(
     Column("result_signature", LargeBinary, nullable=True),
     Column("fee_base_units", BigInteger, nullable=False),  # paid to the checker's operator
     Column("fee_transfer_id", String(128), nullable=True),  # the ledger transfer that paid it
+    # A planted check (0018_peers2_planted_checks): the verified job whose prompt and output it
+    # reuses, and the tampered receipt it is judged against. Null for a real check.
+    Column("planted_from_job_id", String(64), nullable=True),
+    Column("claim_body", LargeBinary, nullable=True),
+    Column("fee_taken_back_by", String(64), nullable=True),  # the planted check that caught its checker
 )
 Index("ix_peer_checks_checker", peer_checks.c.checker_node_id, peer_checks.c.status)
 Index("ix_peer_checks_job", peer_checks.c.job_id)
@@ -76,9 +84,21 @@ class PeerCheckRecord:
     result_signature: bytes | None = None
     fee_base_units: int = 0
     fee_transfer_id: str | None = None
+    planted_from_job_id: str | None = None
+    claim_body: bytes | None = None
+    fee_taken_back_by: str | None = None
+
+    @property
+    def planted(self) -> bool:
+        return self.planted_from_job_id is not None
 
 
 _FIELDS = tuple(c.name for c in peer_checks.columns)
+
+
+def check_id_for(job_id: str, role: Role, attempt: int) -> str:
+    digest = hashlib.sha256(f"mlxnet.peer-check\x00{job_id}\x00{role}\x00{attempt}".encode()).hexdigest()
+    return f"pc_{digest[:32]}"
 
 
 def _from_row(row) -> PeerCheckRecord:  # type: ignore[no-untyped-def]
@@ -129,9 +149,58 @@ def recent_pairings(session: Session, limit: int) -> list[Pairing]:
     """The latest peer checks' pairs, newest first (what checker selection remembers)."""
     rows = session.execute(select(peer_checks.c.checked_node_id, peer_checks.c.checker_node_id,
                                   peer_checks.c.assigned_at_ms)
-                           .where(peer_checks.c.assigned_at_ms.is_not(None))
+                           .where(peer_checks.c.assigned_at_ms.is_not(None),
+                                  peer_checks.c.planted_from_job_id.is_(None))  # no real partner
                            .order_by(peer_checks.c.assigned_at_ms.desc()).limit(limit))
     return [Pairing(checked, checker, at_ms) for checked, checker, at_ms in rows]
+
+
+def planting_sources(session: Session, limit: int) -> list[PeerCheckRecord]:
+    """The latest real checks a peer passed and the ruling kept (their replays are what a
+    planted check is built from), newest first."""
+    rows = session.execute(select(peer_checks).where(
+        peer_checks.c.status == PeerCheckStatus.ANSWERED.value, peer_checks.c.role == Role.CHECK.value,
+        peer_checks.c.passed.is_(True), peer_checks.c.planted_from_job_id.is_(None))
+        .order_by(peer_checks.c.answered_at_ms.desc(), peer_checks.c.check_id).limit(limit))
+    return [_from_row(r) for r in rows]
+
+
+def checked_by(session: Session, node_id: str, job_ids: list[str]) -> frozenset[str]:
+    """Which of these jobs the node was ever sent: to check, to referee, or as a planted check's source."""
+    if not job_ids:
+        return frozenset()
+    rows = session.execute(select(peer_checks.c.job_id, peer_checks.c.planted_from_job_id).where(
+        peer_checks.c.checker_node_id == node_id,
+        or_(peer_checks.c.job_id.in_(job_ids), peer_checks.c.planted_from_job_id.in_(job_ids))))
+    return frozenset(job_id for row in rows for job_id in row if job_id in job_ids)
+
+
+def _fees_kept(node_id: str, since_ms: int):  # type: ignore[no-untyped-def]
+    return (peer_checks.c.checker_node_id == node_id, peer_checks.c.fee_transfer_id.is_not(None),
+            peer_checks.c.fee_taken_back_by.is_(None), peer_checks.c.answered_at_ms >= since_ms)
+
+
+def fees_paid_since(session: Session, node_id: str, since_ms: int) -> int:
+    """Base units paid for the node's checks answered since then and not taken back (what a caught
+    checker gives back)."""
+    return int(session.execute(select(func.coalesce(func.sum(peer_checks.c.fee_base_units), 0))
+                               .where(*_fees_kept(node_id, since_ms))).scalar_one())
+
+
+def take_back_fees(session: Session, node_id: str, since_ms: int, by_check_id: str) -> int:
+    """Mark the node's fees since then as taken back by that planted check; their base units."""
+    amount = fees_paid_since(session, node_id, since_ms)
+    session.execute(update(peer_checks).where(*_fees_kept(node_id, since_ms)).values(fee_taken_back_by=by_check_id))
+    return amount
+
+
+def planted_answered_by(session: Session, node_id: str, limit: int) -> list[PeerCheckRecord]:
+    """The planted checks a node answered, newest first (an auditor's view of its diligence)."""
+    rows = session.execute(select(peer_checks).where(
+        peer_checks.c.checker_node_id == node_id, peer_checks.c.planted_from_job_id.is_not(None),
+        peer_checks.c.status == PeerCheckStatus.ANSWERED.value)
+        .order_by(peer_checks.c.answered_at_ms.desc(), peer_checks.c.check_id).limit(limit))
+    return [_from_row(r) for r in rows]
 
 
 def update_peer_check(session: Session, check_id: str, from_statuses: frozenset[PeerCheckStatus],

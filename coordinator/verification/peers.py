@@ -18,7 +18,9 @@ operator can read why a node was or was not asked:
 A dispute (the checker's replay does not match the checked node's proof) goes to a referee
 of a third operator, or to the coordinator's own verifier where it holds the model. The
 referee's verdict stands: the side it contradicts loses trust, so a lying checker is caught
-the same way as a cheating node.
+the same way as a cheating node. A checker that answers "matches" without replaying is caught
+by planted checks (planted.py); its fee and the planting rate come from the stake policy
+(economics.py).
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from contracts.models import ModelSpec
-
-BASIS_POINTS = 10_000
+from coordinator.verification.economics import BASIS_POINTS, StakePolicy, checker_fee_bps
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,11 @@ class PeerCheckPolicy:
     pair_cooldown_ms: int = 600_000  # ... within this long
     deadline_ms: int = 120_000  # a check job not answered by then goes to another checker
     attempts_max: int = 4  # checkers asked per role before the check is left held, with the reason
-    # The checker's fee: this share of the checked job's operator credit, from the job's network
-    # share. A prefill costs a small part of a decode. TODO(peerpolicy): set it from the policy.
-    fee_bps: int = 1_000
+    # The checker's fee and the planted checks are set by the stake policy (economics.py).
 
     def __post_init__(self) -> None:
         assert self.pair_memory_checks >= 0 and self.pair_cooldown_ms >= 0
         assert self.deadline_ms > 0 and self.attempts_max >= 1
-        assert 0 <= self.fee_bps <= BASIS_POINTS
 
 
 DEFAULT_PEER_CHECK_POLICY = PeerCheckPolicy()
@@ -202,13 +200,14 @@ def job_passes(decided: Ruling) -> bool:
 
 # --- fees -----------------------------------------------------------------------
 
-def check_fee(operator_credit: int, policy: PeerCheckPolicy) -> int:
-    """Base units a checker earns for one replay: a share of the checked job's credit, at
-    least one unit when the job earned anything (no floats: integer basis points)."""
+def check_fee(operator_credit: int, policy: StakePolicy) -> int:
+    """Base units a checker earns for one replay: the share of the checked job's credit the stake
+    policy sets (economics.checker_fee_bps), at least one unit when the job earned anything."""
     assert operator_credit >= 0
-    if operator_credit == 0 or policy.fee_bps == 0:
+    bps = checker_fee_bps(policy)
+    if operator_credit == 0 or bps == 0:
         return 0
-    return max(1, operator_credit * policy.fee_bps // BASIS_POINTS)
+    return max(1, operator_credit * bps // BASIS_POINTS)
 
 
 def fee_is_earned(role: Role, decided: Ruling) -> bool:

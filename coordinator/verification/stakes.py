@@ -6,6 +6,7 @@
   for trust and re-runs;
 - clawback_share of what was posted to the node for jobs within the claw-back horizon is taken
   back from its operator's balance, the rest left as a debt its next credits repay.
+A checker caught by a planted check (planted.py) loses the same, and its fees of that horizon.
 """
 
 from __future__ import annotations
@@ -39,7 +40,23 @@ class StakeTaken:
 
 
 def take_stake(session: Session, failed: CheckRecord, policy: StakePolicy, now_ms: int) -> StakeTaken:
-    held = [c for c in store.held_checks(session, failed.node_id, failed.job_id) if c.status in _FORFEITABLE]
+    why = (f"node {failed.node_id} failed the check of job {failed.job_id} "
+           f"({policy.stake_share:.0%} of its held credits are voided)")
+    return _take(session, failed.node_id, failed.operator_id, failed.job_id, why, 0, policy, now_ms)
+
+
+def take_checker_stake(session: Session, node_id: str, operator_id: str, planted_job_id: str,
+                       fees_in_horizon: int, policy: StakePolicy, now_ms: int) -> StakeTaken:
+    """A checker caught answering "matches" to a planted check: the same stake as a failed job, and
+    every fee paid for its checks within the claw-back horizon taken back (economics.py)."""
+    why = (f"checker {node_id} passed planted claim {planted_job_id}, built to fail any honest replay "
+           f"({policy.stake_share:.0%} of its held credits are voided, its check fees taken back)")
+    return _take(session, node_id, operator_id, planted_job_id, why, fees_in_horizon, policy, now_ms)
+
+
+def _take(session: Session, node_id: str, operator_id: str, cause_job_id: str, why: str, extra_clawback: int,
+          policy: StakePolicy, now_ms: int) -> StakeTaken:
+    held = [c for c in store.held_checks(session, node_id, cause_job_id) if c.status in _FORFEITABLE]
     target = forfeit(sum(c.operator_credit for c in held), policy)
     chosen = choose_forfeits([(c.job_id, c.operator_credit) for c in held], target)
     voided = 0
@@ -53,12 +70,12 @@ def take_stake(session: Session, failed: CheckRecord, policy: StakePolicy, now_m
         moved = store.update_check(
             session, job_id, frozenset({check.status}), status=status,
             credit_state=CreditState.VOIDED, credit_resolved_at_ms=now_ms,
-            reason=f"{FORFEITED} node {failed.node_id} failed the check of job {failed.job_id} "
-                   f"({policy.stake_share:.0%} of its held credits are voided); the consumer was refunded")
+            reason=f"{FORFEITED} {why}; the consumer was refunded")
         assert moved, "the check was read held in this transaction"
         voided += check.operator_credit
-    posted = store.posted_credit_since(session, failed.node_id, now_ms - policy.clawback_horizon_s * 1000)
-    taken, owed = job_money.claw_back(session, failed.operator_id, failed.job_id, clawback(posted, policy))
-    log.warning("node %s failed the check of job %s: %d held credits voided (%d base units), %d clawed "
-                "back, %d owed", failed.node_id, failed.job_id, len(chosen), voided, taken, owed)
+    posted = store.posted_credit_since(session, node_id, now_ms - policy.clawback_horizon_s * 1000)
+    taken, owed = job_money.claw_back(session, operator_id, cause_job_id,
+                                      clawback(posted, policy) + extra_clawback)
+    log.warning("node %s lost its stake (%s): %d held credits voided (%d base units), %d clawed back, "
+                "%d owed", node_id, why, len(chosen), voided, taken, owed)
     return StakeTaken(tuple(chosen), voided, taken, owed)

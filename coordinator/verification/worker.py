@@ -13,6 +13,7 @@ here. A job whose weights this verifier does not hold waits, held, for another c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -117,8 +118,13 @@ class VerifierWorker:
                 self._escalate(session, pending.job_id, failure.reason, self.clock.now_ms())
             return None
         with self.db.transaction() as session:
-            outcome = outcomes.record_verdict(session, pending.job_id, verdict, self.name,
-                                              self.policy, self.clock.now_ms())
+            now_ms = self.clock.now_ms()
+            outcome = outcomes.record_verdict(session, pending.job_id, verdict, self.name, self.policy, now_ms)
+            if outcome is not None and self.peers:
+                # A job a peer disputed: this verdict referees the peer's answer too.
+                penalized = peer_checks.settle_refereed(session, pending.job_id, verdict.passed, self.name,
+                                                        self.policy, now_ms)
+                outcome = dataclasses.replace(outcome, penalized_checker_id=penalized)
         if outcome is not None:
             log.info("job %s %s its check%s", pending.job_id, "passed" if outcome.passed else "FAILED",
                      "" if outcome.passed else f": {'; '.join(verdict.reasons)}")

@@ -3,13 +3,15 @@ the work a cheat saves, its detection per check, the node's pace and its habits.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.verification.economics import (
-    Cheater, Exposure, StakePolicy, check_rate_for_job, choose_forfeits, expected_profit, stake_rate,
-    window_floor_rate,
+    Cheater, Exposure, StakePolicy, check_rate_for_job, checker_fee_bps, checker_profit, choose_forfeits,
+    expected_profit, planted_rate, replay_cost, stake_rate, window_floor_rate,
 )
 from coordinator.verification.policy import TrustPolicy
 
@@ -79,3 +81,36 @@ def test_forfeits_void_whole_credits_newest_first_until_the_share_is_reached(cre
 def test_a_policy_where_a_first_job_cheat_would_pay_is_refused() -> None:
     with pytest.raises(AssertionError, match="kappa < p_min"):
         StakePolicy(detection_min=0.3, work_cost_share_max=0.4)
+
+
+# --- checkers -----------------------------------------------------------------------------
+
+@given(st.integers(100, 10**15))
+def test_an_honest_checker_earns_more_than_its_replays_cost_at_the_least_planting(credit: int) -> None:
+    found = checker_profit(credit, 10**18, STAKE)  # much at stake: planted at planted_share_min
+    assert found.planted_rate == STAKE.planted_share_min
+    assert found.honest > 0
+
+
+@given(st.integers(1, 10**12), st.integers(0, 10**15), st.integers(0, 10**15))
+def test_the_planted_rate_stays_in_bounds_and_falls_with_the_stake(credit: int, stake: int, more: int) -> None:
+    rate = planted_rate(credit, stake, STAKE)
+    assert STAKE.planted_share_min <= rate <= STAKE.planted_per_check_max
+    assert planted_rate(credit, stake + more, STAKE) <= rate
+
+
+@given(st.integers(1, 10**12), st.floats(1.0, 10**6))
+def test_laziness_loses_money_for_a_checker_with_enough_at_stake(credit: int, factor: float) -> None:
+    """The inequality of economics.py: r / (1 + r) >= margin * C / L, met once L reaches
+    margin * C * (1 + r_max) / r_max; below that the rate is r_max (see the bench)."""
+    r_max = STAKE.planted_per_check_max
+    enough = STAKE.margin * replay_cost(credit, STAKE) * (1 + r_max) / r_max
+    found = checker_profit(credit, math.ceil(enough * factor), STAKE)
+    assert found.lazy < 0
+    assert found.lazy_caught * found.lazy_loss >= STAKE.margin * found.lazy_gain * (1 - 1e-9)
+
+
+def test_the_fee_is_derived_from_the_stake_policy() -> None:
+    assert checker_fee_bps(STAKE) == 2_750  # 1.25 x 1.1 x 0.5 x 0.4
+    cheaper = StakePolicy(check_cost_share=0.25)
+    assert checker_fee_bps(cheaper) == 1_375

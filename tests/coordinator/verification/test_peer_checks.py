@@ -7,6 +7,7 @@ hidden-state candidates the test committed to (an honest one) or others (a cheat
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,8 @@ from tests.node_registration import register_node
 TOKENS = (5, 6, 7)
 PROMPT = "Hello"
 PEERS = PeerCheckPolicy(pair_memory_checks=0, deadline_ms=60_000, attempts_max=2)
+# Work has a cost here (kappa), so a checker earns a fee (economics.checker_fee_bps); no stake is taken.
+TRUST = dataclasses.replace(POLICY, stake=dataclasses.replace(POLICY.stake, work_cost_share_max=0.4))
 
 
 class Draws(random.Random):
@@ -56,7 +59,7 @@ class Draws(random.Random):
 def service(database_url: str) -> Iterator[CoordinatorService]:
     upgrade_schema(database_url)
     db = Database(database_url)
-    config = CoordinatorConfig(database_url=database_url, trust=POLICY, peer_checks=PEERS)
+    config = CoordinatorConfig(database_url=database_url, trust=TRUST, peer_checks=PEERS)
     yield CoordinatorService(db, FakeClock(), config, draws=Draws())  # type: ignore[arg-type]
     db.dispose()
 
@@ -156,7 +159,7 @@ def test_a_peer_checks_the_job_in_its_assignment_stream_and_is_paid(service: Coo
     check = service.checks.of_job(job_id)
     assert check is not None and check.status is CheckStatus.PASSED and check.credit_state is CreditState.POSTED
     assert check.verifier == f"peer {checker}"
-    fee = check_fee(check.operator_credit, PEERS)
+    fee = check_fee(check.operator_credit, TRUST.stake)
     assert fee > 0 and _posted(service, _operator(service, checker)) == fee
     with service.db.transaction() as session:
         transfer = get_transfer(session, check_fee_transfer_id(check_id))
@@ -187,7 +190,7 @@ def test_a_cheat_is_disputed_and_a_referee_of_a_third_operator_confirms_it(servi
     assert check is not None and check.status is CheckStatus.FAILED and check.credit_state is CreditState.VOIDED
     trust, _ = service.checks.of_node(cheater)
     assert trust.record.checks_failed == 1
-    fee = check_fee(check.operator_credit, PEERS)
+    fee = check_fee(check.operator_credit, TRUST.stake)
     assert _posted(service, _operator(service, checker)) == fee == _posted(service, _operator(service, referee))
 
 
@@ -205,7 +208,7 @@ def test_a_lying_checker_is_caught_by_the_referee_and_not_paid(service: Coordina
     assert service.checks.of_node(liar)[0].record.checks_failed == 1
     assert service.checks.of_node(honest)[0].record.checks_failed == 0
     assert _posted(service, _operator(service, liar)) == 0  # a contradicted answer earns nothing
-    assert _posted(service, _operator(service, referee)) == check_fee(check.operator_credit, PEERS)
+    assert _posted(service, _operator(service, referee)) == check_fee(check.operator_credit, TRUST.stake)
 
 
 def test_a_check_that_lapses_or_fails_goes_to_another_peer_then_stays_held(service: CoordinatorService,

@@ -7,6 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
+from coordinator.verification.economics import StakePolicy
 from coordinator.verification.peers import (
     Candidate, CheckRequest, Chosen, NoChecker, Pairing, Party, PeerCheckPolicy, Role, Ruling,
     check_fee, choose_checker, fee_is_earned, job_passes, recent_partners, ruling,
@@ -139,8 +140,10 @@ def test_a_lying_checker_is_not_paid_and_a_referee_always_is() -> None:
     assert all(fee_is_earned(Role.REFEREE, r) for r in Ruling)
 
 
-@given(st.integers(0, 10**15), st.integers(0, 10_000))
-def test_the_fee_is_an_integer_share_never_above_the_credit(credit: int, bps: int) -> None:
-    fee = check_fee(credit, PeerCheckPolicy(fee_bps=bps))
+@given(st.integers(0, 10**15), st.floats(0.01, 1.0), st.floats(0.01, 1.0), st.floats(1.0, 3.0))
+def test_the_fee_is_an_integer_share_never_above_the_credit(credit: int, cost: float, planted: float,
+                                                            margin: float) -> None:
+    policy = StakePolicy(check_cost_share=cost, planted_share_min=planted, fee_margin=margin)
+    fee = check_fee(credit, policy)
     assert isinstance(fee, int) and 0 <= fee <= credit
-    assert (fee == 0) == (credit == 0 or bps == 0)
+    assert (fee == 0) == (credit == 0)
