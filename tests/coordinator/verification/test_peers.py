@@ -143,7 +143,8 @@ def test_a_lying_checker_is_not_paid_and_a_referee_always_is() -> None:
 @given(st.integers(0, 10**15), st.floats(0.01, 1.0), st.floats(0.01, 1.0), st.floats(1.0, 3.0))
 def test_the_fee_is_an_integer_share_never_above_the_credit(credit: int, cost: float, planted: float,
                                                             margin: float) -> None:
-    policy = StakePolicy(check_cost_share=cost, planted_share_min=planted, fee_margin=margin)
+    policy = StakePolicy(check_cost_share=cost, planted_share_min=planted, fee_margin=margin,
+                         planted_per_check_max=max(planted, StakePolicy().planted_per_check_max))
     fee = check_fee(credit, policy)
     assert isinstance(fee, int) and 0 <= fee <= credit
     assert (fee == 0) == (credit == 0)

@@ -169,7 +169,9 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
         for job in range(200):
             job_id, runner = _complete(service, nodes, seed=1_000 * seed + job)
             seeds[job_id], runs[runner] = 1_000 * seed + job, runs[runner] + 1
-            if job == WARM_UP_JOBS:  # the busiest checker (placement favours one node to run jobs) turns lazy
+            if job >= WARM_UP_JOBS and answered_by_lazy == 0:
+                # The busiest checker that is not the busiest runner turns lazy. Placement settles on one
+                # node to run jobs only after a few, so the pick may change until the lazy one answers.
                 lazy = max(sorted(checks), key=lambda n: (n != runs.most_common(1)[0][0], checks[n]))
             service.peers.dispatch()
             for row in _assigned_rows(service):
