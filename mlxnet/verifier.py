@@ -1,14 +1,18 @@
 """The coordinator's verifier: `--verify-model [ID=]PATH` models, replayed in a child process.
 
 The parent reads each model's id and weights digest from its files (no MLX); the child
-(coordinator.verification.isolated) builds the MLX replayer with build_replayer.
+(coordinator.verification.isolated) builds the MLX replayer with build_replayer. It always
+holds the self-benchmark's reference model too, built offline in the data dir, so it can
+replay every challenge benchmark's answer.
 """
 
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 
+from contracts.benchmarks import REFERENCE_MODEL_ID
 from contracts.models import ModelSpec
 from coordinator.verification.isolated import ChildProcessChecker, ReplayerRecipe
 from node_agent.model_files import describe_model
@@ -40,3 +44,17 @@ def child_checker(specs: dict[str, tuple[str, ModelSpec]]) -> ChildProcessChecke
     recipe = ReplayerRecipe(functools.partial(build_replayer, held),
                             tuple((model_id, digest) for model_id, (_, digest) in held.items()))
     return ChildProcessChecker(recipe)
+
+
+def reference_spec(data_dir: Path) -> dict[str, tuple[str, ModelSpec]]:
+    """The reference model (REFERENCE_MODEL_ID), built once in data_dir (numpy only, seconds):
+    the same bytes every node benchmarks and answers challenges on."""
+    from node_agent.tiny_model import build_tiny_model
+
+    directory = data_dir / "reference-model"
+    if not directory.exists():
+        partial = data_dir / "reference-model.partial"
+        shutil.rmtree(partial, ignore_errors=True)  # a build cut short before
+        build_tiny_model(partial)
+        partial.rename(directory)  # whole or not at all
+    return {REFERENCE_MODEL_ID: (str(directory), describe_model(REFERENCE_MODEL_ID, directory))}
