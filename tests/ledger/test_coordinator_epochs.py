@@ -3,6 +3,7 @@ heartbeats, closing the due epoch, anchoring it, and the `mlxnet ledger` command
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -13,10 +14,10 @@ from sqlalchemy import text
 from contracts.benchmarks import BenchmarkResult
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
-from coordinator.model import NodeRecord
+from coordinator.model import NodeRecord, SpotChallenge
 from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch, close_epochs_forever
 from coordinator.nodes.benchmark_check import benchmark_flag
-from coordinator.storage import node_rows
+from coordinator.storage import challenge_rows, node_rows
 from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
 from ledger.storage import epoch_store
@@ -34,8 +35,19 @@ SETTINGS = EpochSettings(length_s=LENGTH_S, heartbeat_credit_ms=10_000)
 ULTRA = NodeId("node-" + "u" * 24)
 
 
-def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True) -> None:
-    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed)."""
+def _pass_a_challenge(session, node_id: str) -> None:  # type: ignore[no-untyped-def]
+    """A challenge benchmark sent, answered in time and passed by its replay."""
+    challenge = SpotChallenge("challenge-seat", node_id, "tiny", "a b c", 7, 300, START_MS, 300.0)
+    challenge_rows.add(session, challenge)
+    assert challenge_rows.mark_sent(session, challenge.challenge_id, START_MS)
+    sent = dataclasses.replace(challenge, sent_at_ms=START_MS)
+    assert challenge_rows.await_replay(session, sent, START_MS + 1_000, b"receipt", b"signature", (1,) * 300)
+    assert challenge_rows.record_replay(session, sent, None, START_MS + 2_000)
+
+
+def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True, proven: bool = True) -> None:
+    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed);
+    proven: a challenge benchmark's answer also passed the coordinator's replay."""
     lending = LendingState(mode=LendingMode.ULTRA_SEAT)
     node = NodeRecord(ULTRA, b"k" * 32, OperatorId("carol"), "studio", simulated_profile("m3-ultra-512"), (), 1,
                       START_MS, START_MS, lending)
@@ -48,6 +60,8 @@ def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True) -> No
                                    run_time_ms=1000)
             assert benchmark_flag(node.hardware, fits) is None
             node_rows.save_benchmark(session, ULTRA, fits, START_MS, None)
+            if proven:
+                _pass_a_challenge(session, ULTRA)
         for sent_ms in range(START_MS, START_MS + LENGTH_S * 1_000, heartbeat_every_ms):
             beat = Heartbeat(ULTRA, sent_ms, 0, lending)
             assert node_rows.insert_signed_heartbeat(session, beat, sent_ms, b"s" * 64)
@@ -88,6 +102,18 @@ def test_a_claimed_ultra_without_a_fitting_benchmark_earns_no_seat_bonus(db: Dat
         (seat,) = epoch_store.seat_outcomes(session, EPOCH)
     assert seat.availability_bps == 10_000 and not seat.qualified
     assert seat.reason == "no bonus: the chip did not verify as an Ultra"
+    assert seat.availability_reward == seat.job_bonus == 0
+
+
+def test_a_measured_ultra_whose_challenge_never_passed_its_replay_earns_no_seat_bonus(db: Database) -> None:
+    """A fake Ultra whose self-reported benchmark fits the chip: the benchmark alone earns nothing."""
+    add_seat(db, 5_000, proven=False)
+    end_us = (START_MS + LENGTH_S * 1_000) * 1_000
+    result = close_due_epoch(db, SETTINGS, now_us=end_us + 1)
+    assert result is not None and result.ok
+    with db.transaction() as session:
+        (seat,) = epoch_store.seat_outcomes(session, EPOCH)
+    assert seat.availability_bps == 10_000 and not seat.qualified
     assert seat.availability_reward == seat.job_bonus == 0
 
 
