@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(IDLE_S)
             idle_cpu_s = cpu_seconds(pid) - idle_cpu_before
             alive = sum(1 for call in held if not call.done())
-            ended = Counter(call.code().name for call in held if call.done())
+            ended = Counter(f"{call.code().name} ({call.details()})" for call in held if call.done())
             log.info("timing heartbeats with %d streams held (coordinator pid %d)", alive, pid)
             loaded = _heartbeats(honest, args.heartbeats, pid)
             for call in held:

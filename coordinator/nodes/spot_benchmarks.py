@@ -129,8 +129,15 @@ def replay_problem(verdict: CheckVerdict) -> str | None:
     """Why the replay of the answer's tokens and commitment disagrees, or None when it agrees."""
     if verdict.passed:
         return None
-    reasons = "; ".join(verdict.reasons)[:REPLAY_REASONS_CHARS_MAX]
-    return f"challenge benchmark failed its replay (the tokens were not decoded on the reference model): {reasons}"
+    # Chunk by chunk the commitment's reasons run long; one line for them keeps the tokens' in view.
+    bad_chunks = [c.label for c in verdict.chunks if not c.ok]
+    chunk_reasons = [r for r in verdict.reasons if r.split(":", 1)[0] in bad_chunks]
+    reasons = [r for r in verdict.reasons if r not in chunk_reasons]
+    if chunk_reasons:
+        reasons.append(f"{len(bad_chunks)} of {len(verdict.chunks)} chunks' committed activations differ "
+                       f"from the replay (first, {chunk_reasons[0]})")
+    text = "; ".join(reasons)[:REPLAY_REASONS_CHARS_MAX]
+    return f"challenge benchmark failed its replay (the tokens were not decoded on the reference model): {text}"
 
 
 def unreplayable_problem(reason: str) -> str:

@@ -24,7 +24,7 @@ from coordinator.model import SignedReceipt, SpotChallenge
 from coordinator.nodes import spot_benchmarks
 from coordinator.service import CoordinatorService
 from coordinator.storage import challenge_rows, node_rows
-from coordinator.verification.judge import CheckVerdict
+from coordinator.verification.judge import CheckVerdict, ChunkCheck
 from node_agent.coordinator_client import NodeStatus
 from node_agent.identity import Identity, load_or_create_identity
 from tests.proof_helpers import well_formed_commitment
@@ -239,3 +239,16 @@ def test_an_unverified_mac_is_never_challenged(service: CoordinatorService, tmp_
     identity = load_or_create_identity(tmp_path / "claim.pem")
     register_node(service, identity, FAKE_ULTRA, (MODEL,), "mallory")  # no benchmark at all
     assert service.spot_checks.issue_due() == []
+
+
+def test_a_failed_replay_names_the_tokens_before_the_long_list_of_chunks() -> None:
+    chunks = tuple(ChunkCheck(f"tokens {32 * n}-{32 * n + 31}", 128, 128, 9.0, False) for n in range(40))
+    verdict = CheckVerdict(False, (
+        "the prompt is 86 tokens; the receipt claims 30",
+        *(f"{c.label}: 128 of 128 committed activations differ from the replay (at most 8 may)" for c in chunks),
+        "297 of 300 output tokens are not what the model samples with seed 7 (first: token 0)"), chunks)
+    problem = spot_benchmarks.replay_problem(verdict)
+    assert problem is not None and len(problem) < 1_200
+    assert "the prompt is 86 tokens" in problem and "not what the model samples" in problem
+    assert "40 of 40 chunks' committed activations differ from the replay (first, tokens 0-31: " in problem
+    assert spot_benchmarks.replay_problem(CheckVerdict(True, ())) is None
