@@ -111,7 +111,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     from coordinator.tls import TlsSetupError
     from mlxnet.coordinator_tls import server_tls
     from mlxnet.heap import freeze_start_up_heap
-    from mlxnet.verifier import child_checker, reference_spec, verified_specs
+    from mlxnet.verifier import child_checker, verified_specs
     from mlxnet.ledger_cli import LEDGER_KEY_FILE
 
     from ledger.api import ChainSettingsError
@@ -138,7 +138,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     verified = verified_specs(args.verify_model)
     try:
         running = start(config, args.host, args.port, http_port=args.http_port,
-                        checker=child_checker({**reference_spec(args.data_dir), **verified}),
+                        checker=child_checker(verified, args.data_dir / "reference-model"),
                         pinned_models=tuple(spec for _, spec in verified.values()), tls=tls, publisher_key=key)
     except ChainSettingsError as error:
         log.error("%s", error)

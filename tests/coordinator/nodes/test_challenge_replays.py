@@ -104,3 +104,14 @@ def test_a_fake_that_answers_in_time_with_tokens_it_did_not_decode_fails_and_ear
     assert _outcomes(service, identity.node_id) == [flag]
     assert not _node(service, identity.node_id).hardware_verified  # placed as the slowest Mac
     assert not _seat_verified(service, identity.node_id)
+
+
+def test_the_reference_model_is_still_built_byte_for_byte_as_pinned(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Coordinators know the reference weights by this digest without building them; a builder
+    that made other bytes would fail every honest node's challenge."""
+    from contracts.benchmarks import REFERENCE_WEIGHTS_DIGEST
+    from mlxnet.verifier import ensure_reference_model
+
+    assert describe_model(REFERENCE_MODEL_ID, tiny_model_dir).weights_digest == REFERENCE_WEIGHTS_DIGEST
+    ensure_reference_model(tmp_path / "reference-model")  # builds it, and checks the bytes
+    assert not (tmp_path / "reference-model.partial").exists()
