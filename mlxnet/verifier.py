@@ -14,8 +14,11 @@ from pathlib import Path
 
 from contracts.benchmarks import REFERENCE_MODEL_ID, REFERENCE_WEIGHTS_DIGEST
 from contracts.models import ModelSpec
-from coordinator.verification.isolated import ChildProcessChecker, ReplayerRecipe
+from coordinator.verification.isolated import CHILD_START_TIMEOUT_S, ChildProcessChecker, ReplayerRecipe
 from node_agent.model_files import describe_model
+
+
+REFERENCE_BUILD_TIMEOUT_S = 300.0
 
 
 def build_replayer(held: dict[str, tuple[str, str]], reference_dir: str | None = None):  # type: ignore[no-untyped-def]
@@ -66,4 +69,6 @@ def child_checker(specs: dict[str, tuple[str, ModelSpec]], reference_dir: Path |
     recipe = ReplayerRecipe(functools.partial(build_replayer, held,
                                               None if reference_dir is None else str(reference_dir)),
                             tuple((model_id, digest) for model_id, (_, digest) in held.items()))
-    return ChildProcessChecker(recipe)
+    # The first start may build the reference model: on a loaded machine that takes a minute or two.
+    start_timeout_s = CHILD_START_TIMEOUT_S + (REFERENCE_BUILD_TIMEOUT_S if reference_dir is not None else 0.0)
+    return ChildProcessChecker(recipe, start_timeout_s=start_timeout_s)

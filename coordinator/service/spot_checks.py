@@ -25,6 +25,10 @@ from coordinator.verification.isolated import Checker, ReplayFailed
 log = logging.getLogger(__name__)
 
 REPLAYS_PER_PASS_MAX = 16
+# A replay that crashed or overran (the verifier's child, perhaps not the answer) is tried again
+# on later passes for this long; after that the answer fails, so a crashing answer costs boundedly.
+REPLAY_RETRY_MS = 3_600_000
+_NO_VERDICT = "no verdict"
 
 
 class SpotChecks:
@@ -108,6 +112,8 @@ class SpotChecks:
             if checker.weights_digest(answered.challenge.model_id) is None:
                 continue  # another coordinator's verifier holds the reference model
             problem = self._replay(checker, answered)
+            if problem is _NO_VERDICT:
+                continue
             with self._core.db.transaction() as session:
                 if not challenge_rows.record_replay(session, answered.challenge, problem,
                                                     self._core.clock.now_ms()):
@@ -132,5 +138,9 @@ class SpotChecks:
             verdict = checker.check(receipt, answered.challenge.prompt, answered.token_ids,
                                     self._core.config.tolerances)
         except ReplayFailed as failure:
+            if failure.crashed and self._core.clock.now_ms() - answered.answered_at_ms < REPLAY_RETRY_MS:
+                log.warning("challenge benchmark %s: its replay gave no verdict (%s); tried again later",
+                            answered.challenge.challenge_id, failure.reason)
+                return _NO_VERDICT
             return spot_benchmarks.unreplayable_problem(failure.reason)
         return spot_benchmarks.replay_problem(verdict)

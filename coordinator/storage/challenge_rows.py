@@ -100,6 +100,7 @@ class AnsweredChallenge:
     challenge: SpotChallenge
     receipt_body: bytes
     token_ids: tuple[int, ...]
+    answered_at_ms: int
 
 
 def awaiting_replay(session: Session, limit: int) -> list[AnsweredChallenge]:
@@ -107,8 +108,8 @@ def awaiting_replay(session: Session, limit: int) -> list[AnsweredChallenge]:
         node_challenges.c.answered_at_ms.is_not(None), node_challenges.c.outcome.is_(None),
         node_challenges.c.receipt_body.is_not(None))
         .order_by(node_challenges.c.answered_at_ms).limit(limit))
-    return [AnsweredChallenge(_challenge_from_row(row), row.receipt_body, unpack_token_ids(row.token_ids))
-            for row in rows]
+    return [AnsweredChallenge(_challenge_from_row(row), row.receipt_body, unpack_token_ids(row.token_ids),
+                              row.answered_at_ms) for row in rows]
 
 
 def record_replay(session: Session, challenge: SpotChallenge, problem: str | None, now_ms: int) -> bool:

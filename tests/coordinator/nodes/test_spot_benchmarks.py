@@ -24,6 +24,8 @@ from coordinator.model import SignedReceipt, SpotChallenge
 from coordinator.nodes import spot_benchmarks
 from coordinator.service import CoordinatorService
 from coordinator.storage import challenge_rows, node_rows
+from coordinator.service.spot_checks import REPLAY_RETRY_MS
+from coordinator.verification.isolated import ReplayFailed
 from coordinator.verification.judge import CheckVerdict, ChunkCheck
 from node_agent.coordinator_client import NodeStatus
 from node_agent.identity import Identity, load_or_create_identity
@@ -252,3 +254,29 @@ def test_a_failed_replay_names_the_tokens_before_the_long_list_of_chunks() -> No
     assert "the prompt is 86 tokens" in problem and "not what the model samples" in problem
     assert "40 of 40 chunks' committed activations differ from the replay (first, tokens 0-31: " in problem
     assert spot_benchmarks.replay_problem(CheckVerdict(True, ())) is None
+
+
+class CrashingChecker(ScriptedChecker):
+    """Its replay child dies: no verdict, through no proven fault of the answer."""
+
+    def check(self, *args: object) -> CheckVerdict:
+        self.replays += 1
+        raise ReplayFailed("the replay child died during its replay (exit code -11)", crashed=True)
+
+
+def test_a_replay_that_crashed_is_tried_again_then_fails_after_its_window(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    identity = load_or_create_identity(tmp_path / "node.pem")
+    register_node(service, identity, FAKE_ULTRA, (MODEL,), "op", status=NodeStatus(benchmark=_fits(0.8 * 819)))
+    challenge = _sent_challenge(service, identity.node_id)
+    service.clock.ms += 2_000  # type: ignore[attr-defined]
+    tokens = (4,) * challenge.decode_tokens
+    assert service.spot_checks.answer(_node(service, identity.node_id), challenge.challenge_id, tokens,
+                                      _receipt(identity, challenge, tokens)) is None
+    crashing = CrashingChecker(passed=False)
+    assert service.spot_checks.replay_answers(crashing) == []  # no verdict yet: tried again later
+    assert _outcomes(service, identity.node_id) == [None] and crashing.replays == 1
+    service.clock.ms += REPLAY_RETRY_MS  # type: ignore[attr-defined]
+    assert service.spot_checks.replay_answers(crashing) == [identity.node_id]
+    flag = _node(service, identity.node_id).challenge_flag
+    assert flag is not None and flag.startswith("challenge benchmark answer could not be replayed: the replay child died")
