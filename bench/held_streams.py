@@ -137,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(IDLE_S)
             idle_cpu_s = cpu_seconds(pid) - idle_cpu_before
             alive = sum(1 for call in held if not call.done())
-            ended = Counter(call.code().name for call in held if call.done())
+            ended = Counter(f"{call.code().name} ({call.details()})" for call in held if call.done())
+            for index, call in enumerate(held):
+                if call.done():  # which session, and what the transport said: a server's status or a local cancel
+                    log.info("stream %d (hostile session %d of %d) ended early: %s", index, index // per_session,
+                             len(hostile), call.debug_error_string())
             log.info("timing heartbeats with %d streams held (coordinator pid %d)", alive, pid)
             loaded = _heartbeats(honest, args.heartbeats, pid)
             for call in held:

@@ -6,6 +6,16 @@ import math
 from dataclasses import dataclass
 
 REFERENCE_CHARS_MAX = 256
+# The self-benchmark's model: the project's tiny model (node_agent.tiny_model), which every
+# node and coordinator builds offline byte for byte, so the coordinator can replay a challenge.
+REFERENCE_MODEL_ID = "mlxnet/tiny-llama (reference)"
+# Its weights' digest (node_agent.model_files.describe_model), pinned: a coordinator knows it
+# without building the model, and a test checks that the builder still makes these bytes.
+REFERENCE_WEIGHTS_DIGEST = "e36b619c907d1d68f438369d0e4f5dca908e4a20fb4c6044a1d85a9f469c15c2"
+# A challenge benchmark is decoded as a job with these terms and the coordinator's seed: sampled,
+# not greedy, so each seed gives other tokens and no answer can be computed in advance.
+CHALLENGE_TEMPERATURE = 1.0
+CHALLENGE_TOP_P = 1.0
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@
     billing     resolves the reservations of jobs that ended without closing them
     credits     posts held credits whose check window closed
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
-    verifier    replays sampled jobs, when this coordinator holds a verifier
+    verifier    replays sampled jobs and challenge answers, when this coordinator holds a verifier
     peers       hands sampled jobs to peer nodes to check, and lapsed checks to other peers
     epochs      closes each ledger epoch once it ends and anchors its root
     spot-checks sends verified Macs challenge benchmarks at random times, fails unanswered ones
@@ -122,6 +122,8 @@ def _verifier_loop(service: CoordinatorService, stopping: threading.Event) -> Lo
     def step() -> None:
         seen[0] = service.notifier.version(VERIFICATION_TOPIC)
         service.checks.run()
+        assert service.checks.verifier is not None
+        service.spot_checks.replay_answers(service.checks.verifier.checker)  # challenge answers too
 
     def pause() -> None:
         if not stopping.is_set():

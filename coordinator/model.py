@@ -64,6 +64,13 @@ class NodeRecord:
     batch_decode_tokens_per_s: tuple[tuple[int, float], ...] = ()
     left_at_ms: int | None = None  # the node left the network (Leave) and is not placed on
     challenge_flag: str | None = None  # why its latest challenge benchmark failed (spot_benchmarks)
+    challenge_passed_at_ms: int | None = None  # its latest challenge passed its replay then
+
+    @property
+    def hardware_proven(self) -> bool:
+        """Verified, and a challenge's tokens passed the coordinator's replay: the only ground
+        for the Ultra-seat bonus (a fast answer alone proves nothing, garbage can be fast)."""
+        return self.hardware_verified and self.challenge_passed_at_ms is not None
 
     def model(self, model_id: str) -> ModelSpec | None:
         return next((m for m in self.models if m.model_id == model_id), None)

@@ -138,7 +138,7 @@ def _coordinator(args: argparse.Namespace) -> int:
     verified = verified_specs(args.verify_model)
     try:
         running = start(config, args.host, args.port, http_port=args.http_port,
-                        checker=child_checker(verified),
+                        checker=child_checker(verified, args.data_dir / "reference-model"),
                         pinned_models=tuple(spec for _, spec in verified.values()), tls=tls, publisher_key=key)
     except ChainSettingsError as error:
         log.error("%s", error)

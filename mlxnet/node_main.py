@@ -17,7 +17,9 @@ import threading
 from pathlib import Path
 
 from contracts import hop_trace
+from contracts.benchmarks import REFERENCE_MODEL_ID
 from contracts.hardware import ChipTier, HardwareReport
+from contracts.ids import NodeId
 from contracts.failover import parse_addresses, parse_fingerprints
 from contracts.lending import LendingMode
 from contracts.models import ModelSpec
@@ -25,7 +27,7 @@ from contracts.tls import CoordinatorTrust, is_loopback, normalize_fingerprint
 from mlxnet import tracing
 from mlxnet.heap import freeze_start_up_heap
 from node_agent.agent import AgentSettings, NodeAgent
-from node_agent.coordinator_client import CallRejected
+from node_agent.coordinator_client import CallRejected, Challenge
 from node_agent.hardware.discover import discover_host, simulated_profile
 from node_agent.identity import load_or_create_identity
 from node_agent.inference.engine import Engine, device_info
@@ -41,7 +43,6 @@ from node_agent.status_file import PID_FILE_NAME, STATUS_FILE_NAME, write_pid
 log = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = Path("~/.mlxnet/node").expanduser()
-REFERENCE_MODEL_ID = "mlxnet/tiny-llama (reference)"
 EXIT_UNTRUSTED = 3  # the coordinator's certificate was refused
 
 
@@ -287,7 +288,7 @@ def _hooks(args: argparse.Namespace, config: NodeConfig, settings: AgentSettings
     benchmark, challenge = None, None
     if enabled == "on" or (enabled == "auto" and not settings.hardware.simulated):
         benchmark = _benchmark_runner(args.data_dir / "reference-model", args.max_concurrent_jobs)
-        challenge = _challenge_runner(args.data_dir / "reference-model")
+        challenge = _challenge_runner(args.data_dir / "reference-model", settings.identity.node_id)
     pod, pod_runner = None, None
     if config.pod is not None:
         from node_agent.pods.runner import pod_declaration, pod_job_runner
@@ -311,11 +312,14 @@ def _benchmark_runner(reference_dir: Path, slots: int):  # type: ignore[no-untyp
     return run_once
 
 
-def _challenge_runner(reference_dir: Path):  # type: ignore[no-untyped-def]
-    def run(prompt: str, seed: int, decode_tokens: int):  # type: ignore[no-untyped-def]
+def _challenge_runner(reference_dir: Path, node_id: NodeId):  # type: ignore[no-untyped-def]
+    engine = Engine()  # its own, so the reference model stays warm between challenges
+
+    def run(challenge: Challenge):  # type: ignore[no-untyped-def]
         from node_agent.inference.benchmark import run_challenge
 
-        return run_challenge(reference_dir, prompt, seed, decode_tokens)  # built by the benchmark first
+        model = describe_model(REFERENCE_MODEL_ID, reference_dir)  # built by the benchmark first
+        return run_challenge(engine, model, reference_dir, node_id, challenge)
     return run
 
 

@@ -25,6 +25,7 @@ from contracts.hardware import HardwareReport
 from contracts.tls import CoordinatorTrust
 from contracts.models import ModelSpec
 from contracts.peer_checks import CheckJob
+from contracts.receipts import encode_receipt
 from node_agent.active_jobs import ActiveJobs
 from node_agent.coordinator_client import (
     Assignment, CallRejected, Challenge, CoordinatorClient, CoordinatorUnavailable, CoordinatorUntrusted,
@@ -250,17 +251,19 @@ class NodeAgent:
             if answer is None:
                 log.warning("challenge benchmark %s not run: this node runs no benchmark", challenge.challenge_id)
                 continue
-            tokens, rate = answer
+            tokens, rate = answer.token_ids, answer.decode_tokens_per_s
+            body = encode_receipt(answer.receipt)
             try:
-                refused = self._client.answer_challenge(challenge.challenge_id, tokens, rate)
+                refused = self._client.answer_challenge(challenge.challenge_id, tokens, rate,
+                                                        (body, self.settings.identity.sign(body)))
             except (CoordinatorUnavailable, CallRejected, SessionExpired) as error:
                 log.warning("challenge benchmark %s not answered: %s", challenge.challenge_id, error)
                 continue
             if refused:
                 log.warning("challenge benchmark %s failed: %s", challenge.challenge_id, refused)
             else:
-                log.info("challenge benchmark %s passed (%d tokens, %.0f tok/s)", challenge.challenge_id,
-                         len(tokens), rate)
+                log.info("challenge benchmark %s answered in time (%d tokens, %.0f tok/s); the "
+                         "coordinator replays it", challenge.challenge_id, len(tokens), rate)
 
     def _start_arrived(self) -> None:
         """Jobs that arrived during the last step join at this step boundary."""

@@ -501,13 +501,16 @@ class CoordinatorClient:
             raise _translate(error) from error
         return response.accepted
 
-    def answer_challenge(self, challenge_id: str, token_ids: tuple[int, ...],
-                         decode_tokens_per_s: float) -> str | None:
-        """Send a challenge benchmark's answer; None when it passed, else the coordinator's reason."""
+    def answer_challenge(self, challenge_id: str, token_ids: tuple[int, ...], decode_tokens_per_s: float,
+                         receipt: tuple[bytes, bytes] | None = None) -> str | None:
+        """Send a challenge benchmark's answer with its signed receipt (body, signature); None when
+        it fit (its replay decides later), else the coordinator's reason."""
+        signed = None if receipt is None else common_pb2.SignedReceipt(body=receipt[0], signature=receipt[1])
         try:
             response = self._stub.AnswerChallenge(node_pb2.AnswerChallengeRequest(
                 challenge_id=challenge_id, token_ids=list(token_ids),
-                decode_tokens_per_s=decode_tokens_per_s), timeout=RPC_DEADLINE_S, metadata=self._metadata())
+                decode_tokens_per_s=decode_tokens_per_s, receipt=signed),
+                timeout=RPC_DEADLINE_S, metadata=self._metadata())
         except grpc.RpcError as error:
             raise _translate(error) from error
         return None if response.passed else response.reason

@@ -8,9 +8,22 @@ node_agent.operator_hooks.OperatorHooks is the real one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from contracts.receipts import Receipt
 from node_agent.coordinator_client import Assignment, Challenge, NodeStatus
 from node_agent.pods.outcome import PodJobResult
 from node_agent.token_sender import TokenSender
+
+
+@dataclass(frozen=True)
+class ChallengeRun:
+    """A challenge benchmark as decoded: its tokens, the rate measured here, and the receipt
+    (unsigned; the agent signs it) whose tokens and commitment the coordinator replays."""
+
+    token_ids: tuple[int, ...]
+    decode_tokens_per_s: float
+    receipt: Receipt
 
 
 class AgentHooks:
@@ -40,9 +53,9 @@ class AgentHooks:
     def idle_work(self) -> None:
         """Called on the MLX worker thread when no job waits (the self-benchmark runs here)."""
 
-    def run_challenge(self, challenge: Challenge) -> tuple[tuple[int, ...], float] | None:
-        """On the MLX worker thread: a challenge benchmark's tokens and decode rate, on the
-        self-benchmark's reference model; None when this node runs no benchmark."""
+    def run_challenge(self, challenge: Challenge) -> ChallengeRun | None:
+        """On the MLX worker thread: a challenge benchmark decoded on the self-benchmark's
+        reference model, with its receipt to sign; None when this node runs no benchmark."""
         return None
 
     def job_started(self, job_id: str) -> None:

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
+from contracts.benchmarks import CHALLENGE_TEMPERATURE, CHALLENGE_TOP_P
 from contracts.ids import JobId, NodeId
+from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from node_agent.coordinator_client import (
-    Assignment, CallRejected, Chunk, CoordinatorUnavailable, SessionExpired,
+    Assignment, CallRejected, Challenge, Chunk, CoordinatorUnavailable, SessionExpired,
 )
 from node_agent.identity import Identity
 from node_agent.inference.activations import Decoded
@@ -51,6 +53,21 @@ def job_receipt(assignment: Assignment, result: GenerationResult, node_id: NodeI
         completion_tokens=len(result.token_ids), started_at_ms=result.started_at_ms,
         finished_at_ms=result.finished_at_ms, finish_reason=result.finish_reason,
         first_token_at_ms=result.first_token_at_ms,
+        activation_commitment=result.activation_commitment)
+
+
+def challenge_receipt(challenge: Challenge, model: ModelSpec, result: GenerationResult,
+                      node_id: NodeId) -> Receipt:
+    """What the node signs for a challenge benchmark: a job on the reference model whose id is the
+    challenge's, so the coordinator replays its tokens and commitment like a checked job's."""
+    return Receipt(
+        job_id=JobId(challenge.challenge_id), node_id=node_id, model_id=model.model_id,
+        weights_digest=model.weights_digest, prompt_digest=prompt_digest(challenge.prompt),
+        temperature=CHALLENGE_TEMPERATURE, top_p=CHALLENGE_TOP_P, seed=challenge.seed,
+        max_tokens=challenge.decode_tokens, output_digest=output_digest(result.token_ids),
+        prompt_tokens=result.prompt_tokens, completion_tokens=len(result.token_ids),
+        started_at_ms=result.started_at_ms, finished_at_ms=result.finished_at_ms,
+        finish_reason=result.finish_reason, first_token_at_ms=result.first_token_at_ms,
         activation_commitment=result.activation_commitment)
 
 

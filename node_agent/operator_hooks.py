@@ -19,7 +19,7 @@ from pathlib import Path
 from contracts.benchmarks import BenchmarkResult
 from contracts.pods import PodDeclaration
 from node_agent.coordinator_client import Assignment, Challenge, NodeStatus
-from node_agent.hooks import AgentHooks
+from node_agent.hooks import AgentHooks, ChallengeRun
 from node_agent.lending.monitor import LendingMonitor
 from node_agent.pods.outcome import PodJobResult, PodJobRunner
 from node_agent.status_file import StatusReport, read_status, write_status
@@ -28,8 +28,8 @@ from node_agent.token_sender import TokenSender
 log = logging.getLogger(__name__)
 
 BenchmarkRunner = Callable[[], BenchmarkResult]
-# (prompt, seed, tokens) -> the tokens decoded on the reference model and the rate measured here.
-ChallengeRunner = Callable[[str, int, int], tuple[tuple[int, ...], float]]
+# A challenge -> decoded on the reference model, with its receipt (benchmark.run_challenge).
+ChallengeRunner = Callable[[Challenge], ChallengeRun]
 
 
 class OperatorHooks(AgentHooks):
@@ -106,10 +106,10 @@ class OperatorHooks(AgentHooks):
         if self.benchmark_ready is not None:
             self.benchmark_ready()
 
-    def run_challenge(self, challenge: Challenge) -> tuple[tuple[int, ...], float] | None:
+    def run_challenge(self, challenge: Challenge) -> ChallengeRun | None:
         if self._challenge_runner is None:
             return None
-        return self._challenge_runner(challenge.prompt, challenge.seed, challenge.decode_tokens)
+        return self._challenge_runner(challenge)
 
     @property
     def latest_benchmark(self) -> BenchmarkResult | None:

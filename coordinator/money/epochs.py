@@ -101,8 +101,9 @@ def gather_seats(session: Session, number: int, settings: EpochSettings) -> list
                                           modes=frozenset({LendingMode.ULTRA_SEAT}))
         if node.lending.mode is not LendingMode.ULTRA_SEAT and not times:
             continue
-        # Only a measured Ultra: a claim without a benchmark that fits the chip earns no bonus.
-        verified = node.hardware.chip_tier is ChipTier.ULTRA and node.hardware_verified
+        # Only a proven Ultra: a benchmark that fits the chip, and a challenge whose tokens passed
+        # the coordinator's replay. A claim, or a fast answer alone, earns no bonus.
+        verified = node.hardware.chip_tier is ChipTier.ULTRA and node.hardware_proven
         seats.append(SeatInput(
             node_id=node.node_id, operator_id=node.operator_id,
             availability_bps=availability_bps(times, start_ms, end_ms, settings.heartbeat_credit_ms),

@@ -10,7 +10,7 @@ import grpc
 from contracts import hop_trace
 from contracts.peer_checks import CheckJob
 from coordinator.errors import InvalidRequest
-from coordinator.model import NodeRecord, SpotChallenge
+from coordinator.model import NodeRecord, SignedReceipt, SpotChallenge
 from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
@@ -160,13 +160,15 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
 
     @translate_errors
     async def AnswerChallenge(self, request, context):  # noqa: N802
+        receipt = (SignedReceipt(request.receipt.body, request.receipt.signature)
+                   if request.HasField("receipt") else None)
         problem = await self._offload.call(self._answer, _session_token(context), request.challenge_id,
-                                           len(request.token_ids))
+                                           tuple(request.token_ids), receipt)
         return node_pb2.AnswerChallengeResponse(passed=problem is None, reason=problem or "")
 
     def _answer(self, token: tuple[str | None, str | None], challenge_id: str,
-                tokens_answered: int) -> str | None:
-        return self._service.spot_checks.answer(self._node(token), challenge_id, tokens_answered)
+                token_ids: tuple[int, ...], receipt: SignedReceipt | None) -> str | None:
+        return self._service.spot_checks.answer(self._node(token), challenge_id, token_ids, receipt)
 
     @translate_errors
     async def Leave(self, request, context):  # noqa: N802

@@ -68,7 +68,7 @@ def _node_from_row(row) -> NodeRecord:  # type: ignore[no-untyped-def]
         measured_bandwidth_gb_s=stored_gb_s(row.measured_bandwidth_gb_s, "measured bandwidth"),
         benchmark_flag=row.benchmark_flag, left_at_ms=row.left_at_ms,
         batch_decode_tokens_per_s=_batch_decode_from_json(row.batch_decode_json),
-        challenge_flag=row.challenge_flag,
+        challenge_flag=row.challenge_flag, challenge_passed_at_ms=row.challenge_passed_at_ms,
     )
 
 

@@ -48,6 +48,9 @@ nodes = Table(
     # Why the latest challenge benchmark did not fit the claim; a passed one clears it, a fresh
     # self-benchmark does not (0015_strangers_checks).
     Column("challenge_flag", Text, nullable=True),
+    # When a challenge last passed its replay; a failed one clears it. Only a node with one
+    # earns the Ultra-seat bonus: timing alone proves nothing (0019_challenge_replays).
+    Column("challenge_passed_at_ms", BigInteger, nullable=True),
 )
 Index("ix_nodes_session", nodes.c.session_token_sha256, unique=True)
 # Expiring silent nodes reads the oldest leases first (0017_beats_uptime_spans).
@@ -253,4 +256,9 @@ node_challenges = Table(
     Column("sent_at_ms", BigInteger, nullable=True),  # first handed to the node's stream
     Column("answered_at_ms", BigInteger, nullable=True),
     Column("outcome", Text, nullable=True),  # "passed", or why the answer does not fit the claim
+    # An answer that fit in time waits here, answered with no outcome, for its replay
+    # (token ids as big-endian u32s; 0019_challenge_replays).
+    Column("receipt_body", LargeBinary, nullable=True),
+    Column("receipt_signature", LargeBinary, nullable=True),
+    Column("token_ids", LargeBinary, nullable=True),
 )

@@ -25,6 +25,7 @@ QUERY_CHARS_MAX = 64
 FILTER_CHARS_MAX = 128
 REGION_CHARS_MAX = 64
 WARM_MODELS_SHOWN_MAX = 8
+CHALLENGE_REASON_SHOWN_CHARS = 1_000
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -147,6 +148,17 @@ class NodeFacts:
     registered_at_ms: int
     last_heartbeat_ms: int
     left_at_ms: int | None
+    # Why its latest challenge benchmark failed (None: none failed), and when one last passed its
+    # replay (None: never): the ground for the Ultra-seat bonus (coordinator/nodes/spot_benchmarks.py).
+    challenge_flag: str | None = None
+    challenge_passed_at_ms: int | None = None
+
+
+def challenge_state(challenge_flag: str | None, challenge_passed_at_ms: int | None) -> str:
+    """"failed", "passed" (its tokens passed the coordinator's replay), or "none" yet."""
+    if challenge_flag is not None:
+        return "failed"
+    return "passed" if challenge_passed_at_ms is not None else "none"
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,8 @@ def fleet_row(node: NodeFacts, stats: NodeStats, region: str | None, pod_id: str
         "bandwidth_gb_s": node.declared_bandwidth_gb_s,
         "measured_bandwidth_gb_s": node.measured_bandwidth_gb_s,
         "benchmark_flagged": node.benchmark_flagged,
+        "challenge": challenge_state(node.challenge_flag, node.challenge_passed_at_ms),
+        "challenge_reason": (node.challenge_flag or "")[:CHALLENGE_REASON_SHOWN_CHARS],
         "simulated": node.simulated,
         "region": region,
         "mode": node.mode,

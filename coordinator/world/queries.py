@@ -116,7 +116,8 @@ def _facts(row) -> NodeFacts:  # type: ignore[no-untyped-def]
         memory_cap_bytes=row.memory_cap_bytes, warm_models=tuple(json.loads(row.warm_models_json)),
         served_models=tuple(m["model_id"] for m in json.loads(row.models_json)),
         registered_at_ms=row.registered_at_ms, last_heartbeat_ms=row.last_heartbeat_ms,
-        left_at_ms=row.left_at_ms)
+        left_at_ms=row.left_at_ms, challenge_flag=row.challenge_flag,
+        challenge_passed_at_ms=row.challenge_passed_at_ms)
 
 
 _ROW_COLUMNS = (nodes.c.node_id, nodes.c.display_name, nodes.c.chip, nodes.c.chip_tier,
@@ -125,7 +126,8 @@ _ROW_COLUMNS = (nodes.c.node_id, nodes.c.display_name, nodes.c.chip, nodes.c.chi
                 nodes.c.benchmark_flag, nodes.c.simulated, nodes.c.lending_mode,
                 nodes.c.accepting_jobs, nodes.c.lending_reason, nodes.c.memory_cap_bytes,
                 nodes.c.warm_models_json, nodes.c.models_json, nodes.c.registered_at_ms,
-                nodes.c.last_heartbeat_ms, nodes.c.left_at_ms, node_regions.c.region)
+                nodes.c.last_heartbeat_ms, nodes.c.left_at_ms, nodes.c.challenge_flag,
+                nodes.c.challenge_passed_at_ms, node_regions.c.region)
 
 
 def _with_regions(statement):  # type: ignore[no-untyped-def]

@@ -25,9 +25,14 @@ from mlx.utils import tree_flatten
 from mlx_lm import load, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
-from contracts.benchmarks import BenchmarkResult
+from contracts.benchmarks import CHALLENGE_TEMPERATURE, CHALLENGE_TOP_P, BenchmarkResult
+from contracts.ids import NodeId
+from contracts.models import ModelSpec
+from node_agent.coordinator_client import Challenge
+from node_agent.hooks import ChallengeRun
 from node_agent.inference.batch import generate_batched
 from node_agent.inference.engine import Engine, GenerationRequest
+from node_agent.job_reports import challenge_receipt
 
 log = logging.getLogger(__name__)
 
@@ -123,19 +128,14 @@ def run_benchmark(reference_model_dir: Path, reference_name: str,
     return result
 
 
-def run_challenge(model_dir: Path, prompt: str, seed: int, decode_tokens: int) -> tuple[tuple[int, ...], float]:
-    """A coordinator's challenge benchmark: decode_tokens tokens after prompt on the reference
-    model, sampled with seed (no stop at end-of-text: the count is the coordinator's); returns
-    the tokens and the decode rate measured here."""
-    import importlib
-
-    generate_step = importlib.import_module("mlx_lm.generate").generate_step
-    model, tokenizer = load(str(model_dir))
-    mx.random.seed(seed % 2**32)
-    prompt_ids = mx.array(tokenizer.encode(prompt, add_special_tokens=False) or [0])
+def run_challenge(engine: Engine, model: ModelSpec, model_dir: Path, node_id: NodeId,
+                  challenge: Challenge) -> ChallengeRun:
+    """A coordinator's challenge benchmark: decoded as a job on the reference model (the job path,
+    so it carries the activation commitment the coordinator replays), with its receipt."""
+    request = GenerationRequest(str(model_dir), challenge.prompt, challenge.decode_tokens,
+                                CHALLENGE_TEMPERATURE, CHALLENGE_TOP_P, challenge.seed, challenge.challenge_id)
     started = time.perf_counter()
-    tokens = tuple(int(token) for token, _ in generate_step(
-        prompt_ids, model, max_tokens=decode_tokens, sampler=make_sampler(temp=1.0)))
-    rate = len(tokens) / max(time.perf_counter() - started, 1e-9)
-    log.info("challenge benchmark: %d tokens at %.0f tok/s", len(tokens), rate)
-    return tokens, rate
+    result = engine.generate(request, model.max_context_tokens, lambda *_: True)
+    rate = len(result.token_ids) / max(time.perf_counter() - started, 1e-9)
+    log.info("challenge benchmark: %d tokens at %.0f tok/s", len(result.token_ids), rate)
+    return ChallengeRun(result.token_ids, rate, challenge_receipt(challenge, model, result, node_id))

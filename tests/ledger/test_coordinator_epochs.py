@@ -3,6 +3,7 @@ heartbeats, closing the due epoch, anchoring it, and the `mlxnet ledger` command
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -13,11 +14,11 @@ from sqlalchemy import insert, text
 from contracts.benchmarks import BenchmarkResult
 from contracts.ids import JobId, NodeId, OperatorId
 from contracts.lending import Heartbeat, LendingMode, LendingState
-from coordinator.model import NodeRecord
+from coordinator.model import NodeRecord, SpotChallenge
 from coordinator.money.epochs import EpochSettings, anchor_closed_epochs, close_due_epoch, close_epochs_forever
 from coordinator.nodes.benchmark_check import benchmark_flag
 from coordinator.nodes import uptime
-from coordinator.storage import liveness_rows, node_rows
+from coordinator.storage import challenge_rows, liveness_rows, node_rows
 from coordinator.storage.tables import node_heartbeats
 from coordinator.storage.database import Database, upgrade_schema
 from ledger import epochs, jobs
@@ -58,10 +59,21 @@ def _legacy_rows(session, beats: list[Heartbeat]) -> None:  # type: ignore[no-un
         accepting_jobs=b.lending.accepting_jobs, memory_cap_bytes=0, signature=b"s" * 64) for b in beats])
 
 
-def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True, legacy: bool = False) -> None:
-    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed).
+def _pass_a_challenge(session, node_id: str) -> None:  # type: ignore[no-untyped-def]
+    """A challenge benchmark sent, answered in time and passed by its replay."""
+    challenge = SpotChallenge("challenge-seat", node_id, "tiny", "a b c", 7, 300, START_MS, 300.0)
+    challenge_rows.add(session, challenge)
+    assert challenge_rows.mark_sent(session, challenge.challenge_id, START_MS)
+    sent = dataclasses.replace(challenge, sent_at_ms=START_MS)
+    assert challenge_rows.await_replay(session, sent, START_MS + 1_000, b"receipt", b"signature", (1,) * 300)
+    assert challenge_rows.record_replay(session, sent, None, START_MS + 2_000)
 
-    legacy: its heartbeats are rows stored before uptime spans, which an epoch still reads."""
+
+def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True, proven: bool = True,
+             legacy: bool = False) -> None:
+    """An Ultra seat; measured: its own benchmark fits the chip (else the chip is only claimed);
+    proven: a challenge benchmark's answer also passed the coordinator's replay; legacy: its
+    heartbeats are rows stored before uptime spans, which an epoch still reads."""
     lending = LendingState(mode=LendingMode.ULTRA_SEAT)
     node = NodeRecord(ULTRA, b"k" * 32, OperatorId("carol"), "studio", simulated_profile("m3-ultra-512"), (), 1,
                       START_MS, START_MS, lending)
@@ -74,6 +86,8 @@ def add_seat(db: Database, heartbeat_every_ms: int, measured: bool = True, legac
                                    run_time_ms=1000)
             assert benchmark_flag(node.hardware, fits) is None
             node_rows.save_benchmark(session, ULTRA, fits, START_MS, None)
+            if proven:
+                _pass_a_challenge(session, ULTRA)
         beats = [Heartbeat(ULTRA, sent_ms, 0, lending)
                  for sent_ms in range(START_MS, START_MS + LENGTH_S * 1_000, heartbeat_every_ms)]
         if legacy:
@@ -119,6 +133,18 @@ def test_a_claimed_ultra_without_a_fitting_benchmark_earns_no_seat_bonus(db: Dat
         (seat,) = epoch_store.seat_outcomes(session, EPOCH)
     assert seat.availability_bps == 10_000 and not seat.qualified
     assert seat.reason == "no bonus: the chip did not verify as an Ultra"
+    assert seat.availability_reward == seat.job_bonus == 0
+
+
+def test_a_measured_ultra_whose_challenge_never_passed_its_replay_earns_no_seat_bonus(db: Database) -> None:
+    """A fake Ultra whose self-reported benchmark fits the chip: the benchmark alone earns nothing."""
+    add_seat(db, 5_000, proven=False)
+    end_us = (START_MS + LENGTH_S * 1_000) * 1_000
+    result = close_due_epoch(db, SETTINGS, now_us=end_us + 1)
+    assert result is not None and result.ok
+    with db.transaction() as session:
+        (seat,) = epoch_store.seat_outcomes(session, EPOCH)
+    assert seat.availability_bps == 10_000 and not seat.qualified
     assert seat.availability_reward == seat.job_bonus == 0
 
 

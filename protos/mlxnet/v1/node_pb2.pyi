@@ -300,14 +300,16 @@ class BenchmarkChallenge(_message.Message):
     def __init__(self, challenge_id: _Optional[str] = ..., prompt: _Optional[str] = ..., seed: _Optional[int] = ..., decode_tokens: _Optional[int] = ...) -> None: ...
 
 class AnswerChallengeRequest(_message.Message):
-    __slots__ = ("challenge_id", "token_ids", "decode_tokens_per_s")
+    __slots__ = ("challenge_id", "token_ids", "decode_tokens_per_s", "receipt")
     CHALLENGE_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DECODE_TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     challenge_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     decode_tokens_per_s: float
-    def __init__(self, challenge_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., decode_tokens_per_s: _Optional[float] = ...) -> None: ...
+    receipt: _common_pb2.SignedReceipt
+    def __init__(self, challenge_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., decode_tokens_per_s: _Optional[float] = ..., receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ...) -> None: ...
 
 class AnswerChallengeResponse(_message.Message):
     __slots__ = ("passed", "reason")
