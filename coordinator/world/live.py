@@ -1,7 +1,9 @@
 """Live updates for every open MLX World page, from one reader thread.
 
 One thread reads the fleet's fingerprint and the totals (one short transaction
-per tick) however many browsers watch, and hands each subscriber the events:
+per tick) however many browsers watch, and hands each subscriber the events.
+It reads at once when woken (`wake`: the coordinator's notifier calls it when a Mac
+joins, leaves or is given a job), else every tick as a safety net. The events:
 `fleet` when a Mac joined, left or changed state (pages refetch what they show),
 `totals` when the network's figures moved, `epoch` when an epoch closed or its root
 reached the chain (operator pages refetch their earnings and proofs). Subscribers are asyncio queues fed
@@ -27,7 +29,8 @@ log = logging.getLogger(__name__)
 
 SUBSCRIBERS_MAX = 2_000
 QUEUE_EVENTS_MAX = 64
-TICK_S_WATCHED = 1.0  # someone is watching: notice a new Mac within a second
+TICK_S_WATCHED = 1.0  # someone is watching: notice changes nobody announced within a second
+TICK_GAP_S_MIN = 0.2  # woken ticks: at most five reads a second however fast the fleet changes
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 STREAM_S_MAX = 600.0  # then the stream ends and EventSource reconnects: no connection lives forever
 STREAM_RETRY_MS = 2_000
@@ -116,6 +119,13 @@ class WorldFeed:
         self._wake.set()  # a new watcher gets the fast tick at once
         return subscriber
 
+    def wake(self) -> None:
+        """The fleet changed: read now (at most every TICK_GAP_S_MIN) if anyone watches."""
+        with self._lock:
+            watched = bool(self._subscribers)
+        if watched:
+            self._wake.set()
+
     def unsubscribe(self, subscriber: Subscriber) -> None:
         with self._lock:
             self._subscribers.discard(subscriber)
@@ -172,9 +182,13 @@ class WorldFeed:
                 self.tick()
             except (SQLAlchemyError, DatabaseUnavailable):  # a database blip must not end live updates
                 log.exception("MLX World could not read the fleet; retrying")
+            # A wake-up during the read or the gap is kept for the next read, not lost.
+            gap_s = min(TICK_GAP_S_MIN, self._tick_s)
+            if self._stopping.wait(gap_s):
+                return
             with self._lock:
                 watched = bool(self._subscribers)
-            self._wake.wait(self._tick_s if watched else self._idle_tick_s)
+            self._wake.wait(max(0.0, (self._tick_s if watched else self._idle_tick_s) - gap_s))
             self._wake.clear()
 
 

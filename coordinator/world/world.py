@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy.orm import Session
 
 from coordinator.errors import InvalidRequest, NotFound
+from coordinator.live.notifier import FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX
 from coordinator.service import CoordinatorService
 from coordinator.world import fleet, job_lookup, map_view, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
@@ -90,6 +91,8 @@ class World:
         self._trees_lock = threading.Lock()
         self._chain_roots = AnswerCache(CHAIN_ROOT_TTL_S, CHAIN_ROOTS_CACHED_MAX)
         service.nodes.region_listeners.append(self._node_published_region)
+        # Joins, leaves and jobs placed reach open pages at once, not at the next tick.
+        self._unwatch = service.notifier.watch((FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX), self.feed.wake)
 
     def _node_published_region(self, node_id: str, operator_id: str, region: str) -> None:
         """A node registered with a region from its own settings (`mlxnet node config --region`):
@@ -110,6 +113,7 @@ class World:
 
     def close(self) -> None:
         """End live streams and the feed's thread; call before stopping the HTTP server."""
+        self._unwatch()
         self.feed.stop()
         with contextlib.suppress(ValueError):  # closed twice
             self.service.nodes.region_listeners.remove(self._node_published_region)
