@@ -53,10 +53,16 @@ class Subscriber:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class FleetState:
     fingerprint: tuple[int, ...]  # changes when the fleet does (queries.fleet_version)
-    totals: Totals
     epochs: tuple[int, int]  # (the newest closed epoch or -1, roots anchored on chain)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    fingerprint: tuple[int, ...]
+    totals: Totals
+    epochs: tuple[int, int]
 
 
 class TooManySubscribers(Exception):
@@ -64,16 +70,18 @@ class TooManySubscribers(Exception):
 
 
 class WorldFeed:
-    """Reads `snapshot()` each tick and fans the changes out."""
+    """Reads `read_fleet()` then `read_totals()` each tick and fans the changes out."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], history: TotalsHistory,
+    def __init__(self, read_fleet: Callable[[], FleetState], read_totals: Callable[[], Totals],
+                 history: TotalsHistory,
                  tick_s: float = TICK_S_WATCHED, background: bool = True,
                  subscribers_max: int = SUBSCRIBERS_MAX) -> None:
         """background=False: no reader thread; the caller ticks (tests drive it that way)."""
         assert tick_s > 0 and subscribers_max > 0
         self._subscribers_max = subscribers_max
         self._background = background
-        self._snapshot = snapshot
+        self._read_fleet = read_fleet
+        self._read_totals = read_totals
         self.history = history
         self._tick_s = tick_s
         self._idle_tick_s = history.interval_ms / 1000
@@ -140,27 +148,33 @@ class WorldFeed:
 
     def tick(self) -> list[Event]:
         """Read once; return (and publish) the events this read produced."""
-        snapshot = self._snapshot()
-        self.history.offer(snapshot.totals)
+        state = self._read_fleet()
         events: list[Event] = []
-        if snapshot.fingerprint != self._fingerprint:
+        if state.fingerprint != self._fingerprint:
             if self._fingerprint is not None:  # the first read is the baseline, not a change
                 self.version += 1
                 events.append(Event("fleet", {"version": self.version}))
-            self._fingerprint = snapshot.fingerprint
-        if snapshot.epochs != self._epochs:
-            self._epochs = snapshot.epochs
-            events.append(Event("epoch", _epoch_data(snapshot.epochs)))
-        totals_json = snapshot.totals.to_json()
-        if _changed(self._totals_json, totals_json):
-            events.append(Event("totals", totals_json))
+            self._fingerprint = state.fingerprint
+        if state.epochs != self._epochs:
+            self._epochs = state.epochs
+            events.append(Event("epoch", _epoch_data(state.epochs)))
+        self._publish(events)  # before the totals, which take longer to read: a new Mac shows sooner
+        totals = self._read_totals()
+        self.history.offer(totals)
+        totals_json = totals.to_json()
+        changed = _changed(self._totals_json, totals_json)
         self._totals_json = totals_json
+        if changed:
+            self._publish([Event("totals", totals_json)])
+            events.append(Event("totals", totals_json))
+        return events
+
+    def _publish(self, events: list[Event]) -> None:
         with self._lock:
             subscribers = list(self._subscribers)
         for event in events:
             for subscriber in subscribers:
                 self._deliver(subscriber, event)
-        return events
 
     def _deliver(self, subscriber: Subscriber, event: Event | None) -> None:
         def put() -> None:

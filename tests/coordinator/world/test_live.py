@@ -10,7 +10,7 @@ from coordinator.live.notifier import (
     FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX, Notifier, fleet_topic, job_topic, node_topic,
 )
 from coordinator.world import live
-from coordinator.world.live import Event, Snapshot, TooManySubscribers, WorldFeed
+from coordinator.world.live import Event, FleetState, Snapshot, TooManySubscribers, WorldFeed
 from coordinator.world.totals import Totals, TotalsHistory
 
 
@@ -24,8 +24,11 @@ class Reads:
     def __init__(self) -> None:
         self.next = Snapshot((1,), _totals(1), (-1, 0))
 
-    def __call__(self) -> Snapshot:
-        return self.next
+    def fleet(self) -> FleetState:
+        return FleetState(self.next.fingerprint, self.next.epochs)
+
+    def totals(self) -> Totals:
+        return self.next.totals
 
 
 def _names(events: list[Event]) -> list[str]:
@@ -34,7 +37,7 @@ def _names(events: list[Event]) -> list[str]:
 
 def test_each_read_reports_only_what_changed() -> None:
     reads = Reads()
-    feed = WorldFeed(reads, TotalsHistory(interval_ms=1), background=False)
+    feed = WorldFeed(reads.fleet, reads.totals, TotalsHistory(interval_ms=1), background=False)
     assert _names(feed.tick()) == ["totals"]  # the first fingerprint is the baseline
     assert feed.tick() == []
     reads.next = Snapshot((1,), _totals(1, at_ms=99), (-1, 0))
@@ -49,7 +52,7 @@ def test_each_read_reports_only_what_changed() -> None:
 
 def test_subscribers_get_events_and_a_stalled_one_is_dropped() -> None:
     reads = Reads()
-    feed = WorldFeed(reads, TotalsHistory(), background=False)
+    feed = WorldFeed(reads.fleet, reads.totals, TotalsHistory(), background=False)
 
     async def scenario() -> tuple[list[Event | None], bool, list[Event | None]]:
         loop = asyncio.get_running_loop()
@@ -76,7 +79,7 @@ def test_subscribers_get_events_and_a_stalled_one_is_dropped() -> None:
 
 
 def test_subscriptions_are_limited_and_refused_after_stop() -> None:
-    feed = WorldFeed(Reads(), TotalsHistory(), background=False, subscribers_max=2)
+    feed = WorldFeed(Reads().fleet, Reads().totals, TotalsHistory(), background=False, subscribers_max=2)
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
@@ -96,7 +99,7 @@ def test_a_fleet_notification_wakes_the_reader_long_before_its_tick() -> None:
     # The safety-net tick is an hour: only the notifier's wake-up can bring the event in time.
     reads = Reads()
     notifier = Notifier()
-    feed = WorldFeed(reads, TotalsHistory(interval_ms=3_600_000), tick_s=3_600)
+    feed = WorldFeed(reads.fleet, reads.totals, TotalsHistory(interval_ms=3_600_000), tick_s=3_600)
     unwatch = notifier.watch((FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX), feed.wake)
 
     async def next_fleet_event(subscriber: live.Subscriber) -> Event:
