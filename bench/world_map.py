@@ -75,6 +75,8 @@ def _join(service: CoordinatorService, work: Path, number: int) -> str:
 def _join_figures(page, service: CoordinatorService, joins: int) -> tuple[list[float], list[float]]:  # type: ignore[no-untyped-def]
     """Seconds from each new Mac's registration to its point on the open map, and of each the
     registration call's own (its scheduling pass included, as the gRPC call has it)."""
+    import coordinator.rpc.convert, node_agent.coordinator_client, node_agent.identity  # noqa: F401
+    # (imported before the clock starts: a node agent's process has them loaded already)
     seconds, registering = [], []
     with tempfile.TemporaryDirectory() as directory:
         for number in range(joins):
