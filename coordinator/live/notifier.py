@@ -53,6 +53,7 @@ class Notifier:
         self._waiters: dict[str, list[Callable[[], None]]] = {}  # each wakes one waiter
         self._relay: Callable[[tuple[str, ...]], None] | None = None  # to other coordinators
         self._relayed = threading.Event()  # the relay works: other coordinators' news arrives too
+        self._watchers: list[tuple[tuple[str, ...], Callable[[], None]]] = []  # (topic prefixes, call)
 
     def relay_to(self, publish: Callable[[tuple[str, ...]], None]) -> None:
         """Every notify also goes to publish (e.g. live.pg_relay, to other coordinators)."""
@@ -99,8 +100,24 @@ class Notifier:
             woken = [wake for topic in topics for wake in self._waiters.pop(topic, ())]
             for topic in topics:
                 self._versions[topic] += 1
+            woken += [call for prefixes, call in self._watchers
+                      if any(topic.startswith(prefixes) for topic in topics)]
         for wake in woken:
             wake()
+
+    def watch(self, prefixes: tuple[str, ...], call: Callable[[], None]) -> Callable[[], None]:
+        """Call `call` (from the notifying thread; it must be quick) on every notification of a
+        topic starting with one of prefixes, for as long as it watches; returns the unwatch."""
+        assert prefixes, "a watcher of nothing"
+        entry = (prefixes, call)
+        with self._lock:
+            self._watchers.append(entry)
+
+        def unwatch() -> None:
+            with self._lock:
+                if entry in self._watchers:
+                    self._watchers.remove(entry)
+        return unwatch
 
     def wait(self, topic: str, seen_version: int, timeout_s: float | None) -> int:
         """Block until `topic` moves past `seen_version` or the timeout; return its version."""
@@ -164,8 +181,12 @@ def job_topic(job_id: str) -> str:
     return f"job:{job_id}"
 
 
+NODE_TOPIC_PREFIX = "node:"
+
+
 def node_topic(node_id: str) -> str:
-    return f"node:{node_id}"
+    """A node's assignments changed (a job placed on it, or ended there)."""
+    return NODE_TOPIC_PREFIX + node_id
 
 
 FLEET_TOPIC_PREFIX = "fleet:"

@@ -90,11 +90,11 @@ class NodeSessions:
         self.sessions.put(registry.token_sha256(token), node, node.registered_at_ms)
         self.liveness.adopt(node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
-        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
-        if registration.region:
+        if registration.region:  # before the news, so the map that hears of the Mac can place it
             for listener in list(self.region_listeners):
                 listener(node_id, operator_id, registration.region)
+        self._core.notifier.notify(fleet_topic(node_id))  # other coordinators index it too
         self._core.run_scheduler()
         return node_id, token
 

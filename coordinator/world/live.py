@@ -1,7 +1,9 @@
 """Live updates for every open MLX World page, from one reader thread.
 
 One thread reads the fleet's fingerprint and the totals (one short transaction
-per tick) however many browsers watch, and hands each subscriber the events:
+per tick) however many browsers watch, and hands each subscriber the events.
+It reads at once when woken (`wake`: the coordinator's notifier calls it when a Mac
+joins, leaves or is given a job), else every tick as a safety net. The events:
 `fleet` when a Mac joined, left or changed state (pages refetch what they show),
 `totals` when the network's figures moved, `epoch` when an epoch closed or its root
 reached the chain (operator pages refetch their earnings and proofs). Subscribers are asyncio queues fed
@@ -27,7 +29,8 @@ log = logging.getLogger(__name__)
 
 SUBSCRIBERS_MAX = 2_000
 QUEUE_EVENTS_MAX = 64
-TICK_S_WATCHED = 1.0  # someone is watching: notice a new Mac within a second
+TICK_S_WATCHED = 1.0  # someone is watching: notice changes nobody announced within a second
+TICK_GAP_S_MIN = 0.2  # woken ticks: at most five reads a second however fast the fleet changes
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 STREAM_S_MAX = 600.0  # then the stream ends and EventSource reconnects: no connection lives forever
 STREAM_RETRY_MS = 2_000
@@ -50,10 +53,16 @@ class Subscriber:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class FleetState:
     fingerprint: tuple[int, ...]  # changes when the fleet does (queries.fleet_version)
-    totals: Totals
     epochs: tuple[int, int]  # (the newest closed epoch or -1, roots anchored on chain)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    fingerprint: tuple[int, ...]
+    totals: Totals
+    epochs: tuple[int, int]
 
 
 class TooManySubscribers(Exception):
@@ -61,16 +70,18 @@ class TooManySubscribers(Exception):
 
 
 class WorldFeed:
-    """Reads `snapshot()` each tick and fans the changes out."""
+    """Reads `read_fleet()` then `read_totals()` each tick and fans the changes out."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], history: TotalsHistory,
+    def __init__(self, read_fleet: Callable[[], FleetState], read_totals: Callable[[], Totals],
+                 history: TotalsHistory,
                  tick_s: float = TICK_S_WATCHED, background: bool = True,
                  subscribers_max: int = SUBSCRIBERS_MAX) -> None:
         """background=False: no reader thread; the caller ticks (tests drive it that way)."""
         assert tick_s > 0 and subscribers_max > 0
         self._subscribers_max = subscribers_max
         self._background = background
-        self._snapshot = snapshot
+        self._read_fleet = read_fleet
+        self._read_totals = read_totals
         self.history = history
         self._tick_s = tick_s
         self._idle_tick_s = history.interval_ms / 1000
@@ -116,6 +127,13 @@ class WorldFeed:
         self._wake.set()  # a new watcher gets the fast tick at once
         return subscriber
 
+    def wake(self) -> None:
+        """The fleet changed: read now (at most every TICK_GAP_S_MIN) if anyone watches."""
+        with self._lock:
+            watched = bool(self._subscribers)
+        if watched:
+            self._wake.set()
+
     def unsubscribe(self, subscriber: Subscriber) -> None:
         with self._lock:
             self._subscribers.discard(subscriber)
@@ -130,27 +148,33 @@ class WorldFeed:
 
     def tick(self) -> list[Event]:
         """Read once; return (and publish) the events this read produced."""
-        snapshot = self._snapshot()
-        self.history.offer(snapshot.totals)
+        state = self._read_fleet()
         events: list[Event] = []
-        if snapshot.fingerprint != self._fingerprint:
+        if state.fingerprint != self._fingerprint:
             if self._fingerprint is not None:  # the first read is the baseline, not a change
                 self.version += 1
                 events.append(Event("fleet", {"version": self.version}))
-            self._fingerprint = snapshot.fingerprint
-        if snapshot.epochs != self._epochs:
-            self._epochs = snapshot.epochs
-            events.append(Event("epoch", _epoch_data(snapshot.epochs)))
-        totals_json = snapshot.totals.to_json()
-        if _changed(self._totals_json, totals_json):
-            events.append(Event("totals", totals_json))
+            self._fingerprint = state.fingerprint
+        if state.epochs != self._epochs:
+            self._epochs = state.epochs
+            events.append(Event("epoch", _epoch_data(state.epochs)))
+        self._publish(events)  # before the totals, which take longer to read: a new Mac shows sooner
+        totals = self._read_totals()
+        self.history.offer(totals)
+        totals_json = totals.to_json()
+        changed = _changed(self._totals_json, totals_json)
         self._totals_json = totals_json
+        if changed:
+            self._publish([Event("totals", totals_json)])
+            events.append(Event("totals", totals_json))
+        return events
+
+    def _publish(self, events: list[Event]) -> None:
         with self._lock:
             subscribers = list(self._subscribers)
         for event in events:
             for subscriber in subscribers:
                 self._deliver(subscriber, event)
-        return events
 
     def _deliver(self, subscriber: Subscriber, event: Event | None) -> None:
         def put() -> None:
@@ -172,9 +196,13 @@ class WorldFeed:
                 self.tick()
             except (SQLAlchemyError, DatabaseUnavailable):  # a database blip must not end live updates
                 log.exception("MLX World could not read the fleet; retrying")
+            # A wake-up during the read or the gap is kept for the next read, not lost.
+            gap_s = min(TICK_GAP_S_MIN, self._tick_s)
+            if self._stopping.wait(gap_s):
+                return
             with self._lock:
                 watched = bool(self._subscribers)
-            self._wake.wait(self._tick_s if watched else self._idle_tick_s)
+            self._wake.wait(max(0.0, (self._tick_s if watched else self._idle_tick_s) - gap_s))
             self._wake.clear()
 
 

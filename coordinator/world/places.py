@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+PLACES_CACHED_MAX = 4_096
 PLACES_FILE = Path(__file__).resolve().parent / "places.txt"
 _NUMBER = r"(\d{1,3}(?:\.\d+)?)"
 _COORDINATES = re.compile(rf"^\s*(-?){_NUMBER}\s*([NSns]?)\s*[,;\s]\s*(-?){_NUMBER}\s*([EWew]?)\s*$")
@@ -53,6 +54,7 @@ def _coordinates(region: str) -> Place | None:
     return Place(round(latitude, 3), round(longitude, 3))
 
 
+@functools.lru_cache(maxsize=PLACES_CACHED_MAX)  # a big fleet shares a few hundred regions; the map reads all
 def place_of(region: str | None) -> Place | None:
     """The map position a published region names, or None when it names none."""
     if not region:

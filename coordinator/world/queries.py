@@ -246,10 +246,19 @@ def fleet_version(session: Session, live: Liveness) -> tuple[int, ...]:
 
 
 def _free_bytes():  # type: ignore[no-untyped-def]
-    """(the join of nodes with their active reservations, free lendable memory per node)."""
-    reserved = (select(job_assignments.c.node_id, func.sum(job_assignments.c.reserved_memory_bytes)
-                       .label("reserved")).where(job_assignments.c.active.is_(True))
-                .group_by(job_assignments.c.node_id).subquery())
+    """(the join of nodes with their active reservations, free lendable memory per node).
+
+    As placement counts it (job_rows._commitments): the weights and runtime a Mac's jobs of one
+    model share are held once, however many of them run in its batch."""
+    shared = job_assignments.c.shared_memory_bytes
+    per_model = (select(job_assignments.c.node_id,
+                        (func.sum(job_assignments.c.reserved_memory_bytes) - func.sum(shared) + func.max(shared))
+                        .label("held"))
+                 .join(jobs, jobs.c.job_id == job_assignments.c.job_id)
+                 .where(job_assignments.c.active.is_(True))
+                 .group_by(job_assignments.c.node_id, jobs.c.model_id).subquery())
+    reserved = (select(per_model.c.node_id, func.sum(per_model.c.held).label("reserved"))
+                .group_by(per_model.c.node_id).subquery())
     joined = nodes.outerjoin(reserved, reserved.c.node_id == nodes.c.node_id)
     return joined, _lendable() - func.coalesce(reserved.c.reserved, 0)
 

@@ -17,13 +17,14 @@ from typing import Protocol, TypeVar
 from sqlalchemy.orm import Session
 
 from coordinator.errors import InvalidRequest, NotFound
+from coordinator.live.notifier import FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX
 from coordinator.service import CoordinatorService
 from coordinator.world import fleet, job_lookup, map_view, operator_keys, operator_view, queries
 from coordinator.world.cache import TTL_S_DEFAULT, AnswerCache
 from coordinator.world.earnings import ChainRead, ChainRoot, chain_check, chain_check_json, proof_json
-from coordinator.world.live import Snapshot, WorldFeed
+from coordinator.world.live import FleetState, Snapshot, WorldFeed
 from coordinator.world.operator_keys import OperatorKey
-from coordinator.world.totals import TotalsHistory
+from coordinator.world.totals import Totals, TotalsHistory
 from ledger.api import LedgerError, PayoutTree, epoch_tree, read_epoch
 
 log = logging.getLogger(__name__)
@@ -84,19 +85,21 @@ class World:
         """cache_ttl_s bounds how stale a public answer may be (0: never cached)."""
         self.service = service
         self.chain = chain
-        self.feed = WorldFeed(self.snapshot, history or TotalsHistory())
+        self.feed = WorldFeed(self.fleet_state, self.current_totals, history or TotalsHistory())
         self.cache = AnswerCache(cache_ttl_s)
         self._trees: collections.OrderedDict[int, PayoutTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
         self._chain_roots = AnswerCache(CHAIN_ROOT_TTL_S, CHAIN_ROOTS_CACHED_MAX)
         service.nodes.region_listeners.append(self._node_published_region)
+        # Joins, leaves and jobs placed reach open pages at once, not at the next tick.
+        self._unwatch = service.notifier.watch((FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX), self.feed.wake)
 
     def _node_published_region(self, node_id: str, operator_id: str, region: str) -> None:
         """A node registered with a region from its own settings (`mlxnet node config --region`):
         its map place, until the operator publishes another from their page."""
         now = self.service.clock.now_ms()
         try:
-            self.read(lambda s: operator_keys.set_region(s, operator_id, node_id, region, now))
+            self.write(lambda s: operator_keys.set_region(s, operator_id, node_id, region, now))
         except InvalidRequest as error:
             log.warning("node %s published a region the map cannot use: %s", node_id, error)
 
@@ -105,22 +108,33 @@ class World:
         return queries.Liveness(self.service.clock.now_ms(), config.node_offline_after_ms, config.trust)
 
     def read(self, work: Callable[[Session], T]) -> T:
+        """A read-only transaction: on SQLite it takes no write lock, so open pages never hold up
+        heartbeats and registrations (nor wait for them)."""
+        with self.service.db.read_transaction() as session:
+            return work(session)
+
+    def write(self, work: Callable[[Session], T]) -> T:
         with self.service.db.transaction() as session:
             return work(session)
 
     def close(self) -> None:
         """End live streams and the feed's thread; call before stopping the HTTP server."""
+        self._unwatch()
         self.feed.stop()
         with contextlib.suppress(ValueError):  # closed twice
             self.service.nodes.region_listeners.remove(self._node_published_region)
 
-    def snapshot(self) -> Snapshot:
+    def fleet_state(self) -> FleetState:
         live = self.live()
+        return self.read(lambda s: FleetState(queries.fleet_version(s, live), queries.epochs_version(s)))
 
-        def work(session: Session) -> Snapshot:
-            return Snapshot(queries.fleet_version(session, live), queries.totals(session, live),
-                            queries.epochs_version(session))
-        return self.read(work)
+    def current_totals(self) -> Totals:
+        live = self.live()
+        return self.read(lambda s: queries.totals(s, live))
+
+    def snapshot(self) -> Snapshot:
+        state = self.fleet_state()
+        return Snapshot(state.fingerprint, self.current_totals(), state.epochs)
 
     # --- public ------------------------------------------------------------
 
@@ -218,7 +232,7 @@ class World:
 
     def set_region(self, key: OperatorKey, node_id: str, region: str | None) -> dict[str, object]:
         now = self.service.clock.now_ms()
-        self.read(lambda s: operator_keys.set_region(s, key.operator_id, node_id, region, now))
+        self.write(lambda s: operator_keys.set_region(s, key.operator_id, node_id, region, now))
         return {"node_id": node_id, "region": region}
 
     def operator_proof(self, key: OperatorKey, number: int) -> dict[str, object]:

@@ -9,8 +9,9 @@ const PAGE_SIZE = 100;
 const OVERSCAN_ROWS = 8;
 const SEARCH_DEBOUNCE_MS = 250;
 const FILTERS = ["q", "status", "chip", "tier", "mode", "region", "sort"];
-// A big fleet changes every second; a page refetches what it shows at most this often.
-const REFRESH_INTERVAL_MS = 1_500;
+// A change is fetched at once; changes that arrive meanwhile wait for that fetch to end, then
+// one fetch takes them all, at least this long after the last began (a big fleet changes often).
+const REFRESH_GAP_MS = 400;
 const FACETS_INTERVAL_MS = 30_000;
 
 function rowHeight(element) {
@@ -33,6 +34,8 @@ export class FleetView {
     this.generation = 0; // bumped when the filters change; late answers for older filters are dropped
     this.frame = null;
     this.refreshTimer = null;
+    this.refreshing = false; // a refresh's fetches are under way
+    this.refreshDue = false; // the fleet changed during them
     this.lastRefresh = 0;
     this.lastFacets = 0;
     this.unsubscribe = feed.on("fleet", () => this.scheduleRefresh());
@@ -45,12 +48,25 @@ export class FleetView {
   }
 
   scheduleRefresh() {
+    if (this.refreshing) {
+      this.refreshDue = true; // taken when the fetch under way ends
+      return;
+    }
     if (this.refreshTimer !== null) return; // one is already due: it will fetch the latest
-    const wait = Math.max(0, this.lastRefresh + REFRESH_INTERVAL_MS - Date.now());
-    this.refreshTimer = setTimeout(() => {
+    const wait = Math.max(0, this.lastRefresh + REFRESH_GAP_MS - Date.now());
+    this.refreshTimer = setTimeout(async () => {
       this.refreshTimer = null;
       this.lastRefresh = Date.now();
-      this.refresh();
+      this.refreshing = true;
+      try {
+        await this.refresh();
+      } finally {
+        this.refreshing = false;
+        if (this.refreshDue) {
+          this.refreshDue = false;
+          this.scheduleRefresh();
+        }
+      }
     }, wait);
   }
 
@@ -158,8 +174,8 @@ export class FleetView {
     const before = this.total;
     const visible = this.visiblePages();
     this.loading.clear();
-    this.map.load(this.query);
-    await Promise.all(visible.map((page) => this.fetchPage(page, this.generation, true)));
+    // The map's fetch too: a newer one would drop its answer, so a busy fleet could starve the map.
+    await Promise.all([this.map.load(this.query), ...visible.map((page) => this.fetchPage(page, this.generation, true))]);
     for (const page of [...this.pages.keys()]) if (!visible.includes(page)) this.pages.delete(page);
     this.render();
     if (this.total > before) this.announce(`${this.total - before} Mac${this.total - before > 1 ? "s" : ""} joined`);

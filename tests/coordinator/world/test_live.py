@@ -6,8 +6,11 @@ import asyncio
 
 import pytest
 
+from coordinator.live.notifier import (
+    FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX, Notifier, fleet_topic, job_topic, node_topic,
+)
 from coordinator.world import live
-from coordinator.world.live import Event, Snapshot, TooManySubscribers, WorldFeed
+from coordinator.world.live import Event, FleetState, Snapshot, TooManySubscribers, WorldFeed
 from coordinator.world.totals import Totals, TotalsHistory
 
 
@@ -21,8 +24,11 @@ class Reads:
     def __init__(self) -> None:
         self.next = Snapshot((1,), _totals(1), (-1, 0))
 
-    def __call__(self) -> Snapshot:
-        return self.next
+    def fleet(self) -> FleetState:
+        return FleetState(self.next.fingerprint, self.next.epochs)
+
+    def totals(self) -> Totals:
+        return self.next.totals
 
 
 def _names(events: list[Event]) -> list[str]:
@@ -31,7 +37,7 @@ def _names(events: list[Event]) -> list[str]:
 
 def test_each_read_reports_only_what_changed() -> None:
     reads = Reads()
-    feed = WorldFeed(reads, TotalsHistory(interval_ms=1), background=False)
+    feed = WorldFeed(reads.fleet, reads.totals, TotalsHistory(interval_ms=1), background=False)
     assert _names(feed.tick()) == ["totals"]  # the first fingerprint is the baseline
     assert feed.tick() == []
     reads.next = Snapshot((1,), _totals(1, at_ms=99), (-1, 0))
@@ -46,7 +52,7 @@ def test_each_read_reports_only_what_changed() -> None:
 
 def test_subscribers_get_events_and_a_stalled_one_is_dropped() -> None:
     reads = Reads()
-    feed = WorldFeed(reads, TotalsHistory(), background=False)
+    feed = WorldFeed(reads.fleet, reads.totals, TotalsHistory(), background=False)
 
     async def scenario() -> tuple[list[Event | None], bool, list[Event | None]]:
         loop = asyncio.get_running_loop()
@@ -73,7 +79,7 @@ def test_subscribers_get_events_and_a_stalled_one_is_dropped() -> None:
 
 
 def test_subscriptions_are_limited_and_refused_after_stop() -> None:
-    feed = WorldFeed(Reads(), TotalsHistory(), background=False, subscribers_max=2)
+    feed = WorldFeed(Reads().fleet, Reads().totals, TotalsHistory(), background=False, subscribers_max=2)
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
@@ -87,3 +93,48 @@ def test_subscriptions_are_limited_and_refused_after_stop() -> None:
         with pytest.raises(TooManySubscribers):
             feed.subscribe(loop)
     asyncio.run(scenario())
+
+
+def test_a_fleet_notification_wakes_the_reader_long_before_its_tick() -> None:
+    # The safety-net tick is an hour: only the notifier's wake-up can bring the event in time.
+    reads = Reads()
+    notifier = Notifier()
+    feed = WorldFeed(reads.fleet, reads.totals, TotalsHistory(interval_ms=3_600_000), tick_s=3_600)
+    unwatch = notifier.watch((FLEET_TOPIC_PREFIX, NODE_TOPIC_PREFIX), feed.wake)
+
+    async def next_fleet_event(subscriber: live.Subscriber) -> Event:
+        while True:
+            event = await asyncio.wait_for(subscriber.queue.get(), 30)
+            assert event is not None
+            if event.name == "fleet":
+                return event
+
+    async def scenario() -> list[Event]:
+        subscriber = feed.subscribe(asyncio.get_running_loop())
+        first = await asyncio.wait_for(subscriber.queue.get(), 30)  # the baseline read's totals
+        assert first is not None and first.name == "totals"
+        seen = []
+        for fingerprint, topic in (((2,), fleet_topic("mac-1")), ((3,), node_topic("mac-1"))):
+            reads.next = Snapshot(fingerprint, _totals(1), (-1, 0))
+            notifier.notify_local(topic)
+            seen.append(await next_fleet_event(subscriber))
+        return seen
+
+    try:
+        seen = asyncio.run(scenario())
+    finally:
+        unwatch()
+        feed.stop()
+    assert [e.data for e in seen] == [{"version": 1}, {"version": 2}]
+
+
+def test_an_unwatched_call_is_not_called_again() -> None:
+    notifier = Notifier()
+    calls: list[int] = []
+    unwatch = notifier.watch((FLEET_TOPIC_PREFIX,), lambda: calls.append(1))
+    notifier.notify_local(fleet_topic("a"), fleet_topic("b"), job_topic("j"))
+    notifier.notify_local(job_topic("j"))
+    unwatch()
+    unwatch()  # twice is harmless
+    notifier.notify_local(fleet_topic("a"))
+    assert calls == [1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from sqlalchemy import update
 
 from contracts.hardware import LinkKind
 from contracts.ids import NodeId
@@ -13,12 +14,14 @@ from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.model import JobStatus
 from coordinator.storage import node_rows
+from coordinator.storage.tables import job_assignments, jobs
 from coordinator.verification import store as check_store
 from coordinator.verification.policy import TrustRecord, reputation
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
 from coordinator.world import operator_keys
 from tests.coordinator.world.conftest import OFFLINE_AFTER_MS, SECRET_OUTPUT, SECRET_PROMPT, WorldEnv, add_job, add_node
 
+GIB = 1024**3
 NAMES = ("Attic Studio", "Desk mini", "100% Mac", "under_score", "Kitchen laptop", "Basement Ultra", "Office mini")
 
 
@@ -123,6 +126,25 @@ def test_totals_count_macs_memory_and_the_largest_candidate(world_env: WorldEnv)
     later = world_env.world.totals()["totals"]
     assert later["jobs_per_minute"] == 0 and later["macs_online"] == 0
     assert later["mlx_paid_base_units"] == totals["mlx_paid_base_units"]
+
+
+def test_weights_shared_by_a_batch_are_counted_once_in_the_free_memory(world_env: WorldEnv) -> None:
+    # Three jobs of one model in one Mac's batch: each reserves weights + runtime (shared) and its
+    # own KV cache; the shared part is held once, as placement counts it.
+    with world_env.session() as session:
+        mac = add_node(session, "Batching Studio", "op0", world_env.clock.now, profile="m3-ultra-512")
+        job_ids = [add_job(session, (mac,), world_env.clock.now, status=JobStatus.ASSIGNED) for _ in range(3)]
+        session.execute(update(job_assignments).where(job_assignments.c.job_id.in_(job_ids))
+                        .values(reserved_memory_bytes=50 * GIB, shared_memory_bytes=40 * GIB))
+    totals = world_env.world.totals()["totals"]
+    lendable = totals["memory_lendable_bytes"]
+    assert totals["largest_model"]["free_bytes"] == lendable - (40 + 3 * 10) * GIB  # not lendable - 150 GiB
+    with world_env.session() as session:  # another model's job shares nothing with these
+        other = add_job(session, (mac,), world_env.clock.now, status=JobStatus.ASSIGNED)
+        session.execute(update(jobs).where(jobs.c.job_id == other).values(model_id="other/model"))
+        session.execute(update(job_assignments).where(job_assignments.c.job_id == other)
+                        .values(reserved_memory_bytes=20 * GIB, shared_memory_bytes=15 * GIB))
+    assert world_env.world.totals()["totals"]["largest_model"]["free_bytes"] == lendable - (70 + 20) * GIB
 
 
 def test_the_fleet_fingerprint_moves_when_a_mac_joins_or_goes_offline(world_env: WorldEnv) -> None:
