@@ -377,6 +377,7 @@ class ModelBatch:
         self.joining: list[BatchJob] = []  # prefilling, in arrival order
         self.running: list[BatchJob] = []  # in the batch, row by row
         self._cache: list[Any] | None = None  # the batch's, one per layer
+        self._ahead: _Ahead | None = None  # the next decode step, queued before this one's tokens were read
 
     # -- admission -------------------------------------------------------------------------
 
@@ -432,7 +433,12 @@ class ModelBatch:
     # -- one step --------------------------------------------------------------------------
 
     def step(self) -> None:
-        """A chunk of prefill for the jobs joining, then one token for every job in the batch."""
+        """A chunk of prefill for the jobs joining, then one token for every job in the batch.
+
+        A step queued ahead is taken first, alone: jobs that arrived meanwhile join at the next step."""
+        if self._ahead is not None:
+            self._decode_step()
+            return
         self._admit_waiting()
         self._prefill_some()
         self._join_prefilled()
@@ -482,18 +488,40 @@ class ModelBatch:
                 ours.extend(theirs)
         self.running.extend(ready)
 
-    def _decode_step(self) -> None:
-        jobs = self.running
-        inputs = mx.array([job.next_input for job in jobs])[:, None]
+    def _forward(self, inputs: mx.array) -> _Ahead:
+        """One decode step over the batch's rows, left lazy."""
         hidden = self.model.model(inputs, cache=self._cache)  # (jobs, 1, hidden): each job's own row
         logits = activations._logits(self.model, hidden[:, -1, :])
-        greedy = mx.argmax(logits, axis=-1)
-        recorded = [array for i, job in enumerate(jobs) for array in job.record(hidden[i])]
-        own_rows = [i for i, job in enumerate(jobs) if job.needs_row]
+        return _Ahead(list(self.running), hidden, logits, mx.argmax(logits, axis=-1))
+
+    def _can_run_ahead(self) -> bool:
+        """Whether the next step's inputs are this step's argmax for every row, and nobody waits
+        to join: then it is queued before this step's tokens are read, as mlx_lm's generate_step
+        does, and the model computes it while this thread hands tokens over."""
+        return not (self.waiting or self.joining) and not any(job.needs_row for job in self.running)
+
+    def _decode_step(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            ahead = self._forward(mx.array([job.next_input for job in self.running])[:, None])
+        # A row of a job that left after the step was queued is computed but not read.
+        row_of = {id(job): i for i, job in enumerate(ahead.jobs)}
+        jobs = self.running
+        positions = [row_of[id(job)] for job in jobs]
+        hidden, logits, greedy = ahead.hidden, ahead.logits, ahead.greedy
+        recorded = [array for i, job in zip(positions, jobs) for array in job.record(hidden[i])]
+        moved = positions != list(range(len(ahead.jobs)))  # some left: the cache keeps only these rows
+        if self._can_run_ahead():
+            self._ahead = self._forward((greedy[mx.array(positions)] if moved else greedy)[:, None])
+            mx.async_eval(self._ahead.greedy)
         mx.eval(greedy, *recorded)
         for job in jobs:
             job.prove()
-        greedy_ids = greedy.tolist()
+        every_greedy_id = greedy.tolist()
+        greedy_ids = [every_greedy_id[i] for i in positions]
+        if moved:
+            logits = logits[mx.array(positions)]
+        own_rows = [i for i, job in enumerate(jobs) if job.needs_row]
         rows = np.array(logits[mx.array(own_rows)].astype(mx.float32)) if own_rows else None
         chosen = {i: jobs[i].choose(rows[n]) for n, i in enumerate(own_rows)} if rows is not None else {}
         leaving: list[tuple[BatchJob, FinishReason | None, BaseException | None]] = []
@@ -529,7 +557,7 @@ class ModelBatch:
         keep = [i for i, job in enumerate(self.running) if id(job) not in gone]
         self.running = [self.running[i] for i in keep]
         if not keep:
-            self._cache = None
+            self._cache = self._ahead = None
             return
         assert self._cache is not None
         for layer in self._cache:
@@ -552,6 +580,16 @@ class ModelBatch:
         job.cache = None
         if job.sink.on_done is not None:
             job.sink.on_done(job)
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A decode step over these jobs' rows (in this order), evaluated or in flight."""
+
+    jobs: list[BatchJob]
+    hidden: mx.array
+    logits: mx.array
+    greedy: mx.array
 
 
 class Batches:
