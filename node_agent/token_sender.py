@@ -5,12 +5,18 @@ client-streaming call. Every chunk is also kept, with the same boundaries it
 was sent with, so after a dropped connection the whole job can be re-sent:
 the coordinator stores each first index once.
 
-The first token goes at once; later ones wait at most FLUSH_INTERVAL_S and go
-together, so the coordinator stores (and the consumer reads) a few tokens per
-message rather than one: each message costs the coordinator a transaction and
-gRPC's and the gateway's thread hand-offs, about 3.4 ms of its CPU on the 2-core
-benchmark machine, which decoding there loses (and a coordinator serving many
-nodes pays per stream). The job's end flushes at once.
+The first token goes at once; later ones wait for company and go together, so
+the coordinator stores (and the consumer reads) a few tokens per message rather
+than one: each message costs the coordinator a transaction and gRPC's and the
+gateway's thread hand-offs, about 3.5 ms of its CPU on the 2-core benchmark
+machine, which decoding there loses (and a coordinator serving many nodes pays
+per stream). The job's end flushes at once.
+
+How long a token waits (flush_interval_s) grows with the streams the node has
+open: in a batch each job gets fewer tokens a second, so a fixed interval sends
+one token a message, and the node's message rate (the coordinator's cost) grows
+with its batch. The wait keeps the node near NODE_MESSAGES_PER_S, within
+FLUSH_INTERVAL_S and FLUSH_INTERVAL_MAX_S.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ CHUNK_TOKENS_MAX = 256  # stays well under the coordinator's per-chunk limit
 # 50 ms cost decoding 5-9% beside the coordinator (bench.gateway: 90.5-94.1% of direct
 # against 96.8-99.7% at 100 ms, runs alternated).
 FLUSH_INTERVAL_S = 0.1
+# A node's messages a second over all its streams, as far as the longest wait allows: 50 at
+# 3.5 ms each is a sixth of a core of the coordinator (bench.concurrency measures it).
+NODE_MESSAGES_PER_S = 50
+FLUSH_INTERVAL_MAX_S = 1.0  # text still arrives every second in the largest batch
 FIRST_WRITE_WAIT_S = 0.005  # longest generation waits for its first token to be written
 
 
@@ -46,13 +56,19 @@ def _let_sender_run() -> None:
     time.sleep(0)
 
 
+def flush_interval_s(streams: int) -> float:
+    """How long a token waits for company while the node streams this many jobs."""
+    assert streams >= 0
+    return min(FLUSH_INTERVAL_MAX_S, max(FLUSH_INTERVAL_S, streams / NODE_MESSAGES_PER_S))
+
+
 # prover(token_ids, recorded): a signed partial receipt (body, signature) over those tokens.
 Prover = Callable[[tuple[int, ...], Any], tuple[bytes, bytes]]
 
 
 class TokenSender:
     def __init__(self, client: CoordinatorClient, job_id: str, threads: SenderThreads,
-                 flush_interval_s: float = FLUSH_INTERVAL_S,
+                 flush_interval_s: float | None = None,
                  timeline: JobTimeline | None = None, prover: Prover | None = None) -> None:
         """threads: where the sender runs, on a thread already started (starting one waits
         until it runs, milliseconds on a busy machine, before the first token can go).
@@ -65,6 +81,7 @@ class TokenSender:
         self._timeline = timeline
         self._job_id = job_id
         self._flush_interval_s = flush_interval_s
+        self._threads = threads
         self._queue: queue.Queue[Chunk | None] = queue.Queue()
         self.sent: list[Chunk] = []  # as yielded to the call, merged or not
         self.error: CoordinatorCallError | None = None
@@ -86,7 +103,7 @@ class TokenSender:
             if chunk is _DONE:
                 return
             if self.sent:  # the first token goes at once
-                self._ended.wait(self._flush_interval_s)
+                self._ended.wait(self._interval_s())
             chunk, done = self._merge_queued(chunk)
             chunk = self._with_partial_receipt(chunk)
             self.sent.append(chunk)
@@ -98,6 +115,11 @@ class TokenSender:
             self._written.set()  # gRPC asks for the next chunk once it has written this one
             if done:
                 return
+
+    def _interval_s(self) -> float:
+        if self._flush_interval_s is not None:
+            return self._flush_interval_s
+        return flush_interval_s(self._threads.streams)
 
     def _with_partial_receipt(self, chunk: Chunk) -> Chunk:
         """The chunk, carrying a partial receipt once its tokens complete the latest proven record."""
@@ -200,6 +222,7 @@ class SenderThreads:
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
+        self._busy = 0  # threads running a task: the node's open token streams
         self._start_thread()
 
     def _start_thread(self) -> None:
@@ -219,14 +242,23 @@ class SenderThreads:
             with self._lock:
                 self._idle += 1
 
+    @property
+    def streams(self) -> int:
+        """Tasks running now (each a job's token stream)."""
+        return self._busy
+
     def run(self, task: Callable[[], None]) -> Callable[[], None]:
         """Run task on an idle thread; returns a function that waits until it has run."""
         done = threading.Event()
 
         def run_then_signal() -> None:
+            with self._lock:
+                self._busy += 1
             try:
                 task()
             finally:
+                with self._lock:
+                    self._busy -= 1
                 done.set()
 
         self._tasks.put(run_then_signal)

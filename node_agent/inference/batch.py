@@ -18,10 +18,11 @@ tolerances cover it (bench/concurrency.py and tests/adversarial run honest batch
 Memory: the model's weights are counted once, and each job adds its KV cache. The batch's cache
 is padded on the left to its longest row, so n jobs hold n x the longest context among them.
 
-Prompt cache: each model's batch keeps the KV caches of its last few prompts (PromptCache). A job
-whose prompt shares whole blocks of PROMPT_CACHE_BLOCK tokens with one (a system prompt, a chat
+Prompt cache: each model's batch keeps the KV caches of its last few long prompts (PromptCache). A
+job whose prompt shares whole blocks of PROMPT_CACHE_BLOCK tokens with one (a system prompt, a chat
 history) starts from them, with the prompt's recorded states as they were after those blocks, so
-its prompt commitment is the one a full prefill gives. The cache gives its memory way to jobs.
+its prompt commitment is the one a full prefill gives. The blocks are small, so nearly all of a
+shared prefix is reused. The cache gives its memory way to jobs.
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ from node_agent.inference.engine import (
 log = logging.getLogger(__name__)
 
 PREFILL_TOKENS_PER_STEP = PREFILL_STEP  # prompt tokens prefilled between two decode steps, at most
-PROMPT_CACHE_BLOCK = 256  # shared prefixes are reused in whole blocks of this many tokens
+# Shared prefixes are reused in whole blocks of this many tokens: at most one block short of the
+# shared prefix is prefilled again. Each block keeps a snapshot of the prompt's strongest values
+# (contracts.commitments.CANDIDATES of them); 256-token blocks reused 79% of a shared 1,000-token prompt.
+PROMPT_CACHE_BLOCK = 16
+PROMPT_CACHE_PROMPT_MIN = 256  # shorter prompts are not kept: they would push out the long ones that pay
 PROMPT_CACHE_ENTRIES_MAX = 10  # prompts kept per model, least recently used out (as mlx_lm.server's)
 
 
@@ -372,6 +377,7 @@ class ModelBatch:
         self.joining: list[BatchJob] = []  # prefilling, in arrival order
         self.running: list[BatchJob] = []  # in the batch, row by row
         self._cache: list[Any] | None = None  # the batch's, one per layer
+        self._ahead: _Ahead | None = None  # the next decode step, queued before this one's tokens were read
 
     # -- admission -------------------------------------------------------------------------
 
@@ -427,7 +433,12 @@ class ModelBatch:
     # -- one step --------------------------------------------------------------------------
 
     def step(self) -> None:
-        """A chunk of prefill for the jobs joining, then one token for every job in the batch."""
+        """A chunk of prefill for the jobs joining, then one token for every job in the batch.
+
+        A step queued ahead is taken first, alone: jobs that arrived meanwhile join at the next step."""
+        if self._ahead is not None:
+            self._decode_step()
+            return
         self._admit_waiting()
         self._prefill_some()
         self._join_prefilled()
@@ -465,7 +476,7 @@ class ModelBatch:
         for job in ready:
             self.joining.remove(job)
             hop_trace.job_hop(job.job_id, "joined the batch")
-            if job.prefilled >= PROMPT_CACHE_BLOCK:
+            if job.prefilled >= PROMPT_CACHE_PROMPT_MIN:
                 self.prompt_cache.store(job.cached_prompt())
         merged = [BatchKVCache.merge(list(layer)) for layer in zip(*(job.cache for job in ready))]
         for job in ready:
@@ -477,18 +488,40 @@ class ModelBatch:
                 ours.extend(theirs)
         self.running.extend(ready)
 
-    def _decode_step(self) -> None:
-        jobs = self.running
-        inputs = mx.array([job.next_input for job in jobs])[:, None]
+    def _forward(self, inputs: mx.array) -> _Ahead:
+        """One decode step over the batch's rows, left lazy."""
         hidden = self.model.model(inputs, cache=self._cache)  # (jobs, 1, hidden): each job's own row
         logits = activations._logits(self.model, hidden[:, -1, :])
-        greedy = mx.argmax(logits, axis=-1)
-        recorded = [array for i, job in enumerate(jobs) for array in job.record(hidden[i])]
-        own_rows = [i for i, job in enumerate(jobs) if job.needs_row]
+        return _Ahead(list(self.running), hidden, logits, mx.argmax(logits, axis=-1))
+
+    def _can_run_ahead(self) -> bool:
+        """Whether the next step's inputs are this step's argmax for every row, and nobody waits
+        to join: then it is queued before this step's tokens are read, as mlx_lm's generate_step
+        does, and the model computes it while this thread hands tokens over."""
+        return not (self.waiting or self.joining) and not any(job.needs_row for job in self.running)
+
+    def _decode_step(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            ahead = self._forward(mx.array([job.next_input for job in self.running])[:, None])
+        # A row of a job that left after the step was queued is computed but not read.
+        row_of = {id(job): i for i, job in enumerate(ahead.jobs)}
+        jobs = self.running
+        positions = [row_of[id(job)] for job in jobs]
+        hidden, logits, greedy = ahead.hidden, ahead.logits, ahead.greedy
+        recorded = [array for i, job in zip(positions, jobs) for array in job.record(hidden[i])]
+        moved = positions != list(range(len(ahead.jobs)))  # some left: the cache keeps only these rows
+        if self._can_run_ahead():
+            self._ahead = self._forward((greedy[mx.array(positions)] if moved else greedy)[:, None])
+            mx.async_eval(self._ahead.greedy)
         mx.eval(greedy, *recorded)
         for job in jobs:
             job.prove()
-        greedy_ids = greedy.tolist()
+        every_greedy_id = greedy.tolist()
+        greedy_ids = [every_greedy_id[i] for i in positions]
+        if moved:
+            logits = logits[mx.array(positions)]
+        own_rows = [i for i, job in enumerate(jobs) if job.needs_row]
         rows = np.array(logits[mx.array(own_rows)].astype(mx.float32)) if own_rows else None
         chosen = {i: jobs[i].choose(rows[n]) for n, i in enumerate(own_rows)} if rows is not None else {}
         leaving: list[tuple[BatchJob, FinishReason | None, BaseException | None]] = []
@@ -524,7 +557,7 @@ class ModelBatch:
         keep = [i for i, job in enumerate(self.running) if id(job) not in gone]
         self.running = [self.running[i] for i in keep]
         if not keep:
-            self._cache = None
+            self._cache = self._ahead = None
             return
         assert self._cache is not None
         for layer in self._cache:
@@ -547,6 +580,16 @@ class ModelBatch:
         job.cache = None
         if job.sink.on_done is not None:
             job.sink.on_done(job)
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A decode step over these jobs' rows (in this order), evaluated or in flight."""
+
+    jobs: list[BatchJob]
+    hidden: mx.array
+    logits: mx.array
+    greedy: mx.array
 
 
 class Batches:

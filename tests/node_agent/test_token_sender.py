@@ -6,7 +6,9 @@ import threading
 from collections.abc import Iterator
 
 from node_agent.coordinator_client import Chunk
-from node_agent.token_sender import SenderThreads, TokenSender
+from node_agent.token_sender import (
+    FLUSH_INTERVAL_MAX_S, FLUSH_INTERVAL_S, NODE_MESSAGES_PER_S, SenderThreads, TokenSender, flush_interval_s,
+)
 
 
 THREADS = SenderThreads()  # as a node agent keeps them, for the senders below
@@ -90,3 +92,31 @@ def test_senders_run_on_threads_started_before_their_jobs() -> None:
         assert [(c.first_index, c.token_ids) for c in sender.close()] == [(0, (1,))]
         assert client.threads[-1] in already_running
     assert len(client.threads) == 3
+
+
+def test_tokens_wait_longer_while_the_node_streams_many_jobs() -> None:
+    # A single stream keeps the short wait; a large batch keeps the node near its message rate.
+    assert flush_interval_s(0) == flush_interval_s(1) == FLUSH_INTERVAL_S
+    many = NODE_MESSAGES_PER_S // 2
+    assert flush_interval_s(many) == many / NODE_MESSAGES_PER_S > FLUSH_INTERVAL_S
+    assert flush_interval_s(100 * NODE_MESSAGES_PER_S) == FLUSH_INTERVAL_MAX_S
+    intervals = [flush_interval_s(n) for n in range(200)]
+    assert intervals == sorted(intervals)
+
+
+def test_sender_threads_count_the_streams_they_carry() -> None:
+    threads = SenderThreads()
+    release = threading.Event()
+    started = threading.Barrier(4)
+
+    def stream() -> None:
+        started.wait(30)
+        release.wait(30)
+
+    waits = [threads.run(stream) for _ in range(3)]
+    started.wait(30)
+    assert threads.streams == 3
+    release.set()
+    for wait in waits:
+        assert wait(30)
+    assert threads.streams == 0
