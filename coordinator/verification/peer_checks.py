@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -180,10 +181,14 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
 
 # --- what a checker is sent ------------------------------------------------------
 
-def check_jobs_for(session: Session, node_id: str, tolerances: Tolerances) -> list[CheckJob]:
-    """The check jobs assigned to a node and not answered yet."""
+def check_jobs_for(session: Session, node_id: str, tolerances: Tolerances,
+                   skip: Collection[str] = ()) -> list[CheckJob]:
+    """The check jobs assigned to a node and not answered yet, less those whose check id is in
+    skip (a stream has sent them: their job and tokens are not read again on each wake-up)."""
     found = []
     for row in peer_store.assigned_to(session, node_id, CHECK_JOBS_PER_NODE_MAX):
+        if row.check_id in skip:
+            continue
         job = job_rows.job_by_id(session, row.job_id)
         assert job is not None and job.receipt_body is not None
         receipt = decode_receipt(job.receipt_body)
