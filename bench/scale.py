@@ -255,7 +255,9 @@ def _new_identity() -> Identity:
 
 
 async def _fleet(address: str, nodes: int, operator_key: str | None) -> tuple[list[SimulatedMac], list]:  # type: ignore[type-arg]
-    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, -(-nodes // NODES_PER_CHANNEL)))]
+    # A local subchannel pool each: channels to one address otherwise share one connection.
+    channels = [grpc.aio.insecure_channel(address, options=(("grpc.use_local_subchannel_pool", 1),))
+                for _ in range(max(1, -(-nodes // NODES_PER_CHANNEL)))]
     macs = [SimulatedMac(_new_identity(), node_pb2_grpc.NodeServiceStub(channels[i // NODES_PER_CHANNEL]))
             for i in range(nodes)]
     await _bounded([(lambda m=m: m.register("fleet" if operator_key else "", operator_key or ""))
