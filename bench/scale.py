@@ -265,7 +265,17 @@ async def _fleet(address: str, nodes: int, operator_key: str | None) -> tuple[li
     opened = [asyncio.Event() for _ in macs]
     for mac, event in zip(macs, opened):
         mac.tasks.append(asyncio.create_task(mac.serve(event)))
-    await asyncio.gather(*(event.wait() for event in opened))
+
+    async def opened_or_failed(event: asyncio.Event, task: asyncio.Task) -> None:  # type: ignore[type-arg]
+        """A stream that fails before it opens raises here rather than hanging the bench."""
+        waiter = asyncio.ensure_future(event.wait())
+        await asyncio.wait((waiter, task), return_when=asyncio.FIRST_COMPLETED)
+        if not event.is_set():
+            waiter.cancel()
+            task.result()  # its error
+            raise RuntimeError("a simulated Mac's stream ended before it opened")
+
+    await asyncio.gather(*(opened_or_failed(event, mac.tasks[0]) for event, mac in zip(opened, macs)))
     return macs, channels
 
 
