@@ -25,9 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import os
+import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -39,15 +43,17 @@ import grpc
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from bench.counted_coordinator import OUTPUT_ENV
 from bench.process_cpu import cpu_seconds
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import JobId, node_id_from_public_key
 from contracts.keyfile import public_key_raw
 from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_message
+from contracts.signing import session_proof_message
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.money.api_keys import KeyLimits
-from coordinator.rpc.node_servicer import SESSION_METADATA_KEY
+from coordinator.rpc.node_servicer import SESSION_METADATA_KEY, SESSION_PROOF_METADATA_KEY
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.world.operator_keys import create_operator_key
 from mlxnet import keys_cli
@@ -85,7 +91,11 @@ class SimulatedMac:
     tasks: list[asyncio.Task] = field(default_factory=list)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((SESSION_METADATA_KEY, self.token),)
+        """The session token and a fresh proof that this Mac's key holds it, as the agent sends them."""
+        at_ms = time.time_ns() // 1_000_000
+        signature = self.identity.sign(session_proof_message(self.token, at_ms))
+        return ((SESSION_METADATA_KEY, self.token),
+                (SESSION_PROOF_METADATA_KEY, f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"))
 
     async def register(self, operator: str, operator_key: str) -> None:
         challenge = await self.stub.RegisterChallenge(
@@ -233,6 +243,7 @@ class Figures:
     heartbeat_cpu_ms_net: float = 0.0  # less the idle rate over the same time
     heartbeat_transactions_net: float = 0.0
     job_cpu_ms: dict[str, float] = field(default_factory=dict)
+    job_transactions: dict[str, float] = field(default_factory=dict)
     jobs_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -244,7 +255,9 @@ def _new_identity() -> Identity:
 
 
 async def _fleet(address: str, nodes: int, operator_key: str | None) -> tuple[list[SimulatedMac], list]:  # type: ignore[type-arg]
-    channels = [grpc.aio.insecure_channel(address) for _ in range(max(1, -(-nodes // NODES_PER_CHANNEL)))]
+    # A local subchannel pool each: channels to one address otherwise share one connection.
+    channels = [grpc.aio.insecure_channel(address, options=(("grpc.use_local_subchannel_pool", 1),))
+                for _ in range(max(1, -(-nodes // NODES_PER_CHANNEL)))]
     macs = [SimulatedMac(_new_identity(), node_pb2_grpc.NodeServiceStub(channels[i // NODES_PER_CHANNEL]))
             for i in range(nodes)]
     await _bounded([(lambda m=m: m.register("fleet" if operator_key else "", operator_key or ""))
@@ -252,7 +265,17 @@ async def _fleet(address: str, nodes: int, operator_key: str | None) -> tuple[li
     opened = [asyncio.Event() for _ in macs]
     for mac, event in zip(macs, opened):
         mac.tasks.append(asyncio.create_task(mac.serve(event)))
-    await asyncio.gather(*(event.wait() for event in opened))
+
+    async def opened_or_failed(event: asyncio.Event, task: asyncio.Task) -> None:  # type: ignore[type-arg]
+        """A stream that fails before it opens raises here rather than hanging the bench."""
+        waiter = asyncio.ensure_future(event.wait())
+        await asyncio.wait((waiter, task), return_when=asyncio.FIRST_COMPLETED)
+        if not event.is_set():
+            waiter.cancel()
+            task.result()  # its error
+            raise RuntimeError("a simulated Mac's stream ended before it opened")
+
+    await asyncio.gather(*(opened_or_failed(event, mac.tasks[0]) for event, mac in zip(opened, macs)))
     return macs, channels
 
 
@@ -265,13 +288,14 @@ async def _close(macs: list[SimulatedMac], channels: list) -> None:  # type: ign
 
 
 async def _jobs(address: str, api_key: str, count: int, meter: Meter,
-                macs: list[SimulatedMac]) -> tuple[float, float]:
-    """(jobs/s wall, coordinator CPU ms per job) for `count` 1-token jobs submitted at once."""
+                macs: list[SimulatedMac]) -> tuple[float, float, float]:
+    """(jobs/s wall, coordinator CPU ms, PostgreSQL transactions per job) for `count` 1-token
+    jobs submitted at once."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = job_pb2_grpc.JobServiceStub(channel)
         metadata = (("authorization", f"Bearer {api_key}"),)
         done_before = sum(m.jobs_done for m in macs)
-        cpu_0, _ = meter.read()
+        cpu_0, commits_0 = meter.read()
         wall_0 = time.perf_counter()
 
         async def submit(i: int) -> None:
@@ -287,8 +311,57 @@ async def _jobs(address: str, api_key: str, count: int, meter: Meter,
                 raise RuntimeError("a simulated Mac failed") from failed[0].exception()
             await asyncio.sleep(0.05)
         wall = time.perf_counter() - wall_0
-        cpu_1, _ = meter.read()
-    return count / wall, (cpu_1 - cpu_0) * 1e3 / count
+        cpu_1, commits_1 = await meter.settled()  # the credits' release may trail the last receipt
+    return count / wall, (cpu_1 - cpu_0) * 1e3 / count, (commits_1 - commits_0 - 1) / count
+
+
+@contextlib.contextmanager
+def _profiled(directory: Path | None, pid: int, mode: str, jobs: int) -> Iterator[None]:
+    """Over the block: the coordinator's SQL per job (bench.counted_coordinator) and py-spy's
+    sampled stacks of all its threads, when asked for."""
+    if directory is None:
+        yield
+        return
+    spy = shutil.which("py-spy")
+    sampler = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "--rate", "200",
+         "--output", str(directory / f"py-spy-{mode}.txt")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if spy else None
+    try:
+        with _counted(directory, mode, jobs, "job"):
+            yield
+    finally:
+        if sampler is not None:
+            sampler.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
+            sampler.wait(30)
+
+
+@contextlib.contextmanager
+def _counted(directory: Path | None, name: str, per: float, unit: str) -> Iterator[None]:
+    """The coordinator's SQL over the block (bench.counted_coordinator), logged per `unit`."""
+    if directory is None:
+        yield
+        return
+    output = directory / f"sql-{name}.json"
+    _request(output, ".zero")
+    yield
+    _request(output, ".write")
+    counts = json.loads(output.read_text())
+    log.info("%s: %.1f SQL statements, %.1f transactions, %.1f commits per %s (all of the "
+             "coordinator's, background loops included)", name, sum(counts["statements"].values()) / per,
+             counts.get("transactions", 0) / per, counts.get("commits", 0) / per, unit)
+    for statement, count in list(counts["statements"].items())[:25]:
+        log.info("  %6.2f  %s", count / per, statement)
+
+
+def _request(output: Path, suffix: str, timeout_s: float = 10.0) -> None:
+    """Ask bench.counted_coordinator to zero or write its counts, and wait until it has."""
+    request = output.with_name(output.name + suffix)
+    request.touch()
+    deadline = time.monotonic() + timeout_s
+    while request.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not request.exists(), "the counted coordinator did not answer"
 
 
 async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mode: str,
@@ -302,7 +375,9 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
     _, api_key = keys_cli.create(db, "bench-consumer", KeyLimits(), deposit_amount=10**18)
     db.dispose()
     limits = str(max(1_000, 2 * args.nodes))
-    child = start_coordinator(work / mode, database_url=url, tls=False,
+    counted = {"program": "bench.counted_coordinator",
+               "env": {OUTPUT_ENV: str(args.profile)}} if args.profile else {}
+    child = start_coordinator(work / mode, database_url=url, tls=False, **counted,  # type: ignore[arg-type]
                               heartbeat_interval_ms=args.heartbeat_interval_ms,
                               trust_simulated_hardware=True, extra_args=(
                                   "--registrations-per-address-burst", limits,
@@ -320,8 +395,9 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             await meter.quiet(len(macs))
             reads_0 = meter.stream_table_reads()
             cpu_0, commits_0 = await meter.settled()
-            await asyncio.sleep(args.idle_s)
-            cpu_1, commits_1 = await meter.settled()
+            with _counted(args.profile, f"idle-{mode}", args.idle_s + 1.0, "second"):
+                await asyncio.sleep(args.idle_s)
+                cpu_1, commits_1 = await meter.settled()
             figures.stream_reads = meter.stream_table_reads() - reads_0
             span_s = args.idle_s + 1.0
             figures.idle_cpu_share = (cpu_1 - cpu_0) / span_s
@@ -347,9 +423,12 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
                      "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
                      figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
         if args.jobs:
-            jobs_s, cpu_ms = await _jobs(address, api_key, args.jobs, meter, macs)
+            with _profiled(args.profile, child.process.pid, mode, args.jobs):
+                jobs_s, cpu_ms, transactions = await _jobs(address, api_key, args.jobs, meter, macs)
             figures.jobs_s[mode], figures.job_cpu_ms[mode] = jobs_s, cpu_ms
-            log.info("%s operators: %.1f jobs/s wall, %.2f ms CPU per job", mode, jobs_s, cpu_ms)
+            figures.job_transactions[mode] = transactions
+            log.info("%s operators: %.1f jobs/s wall, %.2f ms CPU, %.1f transactions per job", mode,
+                     jobs_s, cpu_ms, transactions)
         await _close(macs, channels)
     finally:
         meter.close()
@@ -366,7 +445,8 @@ def report(args: argparse.Namespace, figures: Figures) -> None:
           f"the same time: {figures.heartbeat_cpu_ms_net:.3f} ms and {figures.heartbeat_transactions_net:.4f}")
     for mode in figures.jobs_s:
         print(f"jobs, {mode} operators ({args.jobs} 1-token jobs): {figures.jobs_s[mode]:.1f} jobs/s "
-              f"wall, {figures.job_cpu_ms[mode]:.2f} ms coordinator CPU per job")
+              f"wall, {figures.job_cpu_ms[mode]:.2f} ms coordinator CPU and "
+              f"{figures.job_transactions[mode]:.1f} PostgreSQL transactions per job")
     beats_s = MACS_TARGET / INTERVAL_S_TARGET
     cores = beats_s * figures.heartbeat_cpu_ms / 1e3
     idle_cores = figures.idle_cpu_share * MACS_TARGET / max(1, args.nodes)
@@ -389,7 +469,12 @@ def main() -> None:
                         help="what the coordinator tells nodes (its offline limit is 5 of these)")
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--operators", choices=("both", "distinct", "shared"), default="both")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="count the coordinator's SQL over the jobs (DIR/sql-MODE.json) and, with "
+                             "py-spy installed, sample its stacks (DIR/py-spy-MODE.txt)")
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     modes = ("distinct", "shared") if args.operators == "both" else (args.operators,)
     args.first_mode = modes[0]

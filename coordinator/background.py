@@ -4,7 +4,7 @@
     streams     wakes node streams that hold unsent work, a safety net for lost relayed wake-ups
     reaper      hands back the jobs of nodes whose heartbeats stopped (after the restart grace)
     billing     resolves the reservations of jobs that ended without closing them
-    credits     posts held credits whose check window closed
+    credits     posts held credits whose check window closed (a pass only once one is due)
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
     verifier    replays sampled jobs and challenge answers, when this coordinator holds a verifier
     peers       hands sampled jobs to peer nodes to check, and lapsed checks to other peers
@@ -36,6 +36,9 @@ BACKOFF_S_MIN = 0.5
 BACKOFF_S_MAX = 30.0
 # Failures a loop expects and rides out; anything else is a bug, logged with its traceback.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailable, OSError)
+# A dispatch pass re-reads every waiting check (up to 64); woken by each receipt, its cost
+# grew with jobs x waiting checks. Checks have deadlines of minutes: a second's wait is nothing.
+PEER_PASS_GAP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("streams", service.nodes.sweep_streams, every(service.config.relayed_poll_interval_s)),
         Loop("reaper", service.nodes.reap_offline, every(interval_s)),
         Loop("billing", service.money.close_ended, every(interval_s)),
-        Loop("credits", service.money.release_due_credits, every(interval_s)),
+        Loop("credits", service.money.release_credits_when_due, every(interval_s)),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
         _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
                                  service.config.chain.confirmations), stopping),
@@ -100,8 +103,10 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
     return loops
 
 
-def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval_s: float) -> Loop:
-    """Wakes when a check is opened or disputed, and each heartbeat interval for deadlines."""
+def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval_s: float,
+                gap_s: float = PEER_PASS_GAP_S) -> Loop:
+    """Wakes when a check is opened or disputed, and each heartbeat interval for deadlines; at
+    most one pass per gap_s, so the checks opened meanwhile go in one pass, not one each."""
     seen = [service.notifier.version(VERIFICATION_TOPIC)]
 
     def step() -> None:
@@ -109,8 +114,9 @@ def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval
         service.peers.dispatch()
 
     def pause() -> None:
-        if not stopping.is_set():
-            service.notifier.wait(VERIFICATION_TOPIC, seen[0], interval_s)
+        # A wake-up during the gap is not lost: the version seen predates it.
+        if not stopping.wait(gap_s):
+            service.notifier.wait(VERIFICATION_TOPIC, seen[0], max(0.0, interval_s - gap_s))
 
     return Loop("peers", step, pause)
 

@@ -106,7 +106,7 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
                       trust_simulated_hardware: bool = False,
                       verify_models: tuple[str, ...] = (), tls: bool = True,
                       certificate: tuple[Path, Path] | None = None,
-                      extra_args: tuple[str, ...] = ()) -> Child:
+                      extra_args: tuple[str, ...] = (), program: str = "mlxnet.cli") -> Child:
     """extra["address"] is the gRPC HOST:PORT, extra["http_address"] the HTTP gateway's,
     extra["url"] the gateway's base URL; with TLS (its self-signed certificate in its data
     dir), extra["fingerprint"] and extra["certificate"] (the PEM's path) say how to trust it.
@@ -130,7 +130,7 @@ def start_coordinator(work_dir: Path, *, database_url: str | None = None, port: 
         argv.append("--trust-simulated-hardware")
     for model in verify_models:
         argv += ["--verify-model", model]
-    child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env)
+    child = _spawn("coordinator", argv, work_dir / "logs" / "coordinator.log", env, program)
     try:
         child.ready_line = _wait_for_line(child, "coordinator listening on", READY_TIMEOUT_S)
         # Written and flushed with the line above, so it may already sit in the read buffer,

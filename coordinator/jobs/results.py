@@ -144,6 +144,8 @@ class AcceptedResult:
     job_id: JobId
     credited_base_units: int  # held for the operator until the check passes or its window closes
     check_status: CheckStatus = CheckStatus.UNCHECKED
+    job: JobRecord | None = None  # the job as it ended: its metrics need no second read
+    hold_until_ms: int | None = None  # when the operator's held credit may be released unchecked
 
 
 def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
@@ -182,7 +184,8 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
     completed = dataclasses.replace(job, **ended)
     check = outcomes.open_check(session, completed, node, spec.weights_digest,
                                 price.operator_credit, context, now_ms)
-    return AcceptedResult(job.job_id, price.operator_credit, check.status)
+    return AcceptedResult(job.job_id, price.operator_credit, check.status, completed,
+                          check.hold_until_ms if price.operator_credit else None)
 
 
 def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,

@@ -155,7 +155,9 @@ def complete(session: Session, job: JobRecord, operator_id: OperatorId, spec: Mo
     assert payment.ok, f"ledger refused to complete {job.job_id}: {payment.failure}"
     if job.reserved_base_units == 0:
         return Completion(price, billing_closed=False)
-    _refund_unspent(session, job, _posted_charge(session, job.job_id))
+    # The chain just applied posted exactly the charge (or voided the reservation for a zero
+    # charge): no need to read the transfer back.
+    _refund_unspent(session, job, price.consumer_charge)
     return Completion(price, billing_closed=True)
 
 

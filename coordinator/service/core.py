@@ -20,7 +20,8 @@ from coordinator.live.health import HealthBoard
 from coordinator.live.notifier import Notifier, fleet_changes, job_topic, node_topic
 from coordinator.metrics import readings, timing
 from coordinator.metrics.recorder import CoordinatorMetrics
-from coordinator.model import TERMINAL_STATUSES, JobStatus, TokenChunk
+from coordinator.model import TERMINAL_STATUSES, JobRecord, JobStatus, TokenChunk
+from coordinator.money.credit_due import CreditDue
 from coordinator.nodes.catalog import PeerCheckablePairs
 from coordinator.scheduling import scheduler
 from coordinator.scheduling.live_fleet import LiveFleet
@@ -40,6 +41,7 @@ class ServiceCore:
         self.notifier = notifier or Notifier()
         self.live_chunks = LiveChunks()
         self.live_assignments = LiveAssignments()
+        self.credit_due = CreditDue()  # when the credits loop next has work (its holds noted here)
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         self.health = HealthBoard()  # the background loops' health (coordinator.background)
         # Heartbeats count from here at the earliest: a node's last one before a restart says
@@ -81,6 +83,11 @@ class ServiceCore:
                     continue
                 streamed = job_rows.token_count(session, job_id) if job.status is JobStatus.FAILED else 0
                 self.metrics.request_finished(timing.finished_request(job, streamed))
+
+    def record_completed(self, job: JobRecord) -> None:
+        """After commit: record_ended for a job the caller just completed, without reading it again."""
+        assert job.status is JobStatus.COMPLETED and job.finished_at_ms is not None
+        self.metrics.request_finished(timing.finished_request(job, 0))
 
     def hear_relayed(self, *topics: str) -> None:
         """News from another coordinator on the same database (live.pg_relay): wake our

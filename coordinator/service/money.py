@@ -21,13 +21,23 @@ class Money:
 
     def release_due_credits(self) -> list[str]:
         """Post the held credits of unchecked jobs whose check window has closed."""
+        now = self._core.clock.now_ms()
+        limit = self._core.config.credits_released_per_pass_max
         with self._core.db.transaction() as session:
             released = check_outcomes.release_due_credits(
-                session, self._core.clock.now_ms(), self._core.config.credits_released_per_pass_max,
+                session, now, limit,
                 self._core.config.trust.stake.unverifiable_hold_s if self._core.config.peer_checks.enabled
                 else None)
+        self._core.credit_due.passed(now, len(released), min(limit, job_money.CREDITS_RELEASED_PER_CALL_MAX))
         self._core.notifier.notify(*(job_topic(j) for j in released))
         return released
+
+    def release_credits_when_due(self) -> list[str]:
+        """The credits loop's pass: release_due_credits once a hold this process opened has
+        ended or the sweep interval has passed; otherwise nothing, not even a transaction."""
+        if not self._core.credit_due.due(self._core.clock.now_ms()):
+            return []
+        return self.release_due_credits()
 
     def close_billing(self, job_id: str) -> bool:
         """Resolve one ended job's reservation now rather than at the next sweep."""

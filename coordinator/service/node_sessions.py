@@ -263,7 +263,8 @@ class NodeSessions:
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id)
-                    checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances)
+                    checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances,
+                                                        skip=sent)
                     challenges = challenge_rows.unsent_for_node(session, node.node_id)
                 for job in self._unsent(jobs, sent):
                     yield job
@@ -319,7 +320,10 @@ class NodeSessions:
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)
         self._core.notifier.notify(job_topic(job_id), VERIFICATION_TOPIC)
-        self._core.record_ended([job_id])
+        assert result.job is not None
+        self._core.record_completed(result.job)
+        if result.hold_until_ms is not None:
+            self._core.credit_due.note(result.hold_until_ms)
         self._core.run_scheduler()
         return result
 

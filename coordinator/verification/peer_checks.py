@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -194,10 +195,14 @@ def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt
 
 # --- what a checker is sent ------------------------------------------------------
 
-def check_jobs_for(session: Session, node_id: str, tolerances: Tolerances) -> list[CheckJob]:
-    """The check jobs assigned to a node and not answered yet."""
+def check_jobs_for(session: Session, node_id: str, tolerances: Tolerances,
+                   skip: Collection[str] = ()) -> list[CheckJob]:
+    """The check jobs assigned to a node and not answered yet, less those whose check id is in
+    skip (a stream has sent them: their job and tokens are not read again on each wake-up)."""
     found = []
     for row in peer_store.assigned_to(session, node_id, CHECK_JOBS_PER_NODE_MAX):
+        if row.check_id in skip:
+            continue
         receipt, prompt, output_ids = claim(session, row)
         found.append(CheckJob(row.check_id, row.job_id, receipt.model_id, receipt.weights_digest, prompt,
                               output_ids, receipt.finish_reason, receipt.temperature, receipt.top_p, receipt.seed,
