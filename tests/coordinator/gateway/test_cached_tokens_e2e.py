@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from node_agent.inference.batch import PROMPT_CACHE_BLOCK
 from tests.coordinator.gateway.conftest import MODEL_ID, GatewayNetwork, gateway_network
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +32,8 @@ def test_a_shared_system_prompt_is_reported_as_cached_tokens(one_node: GatewayNe
         details.append((answer.usage.prompt_tokens, answer.usage.prompt_tokens_details.cached_tokens))
     (first_prompt, first_cached), (second_prompt, second_cached) = details
     assert first_prompt > 512 and first_cached == 0
-    # Whole 256-token blocks of the shared prefix, never the whole prompt (the question differs).
-    assert 512 <= second_cached < second_prompt and second_cached % 256 == 0
+    # Whole blocks of the shared prefix, never the whole prompt (the question differs).
+    assert 512 <= second_cached < second_prompt and second_cached % PROMPT_CACHE_BLOCK == 0
     streamed = list(client.chat.completions.create(
         model=MODEL_ID, messages=[system, {"role": "user", "content": "What?"}], max_tokens=4, temperature=0,
         stream=True, stream_options={"include_usage": True}))
