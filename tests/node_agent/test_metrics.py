@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.models import ModelSpec
 from mlxnet.consumer import JobClient
 from mlxnet.processes import spawn_node, start_coordinator, wait_until_registered
+from node_agent.inference.batch import PROMPT_CACHE_BLOCK
 from node_agent.metrics import NodeMetrics, kv_bytes_per_token
 
 SPEC = ModelSpec(model_id="m", weights_bytes=1 << 30, parameter_count=10**9, num_layers=4,
@@ -78,7 +79,7 @@ def test_a_real_node_serves_its_metrics_on_loopback(tmp_path: Path, tiny_model_d
         assert found[("mlxnet:prompt_tokens_total", model)] == final.prompt_tokens
         assert found[("mlxnet:prefix_cache_queries_total", model)] == final.prompt_tokens
         assert found[("mlxnet:prefix_cache_hits_total", model)] == 0
-        # Two jobs sharing a long system prompt: the second reuses its KV cache in whole 256-token blocks.
+        # Two jobs sharing a long system prompt: the second reuses its KV cache in whole blocks.
         shared = "You answer in one word. " * 120
         prompts = []
         with JobClient(coordinator.extra["address"], trust=coordinator.trust) as client:
@@ -89,7 +90,7 @@ def test_a_real_node_serves_its_metrics_on_loopback(tmp_path: Path, tiny_model_d
         assert min(prompts) > 512
         assert found[("mlxnet:prefix_cache_queries_total", model)] == final.prompt_tokens + sum(prompts)
         hits = found[("mlxnet:prefix_cache_hits_total", model)]
-        assert hits >= 512 and hits % 256 == 0 and hits < prompts[1]
+        assert hits >= 512 and hits % PROMPT_CACHE_BLOCK == 0 and hits < prompts[1]
     finally:
         if node is not None:
             node.stop()
