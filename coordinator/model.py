@@ -206,6 +206,9 @@ class UptimeSpan:
         return times
 
 
+CHALLENGE_PASSED = "passed"  # a challenge's stored outcome when its replay agreed; otherwise the reason
+
+
 @dataclass(frozen=True)
 class SpotChallenge:
     """A challenge benchmark sent to a verified Mac (coordinator/nodes/spot_benchmarks.py)."""

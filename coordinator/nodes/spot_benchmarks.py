@@ -23,7 +23,7 @@ from contracts.benchmarks import CHALLENGE_TEMPERATURE, CHALLENGE_TOP_P
 from contracts.limits import CHALLENGE_TOKENS_MAX
 from contracts.receipts import FinishReason
 from coordinator.jobs.receipt_check import ExpectedJob, ReceiptVerdict
-from coordinator.model import SpotChallenge
+from coordinator.model import CHALLENGE_PASSED, SpotChallenge
 from coordinator.verification.judge import CheckVerdict
 
 CHALLENGE_DECODE_S = 1.0  # the decode's length at the claimed speed
@@ -44,7 +44,7 @@ PROMPT_WORDS = 24
 _WORDS = ("river", "stone", "orbit", "lantern", "copper", "meadow", "signal", "harbor", "violet",
           "engine", "glacier", "atlas", "ember", "cipher", "willow", "quartz", "summit", "thread",
           "falcon", "prairie", "beacon", "delta", "marble", "canyon", "saffron", "tundra")
-PASSED = "passed"
+PASSED = CHALLENGE_PASSED
 REPLAY_REASONS_CHARS_MAX = 1_000
 
 

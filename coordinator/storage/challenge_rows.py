@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from coordinator.model import SpotChallenge
-from coordinator.nodes.spot_benchmarks import PASSED
+from coordinator.model import CHALLENGE_PASSED, SpotChallenge
 from coordinator.storage.tables import node_benchmarks, node_challenges, nodes
 
 
@@ -117,7 +116,7 @@ def record_replay(session: Session, challenge: SpotChallenge, problem: str | Non
     done = session.execute(update(node_challenges).where(
         node_challenges.c.challenge_id == challenge.challenge_id, node_challenges.c.outcome.is_(None),
         node_challenges.c.answered_at_ms.is_not(None))
-        .values(outcome=problem or PASSED)).rowcount == 1
+        .values(outcome=problem or CHALLENGE_PASSED)).rowcount == 1
     if done:
         _flag(session, challenge.node_id, problem, now_ms)
     return done

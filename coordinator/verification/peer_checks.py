@@ -177,7 +177,16 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
             done.to_verifier.append(row.job_id)
         elif row.reason != found.reason:
             peer_store.update_peer_check(session, row.check_id, _WAITING, reason=found.reason)
-            store.update_check(session, row.job_id, _PEER, reason=found.reason[:outcomes.REASON_CHARS_MAX])
+            check = store.check_by_job(session, row.job_id)
+            store.update_check(session, row.job_id, _PEER,
+                               reason=_waiting_reason(check.reason if check else None, found.reason))
+
+
+def _waiting_reason(current: str | None, found: str) -> str:
+    """Why a check still waits for a peer. An escalated check keeps its cause in view: an auditor
+    must still read why the coordinator's own replay gave no verdict."""
+    cause = current[current.index(outcomes.ESCALATED):] if current and outcomes.ESCALATED in current else None
+    return (f"{found}; {cause}" if cause else found)[:outcomes.REASON_CHARS_MAX]
 
 
 def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt: Receipt, context: PeerContext,
