@@ -123,14 +123,20 @@ def test_seat_availability_comes_from_signed_heartbeats(db: Database, every_ms: 
     assert close_due_epoch(db, SETTINGS, now_us=end_us + 2) is None
 
 
-def test_a_claimed_ultra_without_a_fitting_benchmark_earns_no_seat_bonus(db: Database) -> None:
-    """Issue 25's fake Ultra: a script claiming an M3 Ultra seat, always online, never measured."""
-    add_seat(db, 5_000, measured=False)
+def _seat_after_close(db: Database):  # type: ignore[no-untyped-def]
+    """The seat's outcome once the epoch it was online in has closed."""
     end_us = (START_MS + LENGTH_S * 1_000) * 1_000
     result = close_due_epoch(db, SETTINGS, now_us=end_us + 1)
     assert result is not None and result.ok
     with db.transaction() as session:
         (seat,) = epoch_store.seat_outcomes(session, EPOCH)
+    return seat
+
+
+def test_a_claimed_ultra_without_a_fitting_benchmark_earns_no_seat_bonus(db: Database) -> None:
+    """Issue 25's fake Ultra: a script claiming an M3 Ultra seat, always online, never measured."""
+    add_seat(db, 5_000, measured=False)
+    seat = _seat_after_close(db)
     assert seat.availability_bps == 10_000 and not seat.qualified
     assert seat.reason == "no bonus: the chip did not verify as an Ultra"
     assert seat.availability_reward == seat.job_bonus == 0
@@ -139,11 +145,7 @@ def test_a_claimed_ultra_without_a_fitting_benchmark_earns_no_seat_bonus(db: Dat
 def test_a_measured_ultra_whose_challenge_never_passed_its_replay_earns_no_seat_bonus(db: Database) -> None:
     """A fake Ultra whose self-reported benchmark fits the chip: the benchmark alone earns nothing."""
     add_seat(db, 5_000, proven=False)
-    end_us = (START_MS + LENGTH_S * 1_000) * 1_000
-    result = close_due_epoch(db, SETTINGS, now_us=end_us + 1)
-    assert result is not None and result.ok
-    with db.transaction() as session:
-        (seat,) = epoch_store.seat_outcomes(session, EPOCH)
+    seat = _seat_after_close(db)
     assert seat.availability_bps == 10_000 and not seat.qualified
     assert seat.availability_reward == seat.job_bonus == 0
 
