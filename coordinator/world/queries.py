@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from contracts.hardware import LinkKind
+from contracts.lending import LendingMode
+from coordinator.placement.config import MemoryConfig
 from coordinator.storage.node_rows import stored_gb_s
 from coordinator.storage.tables import job_assignments, jobs, nodes, pods
 from coordinator.verification.policy import TrustPolicy, TrustRecord, is_quarantined, reputation
@@ -61,10 +63,20 @@ def _busy() -> ColumnElement[bool]:
     return nodes.c.node_id.in_(active)
 
 
-def _lendable() -> ColumnElement[int]:
-    capped = and_(nodes.c.memory_cap_bytes.is_not(None),
-                  nodes.c.memory_cap_bytes < nodes.c.gpu_working_set_bytes)
-    return case((capped, nodes.c.memory_cap_bytes), else_=nodes.c.gpu_working_set_bytes)
+def _smaller(a: ColumnElement[int], b: ColumnElement[int]) -> ColumnElement[int]:
+    return case((a < b, a), else_=b)
+
+
+def _lendable(config: MemoryConfig = MemoryConfig()) -> ColumnElement[int]:
+    """As placement's mac_ceiling_bytes: the GPU budget, the operator's cap and, in idle mode,
+    the owner's reserve (the larger of a floor and a share of the Mac's memory)."""
+    capped = case((nodes.c.memory_cap_bytes.is_(None), nodes.c.gpu_working_set_bytes),
+                  else_=_smaller(nodes.c.memory_cap_bytes, nodes.c.gpu_working_set_bytes))
+    # The share in whole per-mille, so SQLite and PostgreSQL both stay in integers.
+    share = nodes.c.memory_bytes * round(config.owner_reserve_fraction * 1000) // 1000
+    reserve = case((share > config.owner_reserve_min_bytes, share), else_=config.owner_reserve_min_bytes)
+    idle = _smaller(capped, nodes.c.memory_bytes - reserve)
+    return case((nodes.c.lending_mode == LendingMode.IDLE.value, case((idle > 0, idle), else_=0)), else_=capped)
 
 
 def _like_escaped(text: str) -> str:

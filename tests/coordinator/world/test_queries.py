@@ -13,12 +13,15 @@ from contracts.lending import LendingMode
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest, NotFound
 from coordinator.model import JobStatus
+from coordinator.placement.config import MemoryConfig
+from coordinator.placement.memory import owner_reserve_bytes
 from coordinator.storage import node_rows
 from coordinator.storage.tables import job_assignments, jobs
 from coordinator.verification import store as check_store
 from coordinator.verification.policy import TrustRecord, reputation
 from coordinator.verification.store import CheckRecord, CheckStatus, CreditState, NodeTrust
 from coordinator.world import operator_keys
+from node_agent.hardware.profiles import simulated_profile
 from tests.coordinator.world.conftest import OFFLINE_AFTER_MS, SECRET_OUTPUT, SECRET_PROMPT, WorldEnv, add_job, add_node
 
 GIB = 1024**3
@@ -145,6 +148,19 @@ def test_weights_shared_by_a_batch_are_counted_once_in_the_free_memory(world_env
         session.execute(update(job_assignments).where(job_assignments.c.job_id == other)
                         .values(reserved_memory_bytes=20 * GIB, shared_memory_bytes=15 * GIB))
     assert world_env.world.totals()["totals"]["largest_model"]["free_bytes"] == lendable - (70 + 20) * GIB
+
+
+def test_an_idle_mac_lends_what_placement_would_leaving_the_owner_reserve(world_env: WorldEnv) -> None:
+    with world_env.session() as session:
+        add_node(session, "Idle mini", "op0", world_env.clock.now, profile="m4-16", mode=LendingMode.IDLE)
+        add_node(session, "Seat mini", "op1", world_env.clock.now, profile="m4-16", mode=LendingMode.DEDICATED)
+    hardware = simulated_profile("m4-16")
+    idle_ceiling = min(hardware.gpu_working_set_bytes,
+                       hardware.memory_bytes - owner_reserve_bytes(hardware.memory_bytes, MemoryConfig()))
+    assert 0 < idle_ceiling < hardware.gpu_working_set_bytes  # the reserve bites on a 16 GB Mac
+    totals = world_env.world.totals()["totals"]
+    assert totals["memory_lendable_bytes"] == idle_ceiling + hardware.gpu_working_set_bytes
+    assert totals["largest_model"]["free_bytes"] == hardware.gpu_working_set_bytes  # the seat is the freer
 
 
 def test_the_fleet_fingerprint_moves_when_a_mac_joins_or_goes_offline(world_env: WorldEnv) -> None:
