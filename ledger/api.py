@@ -93,7 +93,7 @@ from ledger.model import (
     TransferResult,
     TransferState,
 )
-from ledger.policy import JobPrice, max_job_charge, price_job
+from ledger.policy import JobPrice, max_job_charge, network_fee_floor, price_job
 from ledger.rules import valid_id
 from ledger.seats import SeatInput, SeatOutcome, availability_bps
 from ledger.statements import (
@@ -140,7 +140,7 @@ __all__ = [
     "consumer_account_id", "deposit_for_consumer", "due_epoch", "embedded_chain", "ensure_system_accounts", "epoch_payouts",
     "epoch_tree", "epochs_progress", "format_mlx", "get_transfer", "head_message", "in_process_chain",
     "job_transfer_id",
-    "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata",
+    "last_epoch", "leaf_from_bundle", "leaf_hash", "lock_ledger", "max_job_charge", "metadata", "network_fee_floor",
     "open_consumer_account", "open_operator_account", "operator_account_id", "operator_credit_totals",
     "operator_debt", "operator_statement", "parse_mlx", "pay_check_fee", "payout_address", "pending_state", "previous_epoch", "price_job",
     "read_epoch", "reject_job_credit", "repay_debt", "release_job_credit", "release_job_credits", "reserve_job",

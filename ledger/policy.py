@@ -163,6 +163,20 @@ def price_job(
     )
 
 
+def network_fee_floor(operator_credit: int, policy: EarningPolicy = DEFAULT_POLICY) -> int:
+    """The least network fee of a job priced at the base share whose operator credit is this.
+
+    operator_credit = floor(charge * share / BPS_ONE) <= charge * share / BPS_ONE, so
+    charge >= operator_credit * BPS_ONE / share and network_fee = charge - operator_credit >=
+    operator_credit * (BPS_ONE - share) / share. What is paid out of a job's network share (a
+    peer's check fee) is capped here, so it never exceeds the fee the job paid."""
+    assert type(operator_credit) is int and operator_credit >= 0
+    share = policy.operator_share_bps
+    if share == 0:
+        return 0  # no job earns a credit; nothing is paid against it
+    return operator_credit * (BPS_ONE - share) // share
+
+
 def max_job_charge(
     parameter_count: int,
     prompt_tokens: int,

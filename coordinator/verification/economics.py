@@ -38,9 +38,19 @@ checker at most C = `check_cost_share` * kappa * c, for a checked job of credit 
 are planted (verification/planted.py): claims the coordinator built to be wrong, which every
 honest replay rejects and which a checker cannot tell from real ones. A node asked r planted
 checks per real one (r in [`planted_share_min`, `planted_per_check_max`]) is paid only for the
-real ones, so the fee is set once, here, to cover its replays at the least planting:
+real ones, so the fee is set once, here, to cover its replays at the most planting:
 
-    fee  =  fee_margin * (1 + planted_share_min) * C          (checker_fee_bps)
+    fee  =  fee_margin * (1 + planted_per_check_max) * C      (checker_fee_bps)
+
+The fee is paid out of the checked job's network share and never exceeds it: check_fee caps it
+at the job's network fee (ledger.policy.network_fee_floor, 15/85 = 17.6% of the operator credit
+at the default earning policy), in base units. So the policy must keep
+fee_margin * (1 + planted_per_check_max) * check_cost_share * kappa below that share: at the
+defaults 1.25 x 1.5 x 0.15 x 0.4 = 11.25%. check_cost_share (0.15) is an assumption for Macs,
+where a replay is one prefill pass and prefill runs many times faster per token than decoding
+(decoding reads every weight once per token); bench/verify.py measured 0.47 for the 3M-parameter
+test model on this CPU, where per-token overhead dominates, and at that cost the fee would not
+cover a CPU checker's replays.
 
 A lazy checker answers "matches" without replaying, saving C. On a planted check that answer is
 wrong and caught for sure, and the check is planted with probability q = r / (1 + r), so it
@@ -72,9 +82,9 @@ class StakePolicy:
     clawback_horizon_s: int = 7 * 24 * 3600
     checks_per_window_min: float = 2.0  # expected checks per node per check window, at least
     unverifiable_hold_s: int = 3 * 24 * 3600  # credits of a model nobody can check stay held this long
-    # Checkers (see above): a replay costs at most this share of the job's compute (bench/verify.py
-    # measured a peer check at 0.47 of the generation it checks, on CPU) ...
-    check_cost_share: float = 0.5
+    # Checkers (see above): a replay costs at most this share of the job's compute (a prefill on a
+    # Mac's GPU; bench/verify.py measured 0.47 on CPU for the tiny test model, not a Mac) ...
+    check_cost_share: float = 0.15
     planted_share_min: float = 0.1  # ... planted checks per real check, at least ...
     planted_per_check_max: float = 0.5  # ... and at most (a checker with little at stake)
     fee_margin: float = 1.25  # the fee covers this much more than an honest checker's replays cost
@@ -139,8 +149,10 @@ BASIS_POINTS = 10_000
 
 
 def checker_fee_bps(policy: StakePolicy) -> int:
-    """A checker's fee, in basis points of the checked job's operator credit (see above)."""
-    share = policy.fee_margin * (1 + policy.planted_share_min) * policy.check_cost_share * policy.work_cost_share_max
+    """A checker's fee, in basis points of the checked job's operator credit, before the cap at the
+    job's network fee (see above)."""
+    share = (policy.fee_margin * (1 + policy.planted_per_check_max) * policy.check_cost_share
+             * policy.work_cost_share_max)
     return min(BASIS_POINTS, math.ceil(share * BASIS_POINTS - 1e-9))  # 1e-9: float dust, not a unit
 
 

@@ -32,6 +32,7 @@ from enum import StrEnum
 
 from contracts.models import ModelSpec
 from coordinator.verification.economics import BASIS_POINTS, StakePolicy, checker_fee_bps
+from ledger.api import network_fee_floor
 
 
 @dataclass(frozen=True)
@@ -202,12 +203,13 @@ def job_passes(decided: Ruling) -> bool:
 
 def check_fee(operator_credit: int, policy: StakePolicy) -> int:
     """Base units a checker earns for one replay: the share of the checked job's credit the stake
-    policy sets (economics.checker_fee_bps), at least one unit when the job earned anything."""
+    policy sets (economics.checker_fee_bps), at least one unit when the job earned anything, and
+    never more than the job's network fee, which it is paid from (ledger network_fee_floor)."""
     assert operator_credit >= 0
     bps = checker_fee_bps(policy)
     if operator_credit == 0 or bps == 0:
         return 0
-    return max(1, operator_credit * bps // BASIS_POINTS)
+    return min(network_fee_floor(operator_credit), max(1, operator_credit * bps // BASIS_POINTS))
 
 
 def fee_is_earned(role: Role, decided: Ruling) -> bool:

@@ -111,6 +111,13 @@ def test_laziness_loses_money_for_a_checker_with_enough_at_stake(credit: int, fa
 
 
 def test_the_fee_is_derived_from_the_stake_policy() -> None:
-    assert checker_fee_bps(STAKE) == 2_750  # 1.25 x 1.1 x 0.5 x 0.4
-    cheaper = StakePolicy(check_cost_share=0.25)
-    assert checker_fee_bps(cheaper) == 1_375
+    assert checker_fee_bps(STAKE) == 1_125  # 1.25 x (1 + 0.5) x 0.15 x 0.4
+    cheaper = StakePolicy(check_cost_share=0.075)
+    assert checker_fee_bps(cheaper) == 563
+
+
+def test_the_default_fee_fits_inside_a_jobs_network_share() -> None:
+    """The network fee is 15/85 of the operator credit (1764 bps, floored): the fee is below it,
+    so the cap in peers.check_fee is a guard, not what sets it."""
+    share = 10_000 * (10_000 - 8_500) // 8_500
+    assert checker_fee_bps(STAKE) < share == 1_764

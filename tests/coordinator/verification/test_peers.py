@@ -12,6 +12,7 @@ from coordinator.verification.peers import (
     Candidate, CheckRequest, Chosen, NoChecker, Pairing, Party, PeerCheckPolicy, Role, Ruling,
     check_fee, choose_checker, fee_is_earned, job_passes, recent_partners, ruling,
 )
+from ledger.api import network_fee_floor, price_job
 
 MODEL, DIGEST = "test/tiny-llama", "d" * 64
 POLICY = PeerCheckPolicy(pair_memory_checks=1, pair_cooldown_ms=1_000)
@@ -146,5 +147,15 @@ def test_the_fee_is_an_integer_share_never_above_the_credit(credit: int, cost: f
     policy = StakePolicy(check_cost_share=cost, planted_share_min=planted, fee_margin=margin,
                          planted_per_check_max=max(planted, StakePolicy().planted_per_check_max))
     fee = check_fee(credit, policy)
-    assert isinstance(fee, int) and 0 <= fee <= credit
-    assert (fee == 0) == (credit == 0)
+    assert isinstance(fee, int) and 0 <= fee <= network_fee_floor(credit) <= credit
+    assert (fee == 0) == (network_fee_floor(credit) == 0)
+
+
+@given(st.integers(0, 10**15), st.integers(0, 10**7), st.integers(0, 10**7))
+def test_the_fee_never_exceeds_the_network_fee_the_job_paid(charge_scale: int, prompt: int, completion: int) -> None:
+    """For any job priced by the earning policy: its check fee fits inside its own network fee."""
+    for parameters in (10**9, 7 * 10**9, 70 * 10**9, 10**12):
+        price = price_job(parameters, prompt, completion)
+        assert check_fee(price.operator_credit, StakePolicy()) <= price.network_fee
+        credit = charge_scale * 8_500 // 10_000
+        assert network_fee_floor(credit) <= charge_scale - credit
