@@ -6,13 +6,13 @@ Decodes the same varied jobs on several honest set-ups, each in its own process:
 - Debian's OpenBLAS preloaded (if /usr/lib/x86_64-linux-gnu/openblas-pthread is present);
 - 2-rank tensor parallel over `mlx.launch --backend ring` (rank results checked one by one,
   since mlx.launch exits 0 even when a rank fails);
-- continuous batches of 4 and 8 jobs (half join a few steps late, so rows are padded:
+- continuous batches of 4, 8, 16 and 32 jobs (half join a few steps late, so rows are padded:
   tests.adversarial.harness.run_batched), as a busy node runs them;
 - OpenBLAS on 2 and 4 threads (a checker's thread count need not match the node's);
 
 and on every cheating model of tests/adversarial/models.py. One verifier (this process,
 bundled BLAS) replays every job with the right model and measures, per chunk of the
-activation commitment, how many of the 128 committed values differ from its own by more
+activation commitment, how many of the top_k committed values (64 in version 2) differ from its own by more
 than t quantization units, for several t, and how many tokens fail the sampler check.
 
     .venv/bin/python bench/calibrate_tolerances.py [--jobs 60] [--max-tokens 96] [--modes ...] [--no-cheats]
@@ -37,16 +37,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from contracts.commitments import chunk_key, decode_commitment, value_differences  # noqa: E402
+from contracts.commitments import (  # noqa: E402
+    COMMITMENT_VERSION, TOP_K, chunk_key, decode_commitment, value_differences,
+)
 from contracts.receipts import decode_receipt  # noqa: E402
 from coordinator.verification.tokens import Sampling, make_token_check  # noqa: E402
 from coordinator.verification.tolerances import DEFAULT_TOLERANCES  # noqa: E402
 from tests.adversarial.harness import MODEL_ID, Coordinator, HonestNode, Job, varied_jobs  # noqa: E402
 
 THRESHOLDS = (0, 1, 2, 4, 8, 16)
-HONEST_MODES = ("bundled-blas", "batch-4", "batch-8", "tensor-parallel", "openblas", "openblas-2-threads",
-                "openblas-4-threads")
-OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
+HONEST_MODES = ("bundled-blas", "batch-4", "batch-8", "batch-16", "batch-32", "tensor-parallel", "openblas",
+                "openblas-2-threads", "openblas-4-threads")
+OPENBLAS = Path(os.environ.get("MLXNET_OPENBLAS", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"))
 
 
 def _reports(node: HonestNode, jobs: list[Job], batch: int):  # type: ignore[no-untyped-def]
@@ -185,8 +187,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
     assert not unknown, f"unknown --modes {sorted(unknown)}"
     judged: dict[str, tuple[int, list[str]]] = {}
     print(f"{len(jobs)} jobs, up to {args.max_tokens} tokens; a cell is, over the jobs, the "
-          f"hardest case of a job's worst chunk: how many of its 128 committed values are off "
-          f"by more than t units")
+          f"hardest case of a job's worst chunk: how many of its top_k committed values are off "
+          f"by more than t units (top_k {TOP_K}, commitment version {COMMITMENT_VERSION})")
     print(f"{'set-up':<28} {'chunks':>6} " + " ".join(f"{'t=' + str(t):>6}" for t in THRESHOLDS)
           + "   jobs with bad tokens")
     for mode in modes:

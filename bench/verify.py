@@ -29,7 +29,8 @@ one after the other on this machine. It prints:
   TrustPolicy; bytes per token of the proof and of a peer's signed result;
 - proof bytes per token at fewer committed values: which cheat jobs the seeded tokens alone
   catch (zero proof bytes), and, for the rest, the share of committed values each cheat put
-  off, from which the detection at top-64/32/16 is estimated (marked as an estimate).
+  off. Top-64 (commitment version 2, what nodes make) is measured; top-32/16 are estimated
+  from it (marked as estimates).
 """
 
 from __future__ import annotations
@@ -49,13 +50,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from contracts.commitments import COMMITMENT_VERSION, TOP_K, chunk_bytes  # noqa: E402
 from coordinator.verification.economics import (  # noqa: E402
     Cheater, Exposure, check_rate_for_job, checker_at_stake, checker_fee_bps, checker_profit, expected_profit, forfeit,
     planted_rate, replay_cost,
 )
 from coordinator.verification.policy import TrustPolicy, TrustRecord, check_rate  # noqa: E402
+from coordinator.verification.tolerances import DEFAULT_TOLERANCES  # noqa: E402
 
-OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")
+OPENBLAS = Path(os.environ.get("MLXNET_OPENBLAS", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"))
 WARMUP_JOBS = 2
 
 
@@ -103,7 +106,8 @@ def _report_timing(mode: str, rows: list[dict]) -> float:
     print(f"\n[{mode} BLAS] {len(rows)} honest jobs, {tokens} generated tokens "
           f"({statistics.mean(r['prompt_tokens'] for r in rows):.0f} prompt tokens on average)")
     print(f"  proof size: {proof / tokens:.2f} bytes per generated token "
-          f"({proof} bytes; 257 per 32-token chunk plus the prompt's chunk and a 7-byte header)")
+          f"({proof} bytes; commitment version {COMMITMENT_VERSION}: {chunk_bytes(COMMITMENT_VERSION)} per "
+          f"32-token chunk plus the prompt's chunk and a 7-byte header; version 1 was 257)")
     print(f"  generation {generated:.2f}s ({tokens / generated:.0f} tokens/s), verification "
           f"{verified:.2f}s")
     print(f"  verification / generation: median {statistics.median(ratios):.3f}, worst "
@@ -179,16 +183,16 @@ def _report_peer_checks(model_dir: Path, count: int, max_tokens: int) -> None:
 
 
 def _caught_at(outcome, values: int) -> bool:  # type: ignore[no-untyped-def]
-    """Whether a cheat job is still caught if each chunk committed `values` values, not 128.
+    """Whether a cheat job is still caught if each chunk committed `values` values, not TOP_K.
 
     Caught by its tokens or counts: unchanged (no proof bytes). Caught only by its activations: estimated
     from the measured share of values each failing chunk put off, against the per-chunk
-    mismatch limit scaled to `values` (8 of 128 -> 4 of 64)."""
+    mismatch limit scaled to `values` (4 of 64 -> 2 of 32)."""
     if outcome.stage != "replay" or outcome.verdict is None:
         return outcome.caught
     if any("committed activations differ" not in r for r in outcome.verdict.reasons):
         return True  # its tokens, its end or its counts give it away: no committed value needed
-    limit = -(-8 * values // 128)
+    limit = -(-DEFAULT_TOLERANCES.mismatches_allowed(COMMITMENT_VERSION) * values // TOP_K)
     return any(c.mismatched / c.compared * values > limit for c in outcome.verdict.chunks if c.compared)
 
 
@@ -224,11 +228,16 @@ def _report_detection(per_job: int) -> dict[str, float]:
         by_tokens = sum(_caught_at(o, 0) for o in replayed)
         print(f"\nproof bytes per token at fewer committed values ({len(replayed)} cheat jobs caught by replay; "
               f"{by_tokens} of them by the seeded tokens and the counts alone, at zero proof bytes):")
-        for values in (128, 64, 32, 16):
+        for values in (TOP_K, TOP_K // 2, TOP_K // 4):
             per_token = (1 + 2 * values) / 32
             caught = sum(_caught_at(o, values) for o in every)
             print(f"  top-{values:<3} {per_token:5.2f} bytes/token (plus the prompt's chunk): caught "
-                  f"{caught}/{len(every)}" + ("" if values == 128 else " (estimate)"))
+                  f"{caught}/{len(every)}" + (f" (measured: commitment version {COMMITMENT_VERSION})"
+                                              if values == TOP_K else " (estimate)"))
+        fewest = min((c.mismatched for o in replayed if o.verdict is not None for c in o.verdict.chunks
+                      if not c.ok), default=None)
+        print(f"  the fewest of {TOP_K} committed values a failing chunk put off: {fewest} (a chunk fails above "
+              f"{DEFAULT_TOLERANCES.mismatches_allowed(COMMITMENT_VERSION)})")
 
     return detection
 

@@ -2,7 +2,7 @@
 
 In the manner of TOPLOC. The hidden states are split into chunks: the whole prompt,
 then every CHUNK_TOKENS generated tokens (the states computed with those tokens as
-input). For each chunk the node keeps its TOP_K strongest values (largest
+input). For each chunk the node keeps its top_k strongest values (largest
 magnitude, ties to the lower flat index) and commits to them as one polynomial
 over GF(PRIME):
 
@@ -18,11 +18,18 @@ prompt gives values that are off by thousands, or garbage where the positions
 differ. Because the x_i depend on the job id, a commitment copied from another
 job evaluates to garbage.
 
-Byte layout of one chunk (CHUNK_BYTES = 257 for TOP_K = 128): i8 exponent, then
-TOP_K big-endian u16 coefficients, lowest degree first. A whole commitment:
+Byte layout of one chunk (1 + 2 * top_k bytes): i8 exponent, then top_k big-endian u16
+coefficients, lowest degree first. A whole commitment:
 
-    u8 version=1 | u16 chunk_tokens | u16 top_k | u16 generated_chunks |
+    u8 version | u16 chunk_tokens | u16 top_k | u16 generated_chunks |
     prompt chunk | generated chunks, in order
+
+Versions differ only in top_k (TOP_K_BY_VERSION). Version 1 kept 128 values per chunk (257
+bytes, 8.03 bytes per generated token); nodes now make version 2, 64 values per chunk (129
+bytes, 4.03 bytes per token). The seeded token check catches most cheats with no proof bytes,
+and a cheat that moves the states moves nearly every strong value, so half the values still
+show it (bench/calibrate_tolerances.py). Version-1 receipts still decode and are judged with
+version 1's allowance (coordinator.verification.tolerances).
 """
 
 from __future__ import annotations
@@ -37,12 +44,14 @@ import numpy as np
 
 from contracts.sampling import splitmix64
 
-COMMITMENT_VERSION = 1
+COMMITMENT_VERSION = 2  # what nodes make; every version in TOP_K_BY_VERSION is still read
+TOP_K_BY_VERSION = {1: 128, 2: 64}
+VERSION_BY_TOP_K = {top_k: version for version, top_k in TOP_K_BY_VERSION.items()}
 CHUNK_TOKENS = 32
-TOP_K = 128
+TOP_K = TOP_K_BY_VERSION[COMMITMENT_VERSION]
 PRIME = 65521  # the largest prime below 2**16: coefficients fit a u16
 QUANT_MAX = 32760  # q + QUANT_MAX lies in [0, PRIME - 1]
-CANDIDATES = TOP_K + 64  # strongest values a recorder hands over: spares for hash collisions
+CANDIDATES = 128 + 64  # strongest values a recorder hands over: version 1's top 128, spares for collisions
 CHUNK_BYTES = 1 + 2 * TOP_K
 EXPONENT_MIN, EXPONENT_MAX = -64, 64
 GENERATED_CHUNKS_MAX = 1 << 12  # 131072 tokens
@@ -54,7 +63,7 @@ class CommitmentError(ValueError):
 
 
 class CommitmentFormatError(ValueError):
-    """The bytes are not a canonical version-1 activation commitment."""
+    """The bytes are not a canonical activation commitment of a known version."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +80,16 @@ class TopCandidates:
 @dataclass(frozen=True)
 class ChunkCommitment:
     exponent: int
-    coefficients: tuple[int, ...]  # TOP_K residues mod PRIME, lowest degree first
+    coefficients: tuple[int, ...]  # top_k residues mod PRIME, lowest degree first
 
     def __post_init__(self) -> None:
         assert EXPONENT_MIN <= self.exponent <= EXPONENT_MAX
-        assert len(self.coefficients) == TOP_K
+        assert len(self.coefficients) in VERSION_BY_TOP_K
         assert all(0 <= c < PRIME for c in self.coefficients)
+
+    @property
+    def top_k(self) -> int:
+        return len(self.coefficients)
 
 
 @dataclass(frozen=True)
@@ -84,9 +97,16 @@ class ActivationCommitment:
     prompt: ChunkCommitment
     generated: tuple[ChunkCommitment, ...]
 
+    def __post_init__(self) -> None:
+        assert all(c.top_k == self.prompt.top_k for c in self.generated), "one version per commitment"
+
     @property
     def chunks(self) -> tuple[ChunkCommitment, ...]:
         return (self.prompt, *self.generated)
+
+    @property
+    def version(self) -> int:
+        return VERSION_BY_TOP_K[self.prompt.top_k]
 
 
 def generated_chunk_count(completion_tokens: int) -> int:
@@ -106,8 +126,9 @@ def _positions(key: int, indices: np.ndarray) -> np.ndarray:
     return (mixed % np.uint64(PRIME)).astype(np.int64)
 
 
-def strongest(candidates: TopCandidates, key: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The TOP_K strongest values with distinct keyed positions: (indices, values, positions).
+def strongest(candidates: TopCandidates, key: int,
+              top_k: int = TOP_K) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top_k strongest values with distinct keyed positions: (indices, values, positions).
 
     Order: largest magnitude first, ties to the lower index; a value whose keyed
     position repeats a stronger one's is skipped, so the same candidates always
@@ -121,7 +142,7 @@ def strongest(candidates: TopCandidates, key: int) -> tuple[np.ndarray, np.ndarr
     indices, values = indices[order], values[order]
     positions = _positions(key, indices)
     _, first = np.unique(positions, return_index=True)
-    keep = np.sort(first)[:TOP_K]
+    keep = np.sort(first)[:top_k]
     return indices[keep], values[keep], positions[keep]
 
 
@@ -181,12 +202,14 @@ def quantize(values: np.ndarray, exponent: int) -> np.ndarray:
     return np.rint(values / 2.0**exponent * QUANT_MAX).astype(np.int64)
 
 
-def commit_chunk(candidates: TopCandidates, key: int) -> ChunkCommitment:
-    _, values, positions = strongest(candidates, key)
+def commit_chunk(candidates: TopCandidates, key: int, top_k: int = TOP_K) -> ChunkCommitment:
+    """top_k: TOP_K (the current version) unless a test or tool makes an older version's chunk."""
+    assert top_k in VERSION_BY_TOP_K
+    _, values, positions = strongest(candidates, key, top_k)
     exponent = _exponent(values)
     levels = np.clip(quantize(values, exponent), -QUANT_MAX, QUANT_MAX) + QUANT_MAX
     poly = interpolate(positions, levels)
-    coefficients = np.zeros(TOP_K, dtype=np.int64)
+    coefficients = np.zeros(top_k, dtype=np.int64)
     coefficients[:poly.size] = poly
     return ChunkCommitment(exponent, tuple(int(c) for c in coefficients))
 
@@ -196,21 +219,27 @@ def value_differences(commitment: ChunkCommitment, candidates: TopCandidates, ke
 
     Small everywhere for an honest chunk. Where the committed polynomial was not
     fitted (the positions differ) it returns noise, typically thousands of units.
+    The commitment's own top_k (its version's) is how many of the verifier's values are compared.
     """
-    _, values, positions = strongest(candidates, key)
+    _, values, positions = strongest(candidates, key, commitment.top_k)
     committed = evaluate(np.asarray(commitment.coefficients, dtype=np.int64), positions) - QUANT_MAX
     return np.abs(committed - quantize(values, commitment.exponent))
 
 
 # --- bytes ----------------------------------------------------------------------
 
+def chunk_bytes(version: int) -> int:
+    return 1 + 2 * TOP_K_BY_VERSION[version]
+
+
 def _encode_chunk(chunk: ChunkCommitment) -> bytes:
-    return struct.pack(">b", chunk.exponent) + struct.pack(f">{TOP_K}H", *chunk.coefficients)
+    return struct.pack(">b", chunk.exponent) + struct.pack(f">{chunk.top_k}H", *chunk.coefficients)
 
 
 def encode_commitment(commitment: ActivationCommitment) -> bytes:
+    """In the version its chunks' top_k is (COMMITMENT_VERSION for chunks commit_chunk made)."""
     assert len(commitment.generated) <= GENERATED_CHUNKS_MAX
-    header = _HEADER.pack(COMMITMENT_VERSION, CHUNK_TOKENS, TOP_K, len(commitment.generated))
+    header = _HEADER.pack(commitment.version, CHUNK_TOKENS, commitment.prompt.top_k, len(commitment.generated))
     return header + b"".join(_encode_chunk(c) for c in commitment.chunks)
 
 
@@ -218,17 +247,19 @@ def decode_commitment(data: bytes) -> ActivationCommitment:
     if len(data) < _HEADER.size:
         raise CommitmentFormatError("activation commitment is truncated")
     version, chunk_tokens, top_k, generated = _HEADER.unpack_from(data)
-    if version != COMMITMENT_VERSION:
+    if version not in TOP_K_BY_VERSION:
         raise CommitmentFormatError(f"unsupported activation commitment version {version}")
-    if (chunk_tokens, top_k) != (CHUNK_TOKENS, TOP_K):
+    expected_top_k = TOP_K_BY_VERSION[version]
+    if (chunk_tokens, top_k) != (CHUNK_TOKENS, expected_top_k):
         raise CommitmentFormatError(f"commitment uses chunks of {chunk_tokens} tokens and top "
-                                    f"{top_k}; this network uses {CHUNK_TOKENS} and {TOP_K}")
-    if len(data) != _HEADER.size + CHUNK_BYTES * (1 + generated):
+                                    f"{top_k}; version {version} uses {CHUNK_TOKENS} and {expected_top_k}")
+    size = chunk_bytes(version)
+    if len(data) != _HEADER.size + size * (1 + generated):
         raise CommitmentFormatError("activation commitment length does not match its chunk count")
     chunks = []
-    for start in range(_HEADER.size, len(data), CHUNK_BYTES):
+    for start in range(_HEADER.size, len(data), size):
         (exponent,) = struct.unpack_from(">b", data, start)
-        coefficients = struct.unpack_from(f">{TOP_K}H", data, start + 1)
+        coefficients = struct.unpack_from(f">{top_k}H", data, start + 1)
         if not EXPONENT_MIN <= exponent <= EXPONENT_MAX or max(coefficients) >= PRIME:
             raise CommitmentFormatError("activation commitment chunk is out of range")
         chunks.append(ChunkCommitment(exponent, coefficients))

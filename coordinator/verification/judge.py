@@ -78,16 +78,17 @@ def _chunk_checks(receipt: Receipt, replay: ReplayFacts, tolerances: Tolerances)
         return [], [f"commitment has {len(commitment.generated)} generated chunks; "
                     f"{receipt.completion_tokens} tokens need {expected}"]
     checks, reasons = [], []
+    allowed = tolerances.mismatches_allowed(commitment.version)
     for number, (chunk, mine) in enumerate(zip(commitment.chunks, (replay.prompt, *replay.generated))):
         differences = value_differences(chunk, mine, chunk_key(receipt.job_id, number))
         mismatched = int((differences > tolerances.value_units_max).sum())
-        ok = mismatched <= tolerances.mismatches_per_chunk_max
+        ok = mismatched <= allowed
         label = _chunk_label(number, receipt.completion_tokens)
         median = float(np.median(differences)) if differences.size else 0.0
         checks.append(ChunkCheck(label, int(differences.size), mismatched, median, ok))
         if not ok:
             reasons.append(f"{label}: {mismatched} of {differences.size} committed activations differ "
-                           f"from the replay (at most {tolerances.mismatches_per_chunk_max} may)")
+                           f"from the replay (at most {allowed} may)")
     return checks, reasons
 
 

@@ -75,3 +75,26 @@ def test_claims_that_do_not_fit_the_replay_fail() -> None:
     assert "unreadable" in unreadable.reasons[0]
     old = _receipt(activation_commitment=b"", first_token_at_ms=0, version=1)
     assert "version 1" in judge(old, _replay(), DEFAULT_TOLERANCES).reasons[0]
+
+
+def _nudged(states: tuple[TopCandidates, ...], count: int) -> tuple[TopCandidates, ...]:
+    """Each chunk's `count` strongest values made stronger by far more than a unit: they stay the
+    strongest (same positions) but no longer match what was committed."""
+    def nudge(c: TopCandidates) -> TopCandidates:
+        order = sorted(range(len(c.values)), key=lambda i: -abs(c.values[i]))[:count]
+        step = max(abs(v) for v in c.values) * 0.01
+        return TopCandidates(c.indices, tuple(v + np.sign(v) * step if i in order else v
+                                              for i, v in enumerate(c.values)))
+    return tuple(nudge(c) for c in states)
+
+
+def test_each_commitment_version_is_judged_by_its_own_allowance() -> None:
+    """Version 1 (top 128) keeps its 8 mismatches per chunk; version 2 (top 64) allows 4."""
+    v1_chunks = [commit_chunk(c, chunk_key("job-j", n), top_k=128) for n, c in enumerate(STATES)]
+    v1 = _receipt(activation_commitment=encode_commitment(ActivationCommitment(v1_chunks[0], tuple(v1_chunks[1:]))))
+    for receipt, allowed, compared in ((v1, DEFAULT_TOLERANCES.mismatches_per_chunk_max, 128),
+                                       (_receipt(), DEFAULT_TOLERANCES.mismatches_per_chunk_max_v2, 64)):
+        within = judge(receipt, _replay(_nudged(STATES, allowed)), DEFAULT_TOLERANCES)
+        assert within.passed and all(c.compared == compared and c.mismatched == allowed for c in within.chunks)
+        beyond = judge(receipt, _replay(_nudged(STATES, allowed + 1)), DEFAULT_TOLERANCES)
+        assert not beyond.passed and f"at most {allowed} may" in beyond.reasons[0]
