@@ -6,6 +6,7 @@
     billing     resolves the reservations of jobs that ended without closing them
     credits     posts held credits whose check window closed (a pass only once one is due)
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
+    index       rebuilds the placement index aside when its safety-net rebuild is due
     verifier    replays sampled jobs and challenge answers, when this coordinator holds a verifier
     peers       hands sampled jobs to peer nodes to check, and lapsed checks to other peers
     epochs      closes each ledger epoch once it ends and anchors its root
@@ -92,6 +93,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_credits_when_due, every(interval_s)),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
+        Loop("index", service.rebuild_index_aside, every(interval_s)),
         _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
                                  service.config.chain.confirmations), stopping),
         Loop("spot-checks", service.spot_checks.issue_due, every(service.config.challenge_pass_interval_s)),

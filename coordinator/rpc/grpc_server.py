@@ -73,7 +73,8 @@ class GrpcServer:
             self._stopped.set()
 
     async def _serve(self) -> None:
-        server = grpc.aio.server(interceptors=[EdgeGuard()])  # every request checked at the door
+        server = grpc.aio.server(interceptors=[EdgeGuard()],  # every request checked at the door
+                                 options=self.streams.limits.server_options())
         job_pb2_grpc.add_JobServiceServicer_to_server(
             JobServicer(self._service, self.offload, self.streams), server)
         node_pb2_grpc.add_NodeServiceServicer_to_server(

@@ -4,6 +4,12 @@ A stream costs no thread (coordinator.rpc.offload), but each costs memory and a 
 so a stranger's share is bounded: per node session, per API key (or, for anonymous
 callers, per address), and in total. A stream over its limit is refused with
 RESOURCE_EXHAUSTED before it does any work.
+
+Below these, gRPC's core keeps its own queue: calls a connection has brought in that the
+server has not yet taken up (grpc.aio takes them one at a time, so a burst waits there). Past
+its default of 1,000 it cancels calls at random with a bare CANCELLED (issues 25 and 27: the
+last of ~1,280 held streams, and Macs' assignment streams at 2,000 nodes). calls_waiting_max
+raises that queue above streams_total, so a burst waits its turn and only our limit refuses.
 """
 
 from __future__ import annotations
@@ -24,11 +30,18 @@ class StreamLimits:
     token_streams_per_node: int = 72  # one per running job (at most 64), and resends
     job_streams_per_consumer: int = 64  # StreamJob per API key, or per address when anonymous
     streams_total: int = 50_000
+    calls_waiting_max: int = 60_000  # gRPC's queue of calls not yet taken up: streams and unary calls
 
     def __post_init__(self) -> None:
         assert min(self.assignment_streams_per_node, self.token_streams_per_node,
                    self.job_streams_per_consumer) >= 1
         assert self.streams_total >= self.job_streams_per_consumer
+        assert self.calls_waiting_max > self.streams_total, "our refusal must come before gRPC's"
+
+    def server_options(self) -> tuple[tuple[str, int], ...]:
+        """grpc.aio.server's options: soft and hard limit equal, so no call is dropped at random below it."""
+        return (("grpc.server.max_pending_requests", self.calls_waiting_max),
+                ("grpc.server.max_pending_requests_hard_limit", self.calls_waiting_max))
 
 
 class OpenStreams:

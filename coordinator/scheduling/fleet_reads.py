@@ -92,11 +92,18 @@ def usable_macs(nodes: list[NodeRecord], trust: dict[str, check_store.NodeTrust]
 
 def snapshot(session: Session, now_ms: int, config: CoordinatorConfig) -> tuple[FleetSnapshot, list[NodeRecord]]:
     """The fleet placement may use."""
+    fleet, nodes, _ = snapshot_with_commitments(session, now_ms, config)
+    return fleet, nodes
+
+
+def snapshot_with_commitments(session: Session, now_ms: int, config: CoordinatorConfig
+                              ) -> tuple[FleetSnapshot, list[NodeRecord], dict[str, job_rows.Commitment]]:
+    """The fleet, and the commitments it was built with (one read, so the two agree)."""
     nodes = node_rows.all_nodes(session)
-    macs = usable_macs(nodes, check_store.all_node_trust(session), job_rows.committed_by_node(session),
-                       now_ms, config)
+    committed = job_rows.committed_by_node(session)
+    macs = usable_macs(nodes, check_store.all_node_trust(session), committed, now_ms, config)
     pods = pod_candidates(node_rows.all_pods(session), {mac.node_id for mac in macs})
-    return FleetSnapshot(macs=macs, pods=pods), nodes
+    return FleetSnapshot(macs=macs, pods=pods), nodes, committed
 
 
 @dataclass(frozen=True)

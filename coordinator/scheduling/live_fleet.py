@@ -6,7 +6,10 @@ Built once from the database, then brought up to date at the start of every pass
 - commitments are compared with the database's, busy Macs only, so a job that ended, or
   work another coordinator on the same PostgreSQL committed, is picked up;
 - every `fleet_rebuild_interval_ms` the index is rebuilt from scratch anyway, a safety net
-  for anything else another coordinator changed.
+  for anything else another coordinator changed. That read takes seconds at 10,000 Macs, so
+  it is built aside (build_aside, from a background loop) without the pass lock, and the next
+  pass swaps it in, re-reading the nodes passes learned of meanwhile. A pass rebuilds in place
+  only when it has no index, is told to, or no aside build came for a whole further interval.
 The database stays the source of truth: the scheduler re-reads the chosen Macs under row
 locks before it commits, and refreshes them here when they differ from the index.
 """
@@ -16,8 +19,9 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
@@ -33,6 +37,26 @@ from coordinator.scheduling import fleet_reads
 from coordinator.storage import job_rows, node_rows
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A whole-fleet read made into an index."""
+    index: FleetIndex
+    committed: dict[str, job_rows.Commitment]  # what the index was built with
+    nodes: list[NodeRecord]
+    read_at_ms: int
+
+
+@dataclass
+class _Aside:
+    """An index being built without the pass lock, and what passes learned while it was:
+    those nodes are re-read into it when it is swapped in."""
+    rebuilds_at_start: int  # a rebuild in a pass meanwhile makes this one stale
+    noted: set[str] = field(default_factory=set)
+    leases: dict[str, int] = field(default_factory=dict)
+    pods: bool = False
+    built: _Built | None = None
 
 
 class LiveFleet:
@@ -58,7 +82,9 @@ class LiveFleet:
         self._first_registered: dict[str, int] = {}  # made with the catalog
         self._commits_this_pass = 0
         self._read_this_pass: set[str] = set()  # nodes re-read in this pass's transaction
-        self._index_builds = 0
+        self._index_builds = 0  # rebuilds within a pass
+        self._aside_builds = 0
+        self._aside: _Aside | None = None  # guarded by _notes_lock; its notes are the passes'
 
     # -- notes from the service, after its transaction committed ---------------------------
 
@@ -114,7 +140,34 @@ class LiveFleet:
     @property
     def index_builds(self) -> int:
         """Whole-fleet reads into a new index so far: each costs seconds at 100,000 Macs."""
+        return self._index_builds + self._aside_builds
+
+    @property
+    def index_builds_in_pass(self) -> int:
+        """Those made within a pass, under the pass lock: a submit or registration waited for each."""
         return self._index_builds
+
+    def build_aside(self, read: Callable[[], AbstractContextManager[Session]], now_ms: int) -> bool:
+        """The safety-net rebuild, once due: read the whole fleet in read()'s transaction and
+        build the index, all without the pass lock; the next pass swaps it in. True when it built one."""
+        with self._notes_lock:
+            if self._index is None or self._aside is not None or now_ms < self._rebuild_at_ms:
+                return False
+            # Begun before the read: every note a pass takes from here on is re-read at the swap.
+            aside = self._aside = _Aside(self._index_builds)
+        try:
+            with read() as session:
+                fleet, nodes, committed = fleet_reads.snapshot_with_commitments(session, now_ms, self._config)
+            built = _Built(FleetIndex.build(fleet, self._placement_config), committed, nodes, now_ms)
+        except BaseException:
+            with self._notes_lock:
+                self._aside = None
+            raise
+        with self._notes_lock:
+            aside.built = built
+            self._aside_builds += 1
+        log.info("placement index built aside: %d Macs, %d pods", built.index.mac_count, built.index.pod_count)
+        return True
 
     def read_this_pass(self, node_ids: Iterable[str]) -> bool:
         """Whether the index holds these nodes as this pass's transaction read them."""
@@ -176,6 +229,9 @@ class LiveFleet:
         ids = sorted(set(node_ids))
         fresh = fleet_reads.fresh_macs(session, ids, now_ms, self._config)
         self._read_this_pass.update(ids)
+        aside = self._aside
+        if aside is not None:  # read here as of now: the index built aside may hold them older
+            aside.noted.update(ids)
         self._remember(fresh.nodes, now_ms)
         for node_id in ids:  # the index now holds what the database said, commitments included
             self._committed.pop(node_id, None)
@@ -199,9 +255,23 @@ class LiveFleet:
             pods, self._pods_noted = self._pods_noted, False
             rebuild, self._rebuild_noted = self._rebuild_noted, False
             leases, self._leases_noted = self._leases_noted, {}
-        if self._index is None or rebuild or now_ms >= self._rebuild_at_ms:
+            aside = self._aside
+            if aside is not None:
+                aside.noted |= noted
+                aside.pods |= pods
+                for node_id, last_heartbeat_ms in leases.items():
+                    aside.leases[node_id] = max(last_heartbeat_ms, aside.leases.get(node_id, -1))
+                if aside.built is not None:
+                    self._aside = None
+        # Overdue by a whole further interval: no aside build came (its loop is not running).
+        overdue_ms = self._rebuild_at_ms + self._config.fleet_rebuild_interval_ms
+        if self._index is None or rebuild or now_ms >= overdue_ms:
             self._rebuild(session, now_ms)
             return
+        if aside is not None and aside.built is not None and aside.rebuilds_at_start == self._index_builds:
+            self._install(aside.built)
+            noted, pods, leases = aside.noted, aside.pods, aside.leases
+            log.info("placement index swapped for the one built aside; %d nodes re-read", len(noted))
         self._renew(leases, now_ms)
         noted |= self._gone_offline(now_ms)
         committed = job_rows.committed_by_node(session)
@@ -211,16 +281,20 @@ class LiveFleet:
             self.refresh(session, noted, now_ms, pods=pods)
 
     def _rebuild(self, session: Session, now_ms: int) -> None:
-        fleet, nodes = fleet_reads.snapshot(session, now_ms, self._config)
-        self._index = FleetIndex.build(fleet, self._placement_config)
+        fleet, nodes, committed = fleet_reads.snapshot_with_commitments(session, now_ms, self._config)
         self._index_builds += 1
-        self._committed = job_rows.committed_by_node(session)
+        index = FleetIndex.build(fleet, self._placement_config)
+        self._install(_Built(index, committed, nodes, now_ms))
+        self._rebuilt_this_pass = True
+        log.info("placement index rebuilt: %d Macs, %d pods", index.mac_count, index.pod_count)
+
+    def _install(self, built: _Built) -> None:
+        self._index = built.index
+        self._committed = dict(built.committed)
         self._declared, self._catalog = {}, None
         self._heartbeats, self._offline_due = {}, []
-        self._remember(nodes, now_ms)
-        self._rebuild_at_ms = now_ms + self._config.fleet_rebuild_interval_ms
-        self._rebuilt_this_pass = True
-        log.info("placement index rebuilt: %d Macs, %d pods", self._index.mac_count, self._index.pod_count)
+        self._remember(built.nodes, built.read_at_ms)
+        self._rebuild_at_ms = built.read_at_ms + self._config.fleet_rebuild_interval_ms
 
     def _remember(self, nodes: list[NodeRecord], now_ms: int) -> None:
         """Note what the catalog and the offline clock need from freshly read node records."""

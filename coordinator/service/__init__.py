@@ -50,3 +50,6 @@ class CoordinatorService:
 
     def run_scheduler(self) -> SchedulingPass:
         return self.core.run_scheduler()
+
+    def rebuild_index_aside(self) -> bool:
+        return self.core.rebuild_index_aside()

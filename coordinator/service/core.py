@@ -122,6 +122,15 @@ class ServiceCore:
         """After commit: readers of these jobs, and streams of these nodes, look again."""
         self.notifier.notify(*(job_topic(j) for j in job_ids), *(node_topic(n) for n in node_ids))
 
+    def rebuild_index_aside(self) -> bool:
+        """The placement index's safety-net rebuild, when due: read and built without the pass
+        lock (seconds at 10,000 Macs, which no submit or registration should wait for); the
+        pass it then asks for swaps it in. True when it built one."""
+        if not self.fleet.build_aside(self.db.read_transaction, self.clock.now_ms()):
+            return False
+        self.run_scheduler()
+        return True
+
     def run_scheduler(self) -> scheduler.SchedulingPass:
         """Place the queued jobs that fit now. Every receipt and heartbeat asks; most find no
         job waiting, and then only bring the index up to date (off the next submit's path)."""

@@ -4,6 +4,7 @@ a coordinator with 128 worker threads)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,3 +117,50 @@ def test_one_caller_holds_at_most_its_share_of_job_streams(
                 call.cancel()
     assert coordinator.server.streams.wait_for(None, lambda n: n == 0, OPEN_WAIT_S)
     node.close()
+
+
+def _ended(calls: list, count: int) -> list:  # type: ignore[type-arg]
+    """The calls that ended, once count of them have (or after OPEN_WAIT_S)."""
+    deadline = time.monotonic() + OPEN_WAIT_S
+    while sum(1 for call in calls if call.done()) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [call for call in calls if call.done()]
+
+
+BURST_STREAMS = 2_500  # well past gRPC's default of 1,000 calls waiting to be taken up
+BURST_LIMITS = StreamLimits(job_streams_per_consumer=2_000, streams_total=2_000)
+
+
+def test_a_burst_of_streams_waits_its_turn_and_only_our_limit_refuses(
+        tmp_path: Path, database_url: str) -> None:
+    """Opened at once on one connection, every stream under the limit opens; those over it are
+    refused with RESOURCE_EXHAUSTED naming the limit. None ends with a bare CANCELLED, which
+    gRPC's own queue gave at random past 1,000 waiting calls (issues 25 and 27)."""
+    running = start(CoordinatorConfig(database_url=database_url, allow_anonymous=True),
+                    stream_limits=BURST_LIMITS)
+    address = f"127.0.0.1:{running.port}"
+    try:
+        node = _registered(tmp_path, address, "server")  # takes the job, and never runs it
+        with JobClient(address, trust=PLAINTEXT) as consumer:
+            job = consumer.submit(MODEL.model_id, "In the beginning", max_tokens=4)
+        with grpc.insecure_channel(address) as channel:
+            stub = job_pb2_grpc.JobServiceStub(channel)
+            request = job_pb2.StreamJobRequest(job_id=job.job_id)
+            burst = [stub.StreamJob(request) for _ in range(BURST_STREAMS)]
+            try:
+                refused = BURST_STREAMS - BURST_LIMITS.streams_total
+                _ended(burst, refused)
+                assert running.server.streams.wait_for(
+                    "StreamJob", lambda n: n == BURST_LIMITS.streams_total, OPEN_WAIT_S)
+                ended = [call for call in burst if call.done()]
+                assert [(call.code(), call.details()) for call in ended] == [
+                    (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                     "the coordinator holds 2000 streams, its limit; try again later")] * refused
+                assert running.server.streams.count("StreamJob") == BURST_LIMITS.streams_total
+            finally:
+                for call in burst:
+                    call.cancel()
+        assert running.server.streams.wait_for(None, lambda n: n == 0, OPEN_WAIT_S)
+        node.close()
+    finally:
+        running.stop(grace_s=0)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from sqlalchemy.orm import Session
 
 from contracts.lending import LendingState
 from coordinator.config import CoordinatorConfig
@@ -182,3 +185,112 @@ def test_coordinators_racing_on_one_database_never_over_commit_a_mac(
     finally:
         for db in databases:
             db.dispose()
+
+
+REBUILD_INTERVAL_MS = 60_000
+WAIT_S = 60.0  # a bound on a stuck build, not a latency figure
+
+
+class _HeldRead:
+    """A read transaction for build_aside that, once the fleet is read, holds the build until
+    released: what happens meanwhile is what a build of seconds at 10,000 Macs lets in."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.read = threading.Event()
+        self.release = threading.Event()
+
+    @contextmanager
+    def __call__(self) -> Iterator[Session]:
+        with self._db.read_transaction() as session:
+            yield session
+        self.read.set()
+        assert self.release.wait(WAIT_S)
+
+
+def _build_aside_held(service: CoordinatorService) -> tuple[_HeldRead, threading.Thread, list[bool]]:
+    held, built = _HeldRead(service.db), []
+    thread = threading.Thread(target=lambda: built.append(
+        service.fleet.build_aside(held, service.clock.now_ms())))
+    thread.start()
+    assert held.read.wait(WAIT_S)
+    return held, thread, built
+
+
+def _live_index(service: CoordinatorService) -> FleetIndex:
+    with service.db.read_transaction() as session, service.fleet.current(session, service.clock.now_ms()) as live:
+        return live
+
+
+def test_the_safety_net_rebuild_is_built_aside_and_swapped_in_caught_up(
+        tmp_path: Path, database: Database) -> None:
+    """Issue 27: at 10,000 Macs the rebuild took 4-20 s under the pass lock, and a registration
+    that met it waited as long. Built aside, it holds no lock: registrations, submits, reports
+    and leaves go through while it is held, and the index swapped in has caught up with them."""
+    clock = FakeClock()
+    service = CoordinatorService(database, clock, CoordinatorConfig(
+        database_url="unused", fleet_rebuild_interval_ms=REBUILD_INTERVAL_MS))
+    first = _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    second = _register(service, load_or_create_identity(tmp_path / "b.pem"), (SMALL,), memory_gb=128)
+    job = service.jobs.submit(_submission()).job
+    assert job.status is JobStatus.ASSIGNED
+    assert service.fleet.build_aside(service.db.read_transaction, clock.now_ms()) is False  # not due
+    clock.ms += REBUILD_INTERVAL_MS
+    before, builds_in_pass = _live_index(service), service.fleet.index_builds_in_pass
+
+    held, thread, built = _build_aside_held(service)
+    try:  # each of these runs a pass, over the old index: none waits for the build
+        third = _register(service, load_or_create_identity(tmp_path / "c.pem"), (SMALL,))
+        service.nodes.heartbeat(_node(service, first), 0, HeartbeatReport(0, lending=LendingState(owner_active=True)))
+        service.jobs.cancel(job.job_id)
+        service.nodes.leave(_node(service, second), "going home")
+        placed = service.jobs.submit(_submission(request_id="after")).job
+        assert placed.status is JobStatus.ASSIGNED and placed.node_ids == (third,)
+        assert _live_index(service) is before
+    finally:
+        held.release.set()
+        thread.join(WAIT_S)
+    assert built == [True]
+
+    live = _assert_live_index_equals_a_rebuild(service)
+    assert live is not before  # swapped in, and caught up with all of the above
+    assert live.mac(first).owner_active and not live.mac(second).online
+    assert live.mac(third).running_jobs == 1
+    assert service.fleet.index_builds_in_pass == builds_in_pass  # no pass rebuilt in place
+    assert service.fleet.build_aside(service.db.read_transaction, clock.now_ms()) is False  # due again later
+
+
+def test_an_index_built_aside_is_dropped_when_a_pass_rebuilt_meanwhile(
+        tmp_path: Path, database: Database) -> None:
+    clock = FakeClock()
+    service = CoordinatorService(database, clock, CoordinatorConfig(
+        database_url="unused", fleet_rebuild_interval_ms=REBUILD_INTERVAL_MS))
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    service.run_scheduler()
+    clock.ms += REBUILD_INTERVAL_MS
+    held, thread, built = _build_aside_held(service)
+    try:
+        service.fleet.note_rebuild()
+        rebuilt = _live_index(service)  # this pass rebuilt in place: newer than the one held aside
+        late = _register(service, load_or_create_identity(tmp_path / "b.pem"), (SMALL,))
+    finally:
+        held.release.set()
+        thread.join(WAIT_S)
+    assert built == [True]
+    assert _live_index(service) is rebuilt
+    assert _assert_live_index_equals_a_rebuild(service).has_mac(late)
+
+
+def test_without_its_loop_a_pass_still_rebuilds_one_interval_late(tmp_path: Path, database: Database) -> None:
+    clock = FakeClock()
+    service = CoordinatorService(database, clock, CoordinatorConfig(
+        database_url="unused", fleet_rebuild_interval_ms=REBUILD_INTERVAL_MS))
+    _register(service, load_or_create_identity(tmp_path / "a.pem"), (SMALL,))
+    service.run_scheduler()
+    builds = service.fleet.index_builds_in_pass
+    clock.ms += REBUILD_INTERVAL_MS
+    service.run_scheduler()
+    assert service.fleet.index_builds_in_pass == builds  # left to the loop
+    clock.ms += REBUILD_INTERVAL_MS
+    service.run_scheduler()
+    assert service.fleet.index_builds_in_pass == builds + 1
