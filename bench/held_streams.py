@@ -34,7 +34,7 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.models import ModelSpec
 from coordinator.rpc.stream_limits import StreamLimits
 from mlxnet.processes import start_coordinator
-from node_agent.coordinator_client import CoordinatorClient
+from node_agent.coordinator_client import CoordinatorClient, bind_session
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
 from protos.wire.channel import open_channel
@@ -128,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             registered = _heartbeats(honest, args.heartbeats, pid)
             channel, _ = open_channel(address, trust)
             stub = node_pb2_grpc.NodeServiceStub(channel)
+            for client in hostile:  # one connection for every hostile stream, bound to each session by its key
+                bind_session(stub, client._identity, client.session_token)  # type: ignore[arg-type]
             held = [stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
-                                            metadata=client._metadata())  # its token, signed by its key
+                                            metadata=client._metadata())  # its token
                     for client in hostile for _ in range(per_session)][:args.streams]
             _wait_for_streams(coordinator.extra["url"] + "/metrics", coordinator.extra["certificate"], held)
             opened_s = time.perf_counter() - started

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -49,11 +48,10 @@ from contracts.hardware import ChipTier, HardwareReport
 from contracts.ids import JobId, node_id_from_public_key
 from contracts.keyfile import public_key_raw
 from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_message
-from contracts.signing import session_proof_message
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.money.api_keys import KeyLimits
-from coordinator.rpc.node_servicer import SESSION_METADATA_KEY, SESSION_PROOF_METADATA_KEY
+from contracts.signing import SESSION_METADATA_KEY
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.world.operator_keys import create_operator_key
 from mlxnet import keys_cli
@@ -91,11 +89,8 @@ class SimulatedMac:
     tasks: list[asyncio.Task] = field(default_factory=list)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The session token and a fresh proof that this Mac's key holds it, as the agent sends them."""
-        at_ms = time.time_ns() // 1_000_000
-        signature = self.identity.sign(session_proof_message(self.token, at_ms))
-        return ((SESSION_METADATA_KEY, self.token),
-                (SESSION_PROOF_METADATA_KEY, f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"))
+        """The session token, on the channel it registered on (so bound to that connection)."""
+        return ((SESSION_METADATA_KEY, self.token),)
 
     async def register(self, operator: str, operator_key: str) -> None:
         challenge = await self.stub.RegisterChallenge(

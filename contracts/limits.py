@@ -195,6 +195,8 @@ FIELD_LIMITS: dict[str, Limit] = {
     "RegisterRequest.public_key": _text(64),
     "RegisterRequest.signature": _text(128),
     "RegisterRequest.timestamp_ms": _range(0, MS_MAX),
+    "BindSessionRequest.nonce": _text(64),
+    "BindSessionRequest.signature": _text(128),
     "RegisterRequest.models": _items(MODELS_PER_NODE_MAX),
     "RegisterRequest.operator_id": _text(NAME_CHARS_MAX),
     "RegisterRequest.display_name": _text(NAME_CHARS_MAX),

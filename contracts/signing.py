@@ -19,10 +19,14 @@ def signature_is_valid(public_key_raw: bytes, message: bytes, signature: bytes) 
     return True
 
 
-SESSION_PROOF_WINDOW_MS = 300_000  # a proof's time may differ from the coordinator's by this much
+BIND_NONCE_BYTES = 32
+SESSION_METADATA_KEY = "x-mlxnet-session"
+# Trailing metadata of an UNAUTHENTICATED call whose session is not bound to its connection:
+# the nonce the node signs (session_bind_message) in BindSession to bind it there.
+BIND_NONCE_METADATA_KEY = "x-mlxnet-bind-nonce-bin"
 
 
-def session_proof_message(session_token: str, at_ms: int) -> bytes:
-    """What a node signs with its key on every call: its session token, bound to the key that
-    registered it (a token copied without the key is refused), and the time, so a proof goes stale."""
-    return b"mlxnet.session.v1\0" + session_token.encode() + b"\0" + str(at_ms).encode()
+def session_bind_message(nonce: bytes, session_token: str) -> bytes:
+    """What a node signs to use its session on a new connection: the coordinator's nonce, issued
+    on that connection, and the token. Without the node's key a copied token works nowhere else."""
+    return b"mlxnet.session-bind.v1\0" + nonce + b"\0" + session_token.encode()

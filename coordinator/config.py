@@ -42,8 +42,11 @@ class CoordinatorConfig:
     node_offline_after_ms: int = 10_000  # missed heartbeats before a node counts as offline
     # Liveness lives in memory and reaches the database in batches, this often (nodes.liveness).
     liveness_flush_interval_ms: int = 1_000
-    # A node's session as last read serves its heartbeats this long (nodes.session_cache).
-    session_cache_ttl_ms: int = 30_000
+    # A node's session as last read serves its calls this long (nodes.session_cache); another
+    # coordinator's news of the node drops it sooner. Without that news (a stalled relay on
+    # PostgreSQL) entries last at most session_cache_unrelayed_ttl_ms.
+    session_cache_ttl_ms: int = 600_000
+    session_cache_unrelayed_ttl_ms: int = 30_000
     # How often the reaper looks for nodes no coordinator hears that still hold jobs (those of
     # a coordinator that died); it hears its own nodes stop without reading the database.
     orphan_sweep_interval_ms: int = 60_000

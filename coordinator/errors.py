@@ -48,6 +48,15 @@ class Unauthenticated(CoordinatorError):
     pass
 
 
+class SessionUnbound(Unauthenticated):
+    """A live session used on a connection it is not bound to: the edge hands the node
+    bind_nonce to sign in BindSession (coordinator/nodes/connection_bindings.py)."""
+
+    def __init__(self, message: str, bind_nonce: bytes) -> None:
+        super().__init__(message)
+        self.bind_nonce = bind_nonce
+
+
 class PermissionDenied(CoordinatorError):
     pass
 

@@ -8,6 +8,11 @@ gRPC failures are translated here, once:
     ├── CallRejected             the coordinator refused; retrying the same call won't help
     └── CoordinatorUntrusted     its certificate is not the trusted one: stop, loudly
 
+A session works only on connections it is bound to (the one it registered on, or one where
+the node signed the coordinator's bind nonce). A call on any other connection (a new channel,
+a reconnect after a coordinator restart, another coordinator) answers UNAUTHENTICATED with a
+nonce: the client signs it in BindSession and retries, so callers never see it.
+
 The channel is TLS (protos.wire.channel), opened at the first call: the certificate is then
 checked against the pin, the system's CAs, or (a node's first join) trusted on first use
 and reported through on_first_use so the agent remembers it.
@@ -19,8 +24,8 @@ attempt, stay valid there: sessions live in the shared database.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
+import itertools
 import logging
 import random
 import threading
@@ -40,7 +45,7 @@ from contracts.peer_checks import CheckJob
 from contracts.receipts import FinishReason
 from contracts.token_checks import TokenSlack
 from contracts.pods import PodDeclaration
-from contracts.signing import session_proof_message
+from contracts.signing import BIND_NONCE_METADATA_KEY, SESSION_METADATA_KEY, session_bind_message
 from contracts.tls import CoordinatorTrust, TransportRefused, decide
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, node_pb2, node_pb2_grpc
@@ -49,8 +54,6 @@ from protos.wire.models import model_spec_to_pb
 from protos.wire.registration import registration_signing_bytes
 
 log = logging.getLogger(__name__)
-SESSION_METADATA_KEY = "x-mlxnet-session"
-SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"  # "<ms>.<base64url Ed25519 signature>"
 RPC_DEADLINE_S = 15.0
 RETIRED_CHANNELS_MAX = 8  # channels of coordinators failed over from, closed once older
 ATTEMPTS_KEPT_MAX = 4_096  # jobs whose attempt the client remembers, oldest forgotten first
@@ -79,6 +82,55 @@ class CallRejected(CoordinatorCallError):
 
 class CoordinatorUntrusted(CoordinatorCallError):
     """Plaintext off loopback, a certificate no CA or pin vouches for, or a changed one."""
+
+
+def bind_nonce(error: grpc.RpcError) -> bytes | None:
+    """The nonce of an UNAUTHENTICATED answer to a session not bound to the call's connection."""
+    if error.code() is not grpc.StatusCode.UNAUTHENTICATED:
+        return None
+    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == BIND_NONCE_METADATA_KEY and isinstance(value, bytes):
+            return value
+    return None
+
+
+def bind_session(stub: node_pb2_grpc.NodeServiceStub, identity: Identity, token: str,
+                 nonce: bytes = b"") -> None:
+    """Bind the session to the stub's connection: sign the nonce (asked for first when none is
+    given) and send it. Raises grpc.RpcError when the coordinator refuses."""
+    metadata = ((SESSION_METADATA_KEY, token),)
+    for _ in range(3):  # ask for a nonce, sign it; once more should it have lapsed meanwhile
+        try:
+            stub.BindSession(node_pb2.BindSessionRequest(
+                nonce=nonce, signature=identity.sign(session_bind_message(nonce, token)) if nonce else b""),
+                timeout=RPC_DEADLINE_S, metadata=metadata)
+            return
+        except grpc.RpcError as error:
+            fresh = bind_nonce(error)
+            if fresh is None:
+                raise
+            nonce = fresh
+    raise AssertionError("unreachable: the last attempt returned or raised")  # pragma: no cover
+
+
+class _Recorded(Iterator[node_pb2.StreamTokensRequest]):
+    """A token stream's requests, keeping the first ones gRPC takes: a stream refused at its
+    start (a connection to bind) is sent again from them."""
+
+    KEPT_MAX = 256
+
+    def __init__(self, requests: Iterator[node_pb2.StreamTokensRequest]) -> None:
+        self._requests = requests
+        self.taken: list[node_pb2.StreamTokensRequest] = []
+        self.overflowed = False
+
+    def __next__(self) -> node_pb2.StreamTokensRequest:
+        request = next(self._requests)
+        if len(self.taken) < self.KEPT_MAX:
+            self.taken.append(request)
+        else:
+            self.overflowed = True
+        return request
 
 
 def _translate(error: grpc.RpcError) -> CoordinatorCallError:
@@ -254,6 +306,8 @@ class CoordinatorClient:
         self._models: dict[str, ModelSpec] = {}
         self._identity: Identity | None = None
         self._last_sent_ms = 0
+        self._signed_heartbeat_interval_ms = 0  # 0: sign every heartbeat (an older coordinator)
+        self._last_signed = (0, "")  # (sent at, lending mode) of the last signed heartbeat
 
     @property
     def trust(self) -> CoordinatorTrust:
@@ -349,13 +403,33 @@ class CoordinatorClient:
                 channel.close()
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
-        """The session token, and a fresh proof that this node's key holds it."""
-        if self._identity is None:
-            return ((SESSION_METADATA_KEY, self._session),)
-        at_ms = time.time_ns() // 1_000_000
-        signature = self._identity.sign(session_proof_message(self._session, at_ms))
-        return ((SESSION_METADATA_KEY, self._session),
-                (SESSION_PROOF_METADATA_KEY, f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"))
+        """The session token (the connection it is used on must be bound to it)."""
+        return ((SESSION_METADATA_KEY, self._session),)
+
+    def _rebind(self, stub: node_pb2_grpc.NodeServiceStub, error: grpc.RpcError) -> bool:
+        """When error says the session is not bound to the stub's connection, bind it there;
+        False when the error is another."""
+        nonce = bind_nonce(error)
+        if nonce is None or self._identity is None:
+            return False
+        try:
+            bind_session(stub, self._identity, self._session, nonce)
+        except grpc.RpcError as refused:
+            raise _translate(refused) from refused
+        log.info("session bound to a new connection to %s", self._address)
+        return True
+
+    def _unary(self, method: str, request, **options):  # type: ignore[no-untyped-def]
+        """Call a unary method with the session; re-bind and retry once on a new connection."""
+        stub = self._stub
+        for attempt in range(2):
+            try:
+                return getattr(stub, method)(request, timeout=RPC_DEADLINE_S,
+                                             metadata=self._metadata(), **options)
+            except grpc.RpcError as error:
+                if attempt == 1 or not self._rebind(stub, error):
+                    raise _translate(error) from error
+        raise AssertionError("unreachable: the second attempt returned or raised")  # pragma: no cover
 
     def register(self, identity: Identity, hardware: HardwareReport, models: tuple[ModelSpec, ...],
                  operator_id: str, display_name: str, max_concurrent_jobs: int,
@@ -375,64 +449,90 @@ class CoordinatorClient:
         self._session = response.session_token
         self._models = {m.model_id: m for m in models}
         self._identity = identity
+        self._signed_heartbeat_interval_ms = response.signed_heartbeat_interval_ms
+        self._last_signed = (0, "")
         return response.heartbeat_interval_ms
 
+    def bind_connection(self) -> None:
+        """Bind the session to the current channel's connection now (calls do it when needed)."""
+        assert self._identity is not None, "register first"
+        try:
+            bind_session(self._stub, self._identity, self._session)
+        except grpc.RpcError as error:
+            raise _translate(error) from error
+
+    def _sign_due(self, sent_at_ms: int, status: NodeStatus) -> bool:
+        """Signed heartbeats prove uptime (the Ultra-seat bonus): one every signed interval
+        keeps the proof unbroken, and a change of lending mode or a benchmark is signed at once."""
+        last_ms, last_mode = self._last_signed
+        return (status.benchmark is not None or status.lending.mode.value != last_mode
+                or sent_at_ms - last_ms >= self._signed_heartbeat_interval_ms)
+
     def heartbeat(self, running_jobs: int, status: NodeStatus | None = None) -> None:
-        """With a status the heartbeat is signed: stored as proof the node was online."""
+        """With a status the heartbeat carries it, signed when due (_sign_due): a signed one is
+        stored as proof the node was online."""
         request = node_pb2.HeartbeatRequest(running_jobs=running_jobs)
         if status is not None and self._identity is not None:
-            # Strictly increasing, so two heartbeats in one millisecond never look like a replay.
-            sent_at_ms = max(time.time_ns() // 1_000_000, self._last_sent_ms + 1)
-            self._last_sent_ms = sent_at_ms
-            claim = Heartbeat(self._identity.node_id, sent_at_ms, running_jobs, status.lending)
-            request.sent_at_ms = sent_at_ms
             request.lending.CopyFrom(_lending_pb(status.lending))
             request.warm_models.extend(status.warm_models)
             if status.benchmark is not None:
                 request.benchmark.CopyFrom(_benchmark_pb(status.benchmark))
-            request.signature = self._identity.sign(heartbeat_message(claim))
-        try:
-            self._stub.Heartbeat(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
+            # Strictly increasing, so two heartbeats in one millisecond never look like a replay.
+            sent_at_ms = max(time.time_ns() // 1_000_000, self._last_sent_ms + 1)
+            if self._sign_due(sent_at_ms, status):
+                self._last_sent_ms = sent_at_ms
+                claim = Heartbeat(self._identity.node_id, sent_at_ms, running_jobs, status.lending)
+                request.sent_at_ms = sent_at_ms
+                request.signature = self._identity.sign(heartbeat_message(claim))
+                self._last_signed = (sent_at_ms, status.lending.mode.value)
+        self._unary("Heartbeat", request)
 
     def assignments(self) -> Iterator[Assignment | CheckJob | Challenge]:
         """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError).
 
         A CheckJob is a prefill-only replay of another node's job (node_agent/peer_checks.py);
         a Challenge, a challenge benchmark to run on the reference model at once."""
-        stream = self._stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
-                                               metadata=self._metadata())
-        try:
-            for message in stream:
-                if message.HasField("challenge"):
-                    yield Challenge(message.challenge.challenge_id, message.challenge.prompt,
-                                    message.challenge.seed, message.challenge.decode_tokens)
-                    continue
-                spec = self._models.get(message.model.model_id)
-                if spec is None:
-                    raise CallRejected("FAILED_PRECONDITION",
-                                       f"assigned model {message.model.model_id} is not served here")
-                if message.HasField("check"):
-                    check = _check_job(message, spec)
-                    if check is not None:
-                        yield check
-                    continue
-                self._note_attempt(message.job_id, message.attempt)
-                yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
-                                 max_tokens=message.sampling.max_tokens,
-                                 temperature=message.sampling.temperature,
-                                 top_p=message.sampling.top_p, seed=message.sampling.seed,
-                                 strategy=message.strategy or "single", pod_id=message.pod_id,
-                                 pod_leader_node_id=message.pod_leader_node_id,
-                                 pod_node_ids=tuple(message.pod_node_ids),
-                                 layer_split=tuple(message.layer_split),
-                                 top_logprobs=message.top_logprobs if message.logprobs else -1,
-                                 traceparent=message.traceparent)
-        except grpc.RpcError as error:
-            raise _translate(error) from error
-        finally:
-            stream.cancel()
+        stub = self._stub
+        for attempt in range(2):
+            stream = stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
+                                             metadata=self._metadata())
+            try:
+                yield from self._assignments_of(stream)
+                return
+            except grpc.RpcError as error:
+                # A new connection refuses the stream before its first message: bind, open again.
+                if attempt == 1 or not self._rebind(stub, error):
+                    raise _translate(error) from error
+            finally:
+                stream.cancel()
+
+    def _assignments_of(self, stream: Iterator[node_pb2.ReceiveAssignmentsResponse],
+                        ) -> Iterator[Assignment | CheckJob | Challenge]:
+        for message in stream:
+            if message.HasField("challenge"):
+                yield Challenge(message.challenge.challenge_id, message.challenge.prompt,
+                                message.challenge.seed, message.challenge.decode_tokens)
+                continue
+            spec = self._models.get(message.model.model_id)
+            if spec is None:
+                raise CallRejected("FAILED_PRECONDITION",
+                                   f"assigned model {message.model.model_id} is not served here")
+            if message.HasField("check"):
+                check = _check_job(message, spec)
+                if check is not None:
+                    yield check
+                continue
+            self._note_attempt(message.job_id, message.attempt)
+            yield Assignment(job_id=message.job_id, model=spec, prompt=message.prompt,
+                             max_tokens=message.sampling.max_tokens,
+                             temperature=message.sampling.temperature,
+                             top_p=message.sampling.top_p, seed=message.sampling.seed,
+                             strategy=message.strategy or "single", pod_id=message.pod_id,
+                             pod_leader_node_id=message.pod_leader_node_id,
+                             pod_node_ids=tuple(message.pod_node_ids),
+                             layer_split=tuple(message.layer_split),
+                             top_logprobs=message.top_logprobs if message.logprobs else -1,
+                             traceparent=message.traceparent)
 
     def _note_attempt(self, job_id: str, attempt: int) -> None:
         """Every report on the job names this attempt, its fencing token: the coordinator
@@ -451,31 +551,34 @@ class CoordinatorClient:
             attempt=attempt, partial_receipt=None if c.partial_receipt is None else common_pb2.SignedReceipt(
                 body=c.partial_receipt[0], signature=c.partial_receipt[1]))
             for c in (chunk if isinstance(chunk, Chunk) else Chunk(*chunk) for chunk in chunks))
+        stub = self._stub
+        sent = _Recorded(requests)
         try:
-            response = self._stub.StreamTokens(requests, metadata=self._metadata())
+            response = stub.StreamTokens(sent, metadata=self._metadata())
         except grpc.RpcError as error:
-            raise _translate(error) from error
+            if not self._rebind(stub, error):
+                raise _translate(error) from error
+            if sent.overflowed:  # what gRPC took from the iterator is no longer all here
+                raise CoordinatorUnavailable("the session was bound to a new connection; send "
+                                             "the tokens again") from error
+            try:  # the refusal came before any chunk was read: send them all again, then the rest
+                response = stub.StreamTokens(itertools.chain(sent.taken, requests),
+                                             metadata=self._metadata())
+            except grpc.RpcError as again:
+                raise _translate(again) from again
         return response.tokens_accepted
 
     def report_receipt(self, job_id: str, body: bytes, signature: bytes) -> int:
         request = node_pb2.ReportResultRequest(
             job_id=job_id, receipt=common_pb2.SignedReceipt(body=body, signature=signature),
             attempt=self._attempts.get(job_id, 0))
-        try:
-            response = self._stub.ReportResult(request, timeout=RPC_DEADLINE_S,
-                                               metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
-        return response.credited_base_units
+        return self._unary("ReportResult", request).credited_base_units
 
     def report_prompt_cache(self, job_id: str, cached_prompt_tokens: int) -> None:
         """Of the running job's prompt, how many tokens came from the prompt cache (the consumer's usage)."""
         request = node_pb2.ReportPromptCacheRequest(job_id=job_id, cached_prompt_tokens=cached_prompt_tokens,
                                                     attempt=self._attempts.get(job_id, 0))
-        try:
-            self._stub.ReportPromptCache(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
+        self._unary("ReportPromptCache", request)
 
     def report_failure(self, job_id: str, reason: str, handed_back: bool = False,
                        prompt_too_long: bool = False) -> None:
@@ -484,10 +587,7 @@ class CoordinatorClient:
             job_id=job_id, failure_reason=reason, handed_back=handed_back,
             failure=(node_pb2.JOB_FAILURE_PROMPT_TOO_LONG if prompt_too_long
                      else node_pb2.JOB_FAILURE_UNSPECIFIED), attempt=self._attempts.get(job_id, 0))
-        try:
-            self._stub.ReportResult(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
+        self._unary("ReportResult", request)
 
     def report_check(self, check_id: str, body: bytes = b"", signature: bytes = b"",
                      failure_reason: str = "") -> bool:
@@ -495,31 +595,18 @@ class CoordinatorClient:
         request = node_pb2.ReportCheckRequest(check_id=check_id, failure_reason=failure_reason)
         if not failure_reason:
             request.result.CopyFrom(node_pb2.SignedCheckResult(body=body, signature=signature))
-        try:
-            response = self._stub.ReportCheck(request, timeout=RPC_DEADLINE_S, metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
-        return response.accepted
+        return self._unary("ReportCheck", request).accepted
 
     def answer_challenge(self, challenge_id: str, token_ids: tuple[int, ...], decode_tokens_per_s: float,
                          receipt: tuple[bytes, bytes] | None = None) -> str | None:
         """Send a challenge benchmark's answer with its signed receipt (body, signature); None when
         it fit (its replay decides later), else the coordinator's reason."""
         signed = None if receipt is None else common_pb2.SignedReceipt(body=receipt[0], signature=receipt[1])
-        try:
-            response = self._stub.AnswerChallenge(node_pb2.AnswerChallengeRequest(
-                challenge_id=challenge_id, token_ids=list(token_ids),
-                decode_tokens_per_s=decode_tokens_per_s, receipt=signed),
-                timeout=RPC_DEADLINE_S, metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
+        response = self._unary("AnswerChallenge", node_pb2.AnswerChallengeRequest(
+            challenge_id=challenge_id, token_ids=list(token_ids),
+            decode_tokens_per_s=decode_tokens_per_s, receipt=signed))
         return None if response.passed else response.reason
 
     def leave(self, reason: str) -> int:
         """Deregister; returns how many jobs the coordinator handed back."""
-        try:
-            response = self._stub.Leave(node_pb2.LeaveRequest(reason=reason),
-                                        timeout=RPC_DEADLINE_S, metadata=self._metadata())
-        except grpc.RpcError as error:
-            raise _translate(error) from error
-        return response.jobs_handed_back
+        return self._unary("Leave", node_pb2.LeaveRequest(reason=reason)).jobs_handed_back

@@ -7,18 +7,22 @@ sends (node_agent.coordinator_client.register_request) and converts it at the ed
 
 from __future__ import annotations
 
-import base64
 import weakref
+
+import grpc
 
 from contracts.hardware import HardwareReport
 from contracts.ids import NodeId
 from contracts.models import ModelSpec
-from contracts.signing import session_proof_message
+from contracts.signing import session_bind_message
 from coordinator.nodes.registry import Registration
 from coordinator.rpc.convert import registration_from_pb
 from coordinator.service import CoordinatorService
 from coordinator.world.operator_keys import create_operator_key
-from node_agent.coordinator_client import NodeStatus, register_request
+from coordinator.errors import SessionUnbound
+from coordinator.service.node_sessions import IN_PROCESS
+from node_agent.coordinator_client import NodeStatus, bind_session, register_request
+from protos.mlxnet.v1 import node_pb2_grpc
 from node_agent.identity import Identity
 
 # service -> operator -> key, made once per service (weak: an id() could be reused by the next test's)
@@ -52,7 +56,20 @@ def register_node(service: CoordinatorService, identity: Identity, hardware: Har
                                                       **options))  # type: ignore[arg-type]
 
 
-def session_proof(identity: Identity, token: str, at_ms: int) -> str:
-    """The x-mlxnet-session-proof value a node agent sends with its session token."""
-    signature = identity.sign(session_proof_message(token, at_ms))
-    return f"{at_ms}.{base64.urlsafe_b64encode(signature).decode()}"
+def bind_connection(service: CoordinatorService, identity: Identity, token: str,
+                    connection: str = IN_PROCESS) -> None:
+    """Bind the session to another connection in-process, as the agent does over gRPC: the
+    refused call's nonce, signed by the node's key, in bind. (A restarted service, or calls
+    named by another connection, need this; register binds its own.)"""
+    try:
+        service.nodes.authenticate(token, connection)
+        return  # bound already
+    except SessionUnbound as refused:
+        nonce = refused.bind_nonce
+    service.nodes.bind(token, connection, nonce, identity.sign(session_bind_message(nonce, token)))
+
+
+def bind_channel(channel: grpc.Channel, identity: Identity, token: str) -> None:
+    """Bind the session to a gRPC channel's connection (tests that call on a channel other
+    than the one the node registered on)."""
+    bind_session(node_pb2_grpc.NodeServiceStub(channel), identity, token)

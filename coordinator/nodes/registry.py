@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import secrets
 from dataclasses import dataclass, replace
@@ -15,9 +14,7 @@ from contracts.ids import NodeId, OperatorId, node_id_from_public_key
 from contracts.lending import LendingState
 from contracts.models import ModelSpec
 from contracts.pods import PodDeclaration, pod_problems
-from contracts.signing import (
-    PUBLIC_KEY_BYTES, SESSION_PROOF_WINDOW_MS, session_proof_message, signature_is_valid,
-)
+from contracts.signing import PUBLIC_KEY_BYTES, session_bind_message, signature_is_valid
 from coordinator.errors import InvalidRequest, PermissionDenied, RateLimited, Unauthenticated
 from coordinator.jobs.handback import hand_back_jobs
 from coordinator.verification.outcomes import CheckContext
@@ -120,11 +117,8 @@ def register(session: Session, registration: Registration, node_id: NodeId, now_
     return node_id, token
 
 
-PROOF_CHARS_MAX = 128
-
-
 def authenticate(session: Session, token: str | None) -> NodeRecord:
-    """The node whose session this is (check_proof then shows the call is its own)."""
+    """The node whose session this is (whether this connection may use it is the caller's to check)."""
     if not token:
         raise Unauthenticated("missing x-mlxnet-session metadata; call Register first")
     node = node_rows.node_by_session(session, token_sha256(token))
@@ -133,28 +127,9 @@ def authenticate(session: Session, token: str | None) -> NodeRecord:
     return node
 
 
-def check_proof(node: NodeRecord, token: str, proof: str | None, now_ms: int) -> None:
-    """Raise Unauthenticated unless the proof (`<ms>.<base64url signature>` over
-    contracts.signing.session_proof_message) shows the call comes from the key that registered
-    the session, recently: a session token copied without the node's key is refused."""
-    refused = _proof_problem(node, token, proof or "", now_ms)
-    if refused is not None:
-        raise Unauthenticated(refused)
-
-
-def _proof_problem(node: NodeRecord, token: str, proof: str, now_ms: int) -> str | None:
-    at_text, _, signature_text = proof[:PROOF_CHARS_MAX].partition(".")
-    if not proof or not at_text.isascii() or not at_text.isdigit() or len(at_text) > 15:
-        return ("missing or malformed x-mlxnet-session-proof metadata: each call must be signed "
-                "with the node's key (update the node agent)")
-    at_ms = int(at_text)
-    if abs(now_ms - at_ms) > SESSION_PROOF_WINDOW_MS:
-        return (f"the session proof is {abs(now_ms - at_ms) // 1000} s away from the coordinator's "
-                f"clock (the limit is {SESSION_PROOF_WINDOW_MS // 1000} s); check the node's clock")
-    try:
-        signature = base64.urlsafe_b64decode(signature_text.encode("ascii"))
-    except (ValueError, UnicodeEncodeError):
-        signature = b""
-    if not signature_is_valid(node.public_key, session_proof_message(token, at_ms), signature):
-        return "the session proof is not the session's node's signature: the token is bound to its key"
-    return None
+def check_bind(node: NodeRecord, token: str, nonce: bytes, signature: bytes) -> None:
+    """Raise PermissionDenied unless the node's key signed the bind nonce with this token: a
+    session token copied without the key binds to no connection."""
+    if not signature_is_valid(node.public_key, session_bind_message(nonce, token), signature):
+        raise PermissionDenied("the bind signature is not the session's node's signature over the "
+                               "nonce and token: a session is bound to its node's key")

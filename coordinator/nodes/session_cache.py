@@ -1,7 +1,8 @@
 """Node sessions as last read, so a heartbeat needs no database read to know who sent it.
 
-An entry is good for `ttl_ms`: a session replaced or ended through another coordinator on the
-same database is refused here at most that much later. Sessions this process replaces or ends
+An entry is good for `ttl_ms` (the caller may ask for less): a session replaced or ended through
+another coordinator on the same database is refused here at most that much later, and at once
+when that coordinator's news arrives (drop_nodes). Sessions this process replaces or ends
 (Register, Leave, expiry) are dropped at once. Bounded: past `entries_max` the oldest goes.
 """
 
@@ -24,10 +25,11 @@ class SessionCache:
         self._by_node: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def get(self, token_sha256: str, now_ms: int) -> NodeRecord | None:
+    def get(self, token_sha256: str, now_ms: int, ttl_ms: int | None = None) -> NodeRecord | None:
+        ttl_ms = self._ttl_ms if ttl_ms is None else min(ttl_ms, self._ttl_ms)
         with self._lock:
             entry = self._entries.get(token_sha256)
-            if entry is None or now_ms - entry[0] > self._ttl_ms:
+            if entry is None or now_ms - entry[0] > ttl_ms:
                 return None
             return entry[1]
 
@@ -46,6 +48,12 @@ class SessionCache:
         """The node's session was replaced or ended here."""
         with self._lock:
             self._drop(node_id)
+
+    def drop_nodes(self, node_ids: list[str]) -> None:
+        """Another coordinator reported these nodes (registered, left, changed): read them again."""
+        with self._lock:
+            for node_id in node_ids:
+                self._drop(node_id)
 
     def _drop(self, node_id: str) -> None:
         token = self._by_node.pop(node_id, None)

@@ -8,6 +8,7 @@ import time
 import grpc
 
 from contracts import hop_trace
+from contracts.signing import SESSION_METADATA_KEY
 from contracts.peer_checks import CheckJob
 from coordinator.errors import InvalidRequest
 from coordinator.model import NodeRecord, SignedReceipt, SpotChallenge
@@ -19,15 +20,20 @@ from coordinator.rpc.stream_limits import OpenStreams
 from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
 
-SESSION_METADATA_KEY = "x-mlxnet-session"
-SESSION_PROOF_METADATA_KEY = "x-mlxnet-session-proof"
 log = logging.getLogger(__name__)
+Session = tuple[str | None, str]  # (the session token, the connection it came on)
 
 
-def _session_token(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
-    """The session token and its proof (signed by the node's key), from the call's metadata."""
+def connection_of(context: grpc.aio.ServicerContext) -> str:
+    """The call's connection: the peer's address and port name one TCP connection (and so one
+    TLS session) while it is open; grpc-python exposes no TLS session id to bind to instead."""
+    return context.peer() or "unknown"
+
+
+def _session_token(context: grpc.aio.ServicerContext) -> Session:
+    """The session token from the call's metadata, and the connection it is used on."""
     metadata = dict(context.invocation_metadata() or ())
-    return metadata.get(SESSION_METADATA_KEY), metadata.get(SESSION_PROOF_METADATA_KEY)
+    return metadata.get(SESSION_METADATA_KEY), connection_of(context)
 
 
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
@@ -38,7 +44,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         self._offload = offload
         self._streams = streams
 
-    def _node(self, session: tuple[str | None, str | None]) -> NodeRecord:
+    def _node(self, session: Session) -> NodeRecord:
         return self._service.nodes.authenticate(*session)
 
     @translate_errors
@@ -52,10 +58,19 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     @translate_errors
     async def Register(self, request, context):  # noqa: N802 (gRPC names)
         registration = convert.registration_from_pb(request)
-        node_id, token = await self._offload.call(self._service.nodes.register, registration)
+        node_id, token = await self._offload.call(self._service.nodes.register, registration,
+                                                  connection_of(context))
+        config = self._service.config
         return node_pb2.RegisterResponse(
-            node_id=node_id, session_token=token,
-            heartbeat_interval_ms=self._service.config.heartbeat_interval_ms)
+            node_id=node_id, session_token=token, heartbeat_interval_ms=config.heartbeat_interval_ms,
+            signed_heartbeat_interval_ms=config.node_offline_after_ms // 2)
+
+    @translate_errors
+    async def BindSession(self, request, context):  # noqa: N802
+        token, connection = _session_token(context)
+        await self._offload.call(self._service.nodes.bind, token, connection, request.nonce,
+                                 request.signature)
+        return node_pb2.BindSessionResponse()
 
     @translate_errors
     async def Heartbeat(self, request, context):  # noqa: N802
@@ -69,7 +84,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             now = await self._offload.heartbeat(self._heartbeat, session, request.running_jobs, report)
         return node_pb2.HeartbeatResponse(server_time_ms=now)
 
-    def _heartbeat(self, session: tuple[str | None, str | None], running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
+    def _heartbeat(self, session: Session, running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
         return self._service.nodes.heartbeat(self._node(session), running_jobs, report)
 
     @translate_stream_errors
@@ -115,7 +130,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def ReportResult(self, request, context):  # noqa: N802
         return await self._offload.call(self._report, _session_token(context), request)
 
-    def _report(self, token: tuple[str | None, str | None], request):  # type: ignore[no-untyped-def]
+    def _report(self, token: Session, request):  # type: ignore[no-untyped-def]
         node = self._node(token)
         if request.handed_back:
             self._service.nodes.hand_back(node, request.job_id, request.failure_reason or "handed back")
@@ -137,7 +152,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         await self._offload.call(self._report_prompt_cache, _session_token(context), request)
         return node_pb2.ReportPromptCacheResponse()
 
-    def _report_prompt_cache(self, token: tuple[str | None, str | None], request) -> None:  # type: ignore[no-untyped-def]
+    def _report_prompt_cache(self, token: Session, request) -> None:  # type: ignore[no-untyped-def]
         self._service.nodes.note_cached_prompt(self._node(token), request.job_id, request.cached_prompt_tokens,
                                                request.attempt)
 
@@ -145,7 +160,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def ReportCheck(self, request, context):  # noqa: N802
         return await self._offload.call(self._report_check, _session_token(context), request)
 
-    def _report_check(self, token: tuple[str | None, str | None], request):  # type: ignore[no-untyped-def]
+    def _report_check(self, token: Session, request):  # type: ignore[no-untyped-def]
         node = self._node(token)
         if not request.check_id or len(request.check_id) > 64:
             raise InvalidRequest("check_id must be 1-64 characters")
@@ -166,7 +181,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                                            tuple(request.token_ids), receipt)
         return node_pb2.AnswerChallengeResponse(passed=problem is None, reason=problem or "")
 
-    def _answer(self, token: tuple[str | None, str | None], challenge_id: str,
+    def _answer(self, token: Session, challenge_id: str,
                 token_ids: tuple[int, ...], receipt: SignedReceipt | None) -> str | None:
         return self._service.spot_checks.answer(self._node(token), challenge_id, token_ids, receipt)
 
@@ -176,5 +191,5 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         handed_back = await self._offload.call(self._leave, _session_token(context), reason)
         return node_pb2.LeaveResponse(jobs_handed_back=handed_back)
 
-    def _leave(self, token: tuple[str | None, str | None], reason: str) -> int:
+    def _leave(self, token: Session, reason: str) -> int:
         return self._service.nodes.leave(self._node(token), reason)

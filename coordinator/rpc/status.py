@@ -10,6 +10,7 @@ from typing import TypeVar
 import grpc
 
 from contracts.limits import ERROR_CHARS_MAX, shown
+from contracts.signing import BIND_NONCE_METADATA_KEY
 from coordinator import errors
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ async def _abort(context: grpc.aio.ServicerContext, error: errors.CoordinatorErr
     retry_after_s = getattr(error, "retry_after_s", None)
     if retry_after_s is not None:  # as HTTP's Retry-After, for clients that back off
         context.set_trailing_metadata((("retry-after", str(retry_after_s)),))
+    if isinstance(error, errors.SessionUnbound):  # the node signs it in BindSession, then retries
+        context.set_trailing_metadata(((BIND_NONCE_METADATA_KEY, error.bind_nonce),))
     await context.abort(status_for(error), shown(str(error), ERROR_CHARS_MAX))
 
 

@@ -55,6 +55,8 @@ class ServiceCore:
         # receipt's session (nodes.catalog). Sampled jobs of no such pair are held longer.
         self.peer_checkable: Callable[[Session], frozenset[tuple[str, str]]] = PeerCheckablePairs(clock.now_ms)
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
+        # Told the node ids another coordinator reported (hear_relayed): cached sessions go.
+        self.relayed_fleet_listeners: list[Callable[[list[str]], None]] = []
         self.metrics.watch(readings.NetworkCollector(self.read_network))
 
     def check_context(self) -> CheckContext:
@@ -96,6 +98,8 @@ class ServiceCore:
         changed = fleet_changes(topics)
         if changed:
             self.fleet.note_changed(changed, pods=True)
+            for listener in list(self.relayed_fleet_listeners):
+                listener(changed)
         wake = []
         for topic in topics:  # the chunks first, so the readers the wake-ups wake find them
             carried = chunk_of_topic(topic)

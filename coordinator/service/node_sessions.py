@@ -26,9 +26,10 @@ from contracts.models import ModelSpec
 from contracts.peer_checks import CheckJob
 from coordinator.nodes import catalog, registry, reports
 from coordinator.nodes.liveness import Beat, LivenessBook
+from coordinator.nodes.connection_bindings import ConnectionBindings
 from coordinator.nodes.session_cache import SessionCache
 from coordinator.nodes.uptime import UptimeBook
-from coordinator.errors import RateLimited
+from coordinator.errors import RateLimited, SessionUnbound
 from coordinator.nodes.admission import TokenBuckets
 from coordinator.nodes.challenges import ChallengeBook
 from coordinator.service.checks import Checks
@@ -40,6 +41,8 @@ from coordinator.verification.peer_store import PeerCheckStatus
 log = logging.getLogger(__name__)
 NODES_EXPIRED_PER_PASS_MAX = 1_000  # the rest next pass
 STREAM_SWEEP_NODES_MAX = 10_000  # nodes woken by one safety-net sweep
+# The connection of in-process callers (tests, tools); the gRPC edge names each peer's.
+IN_PROCESS = "in-process"
 
 class NodeSessions:
     """What node agents tell the network, behind the gRPC edge."""
@@ -63,6 +66,8 @@ class NodeSessions:
         # epochs' heartbeat credit, server.py), so spans break on longer gaps.
         self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
         self.sessions = SessionCache(config.session_cache_ttl_ms)
+        core.relayed_fleet_listeners.append(self.sessions.drop_nodes)
+        self.bindings = ConnectionBindings()
         self._orphans_swept_at_ms: int | None = None
         self._expiry_due_ms: int | None = None  # no node can expire before (None: look now)
 
@@ -78,7 +83,9 @@ class NodeSessions:
                               f"{wait_s} s", retry_after_s=wait_s)
         return self.challenges.issue(public_key, now)
 
-    def register(self, registration: registry.Registration) -> tuple[NodeId, str]:
+    def register(self, registration: registry.Registration,
+                 connection: str = IN_PROCESS) -> tuple[NodeId, str]:
+        """Register; the new session is bound to the connection it came on."""
         node_id = registry.admit(registration, self._core.clock.now_ms(), self.challenges)
         with self._core.db.transaction() as session:
             node_id, token = registry.register(session, registration, node_id, self._core.clock.now_ms(),
@@ -88,6 +95,7 @@ class NodeSessions:
             operator_id = node.operator_id  # proven by its key, not as claimed
         self.sessions.drop(node_id)
         self.sessions.put(registry.token_sha256(token), node, node.registered_at_ms)
+        self.bindings.bind(registry.token_sha256(token), connection, node.registered_at_ms)
         self.liveness.adopt(node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
         self._core.fleet.note_changed([node_id], pods=registration.pod is not None)
         log.info("node %s registered (%s, %s)", node_id, registration.hardware.chip, operator_id)
@@ -107,30 +115,64 @@ class NodeSessions:
             log.info("model %s pinned to weights %s by %s", spec.model_id, spec.weights_digest[:16],
                      pinned_by)
 
-    def authenticate(self, token: str | None, proof: str | None) -> NodeRecord:
-        """The session's node (from the session cache, else one read, then cached), once the
-        proof shows its key made this call (registry.check_proof): every call, cached or not."""
-        now = self._core.clock.now_ms()
+    def _cache_ttl_ms(self) -> int:
+        """Cached sessions last long while other coordinators' news of their nodes arrives
+        (or there can be no other: SQLite), briefly while it may not."""
+        if self._core.notifier.relayed or self._core.db.engine.dialect.name == "sqlite":
+            return self._core.config.session_cache_ttl_ms
+        return self._core.config.session_cache_unrelayed_ttl_ms
+
+    def _session_node(self, token: str | None, now_ms: int) -> NodeRecord:
+        """The session's node, from the session cache, else one read (then cached)."""
         token_sha256 = registry.token_sha256(token) if token else ""
-        node = self.sessions.get(token_sha256, now) if token else None
+        node = self.sessions.get(token_sha256, now_ms, self._cache_ttl_ms()) if token else None
         if node is None:
             with self._core.db.read_transaction() as session:
                 node = registry.authenticate(session, token)
-            self.sessions.put(token_sha256, node, now)
-        registry.check_proof(node, token or "", proof, now)
+            self.sessions.put(token_sha256, node, now_ms)
         return node
 
-    def heartbeat_in_memory(self, token: str | None, proof: str | None,
+    def _check_bound(self, token: str, connection: str, now_ms: int) -> None:
+        token_sha256 = registry.token_sha256(token)
+        if not self.bindings.bound(token_sha256, connection, now_ms):
+            raise SessionUnbound(
+                "this session is not bound to this connection: sign the bind nonce (trailing "
+                "metadata x-mlxnet-bind-nonce-bin) with the node's key in BindSession",
+                self.bindings.issue_nonce(token_sha256, connection, now_ms))
+
+    def authenticate(self, token: str | None, connection: str = IN_PROCESS) -> NodeRecord:
+        """The session's node, when the session is bound to this connection (SessionUnbound,
+        with a nonce to bind it, when not)."""
+        now = self._core.clock.now_ms()
+        node = self._session_node(token, now)
+        self._check_bound(token or "", connection, now)
+        return node
+
+    def bind(self, token: str | None, connection: str, nonce: bytes, signature: bytes) -> NodeRecord:
+        """Bind the session to this connection, once its node's key signed the nonce issued on
+        it (an empty, stale or foreign nonce: SessionUnbound with a fresh one)."""
+        now = self._core.clock.now_ms()
+        node = self._session_node(token, now)
+        token_sha256 = registry.token_sha256(token or "")
+        if not nonce or not self.bindings.redeem_nonce(token_sha256, connection, nonce, now):
+            raise SessionUnbound("sign this bind nonce (trailing metadata x-mlxnet-bind-nonce-bin) "
+                                 "and call BindSession again on this connection",
+                                 self.bindings.issue_nonce(token_sha256, connection, now))
+        registry.check_bind(node, token or "", nonce, signature)
+        self.bindings.bind(token_sha256, connection, now)
+        return node
+
+    def heartbeat_in_memory(self, token: str | None, connection: str,
                             report: reports.HeartbeatReport) -> int | None:
         """The heartbeat, when it needs no database at all (the usual case): its time, so the
         gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a node
         this process has not heard, a change placement must hear of, a benchmark).
-        A cached session still needs its proof, as in authenticate."""
+        A cached session is still refused on a connection it is not bound to."""
         now = self._core.clock.now_ms()
-        node = self.sessions.get(registry.token_sha256(token), now) if token else None
+        node = self.sessions.get(registry.token_sha256(token), now, self._cache_ttl_ms()) if token else None
         if node is None:
             return None
-        registry.check_proof(node, token or "", proof, now)
+        self._check_bound(token or "", connection, now)
         if report.benchmark is not None or not self.liveness.knows(node.node_id):
             return None
         if report.signature and not self.uptime.knows(node.node_id):
@@ -225,6 +267,7 @@ class NodeSessions:
         """Deregister: hand back the node's jobs and stop placing on it; returns jobs handed back."""
         with self._core.db.transaction() as session:
             touched = reports.leave(session, node, reason, self._core.clock.now_ms())
+        self.sessions.drop(node.node_id)
         self.liveness.forget(node.node_id)
         self.uptime.forget(node.node_id)
         self._core.fleet.note_changed([node.node_id])

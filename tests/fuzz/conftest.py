@@ -31,6 +31,7 @@ from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from tests.fuzz.hostile import FUZZ_MODEL_ID, SERVER_FAILURES, apply_mutations
 from tests.fuzz.hostile import Path as Path_
+from tests.node_registration import bind_channel
 
 TINY_MODEL_ID = "test/tiny-llama"
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the fuzzed coordinator serves plaintext on loopback
@@ -71,7 +72,16 @@ class Target:
         return self.node._metadata()
 
     def channel(self) -> grpc.Channel:
-        return grpc.insecure_channel(self.address)
+        """A connection of the fuzzers' own, bound to the node's session by its key (as the
+        agent binds each new connection), so node calls with session() reach their logic."""
+        channel = grpc.insecure_channel(self.address)
+        try:
+            bind_channel(channel, self.identity, self.node.session_token)
+        except grpc.RpcError as error:
+            if error.code() in SERVER_FAILURES:  # type: ignore[attr-defined]
+                raise
+            # Otherwise a fuzzed Register or Leave replaced the session: calls are a stranger's.
+        return channel
 
     def alive(self) -> bool:
         return self.coordinator.process.poll() is None

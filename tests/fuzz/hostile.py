@@ -254,6 +254,7 @@ def _baselines() -> dict[str, Message]:
         "Leave": node_pb2.LeaveRequest(reason="maintenance"),
         "Register": node_pb2.RegisterRequest(),  # the real one is mutated in flight (tests/fuzz)
         "RegisterChallenge": node_pb2.RegisterChallengeRequest(public_key=b"\x01" * 32),
+        "BindSession": node_pb2.BindSessionRequest(nonce=b"\x02" * 32, signature=b"\x03" * 64),
         "ReportCheck": node_pb2.ReportCheckRequest(check_id="check-" + "0" * 24,
                                                    failure_reason="out of memory"),
         "AnswerChallenge": node_pb2.AnswerChallengeRequest(challenge_id="challenge-" + "0" * 24,

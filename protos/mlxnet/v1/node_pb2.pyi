@@ -178,14 +178,28 @@ class RegisterRequest(_message.Message):
     def __init__(self, public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., hardware: _Optional[_Union[Hardware, _Mapping]] = ..., models: _Optional[_Iterable[_Union[_common_pb2.ModelSpec, _Mapping]]] = ..., operator_id: _Optional[str] = ..., display_name: _Optional[str] = ..., max_concurrent_jobs: _Optional[int] = ..., agent_version: _Optional[str] = ..., lending: _Optional[_Union[LendingState, _Mapping]] = ..., benchmark: _Optional[_Union[Benchmark, _Mapping]] = ..., warm_models: _Optional[_Iterable[str]] = ..., pod: _Optional[_Union[PodDeclaration, _Mapping]] = ..., nonce: _Optional[bytes] = ..., operator_key: _Optional[str] = ..., region: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("node_id", "session_token", "heartbeat_interval_ms")
+    __slots__ = ("node_id", "session_token", "heartbeat_interval_ms", "signed_heartbeat_interval_ms")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     session_token: str
     heartbeat_interval_ms: int
-    def __init__(self, node_id: _Optional[str] = ..., session_token: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    signed_heartbeat_interval_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., session_token: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., signed_heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class BindSessionRequest(_message.Message):
+    __slots__ = ("nonce", "signature")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    signature: bytes
+    def __init__(self, nonce: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class BindSessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("running_jobs", "sent_at_ms", "lending", "warm_models", "benchmark", "signature")

@@ -27,7 +27,10 @@ if _version_not_supported:
 
 class NodeServiceStub:
     """Spoken by node agents. Every call but Register carries the session token
-    from Register in the `x-mlxnet-session` metadata entry.
+    from Register in the `x-mlxnet-session` metadata entry. A session works only on
+    connections it is bound to: the one it registered on, and those where its node
+    signed a bind nonce (BindSession). Elsewhere a call answers UNAUTHENTICATED with
+    a fresh nonce in the trailing metadata entry `x-mlxnet-bind-nonce-bin`.
     """
 
     def __init__(self, channel):
@@ -45,6 +48,11 @@ class NodeServiceStub:
                 '/mlxnet.v1.NodeService/Register',
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterResponse.FromString,
+                _registered_method=True)
+        self.BindSession = channel.unary_unary(
+                '/mlxnet.v1.NodeService/BindSession',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.BindSessionRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.BindSessionResponse.FromString,
                 _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/mlxnet.v1.NodeService/Heartbeat',
@@ -90,7 +98,10 @@ class NodeServiceStub:
 
 class NodeServiceServicer:
     """Spoken by node agents. Every call but Register carries the session token
-    from Register in the `x-mlxnet-session` metadata entry.
+    from Register in the `x-mlxnet-session` metadata entry. A session works only on
+    connections it is bound to: the one it registered on, and those where its node
+    signed a bind nonce (BindSession). Elsewhere a call answers UNAUTHENTICATED with
+    a fresh nonce in the trailing metadata entry `x-mlxnet-bind-nonce-bin`.
     """
 
     def RegisterChallenge(self, request, context):
@@ -102,6 +113,14 @@ class NodeServiceServicer:
 
     def Register(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BindSession(self, request, context):
+        """Binds the session in the metadata to this connection. Without a nonce, or with one
+        not issued on this connection, it answers UNAUTHENTICATED carrying a fresh one.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -175,6 +194,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterResponse.SerializeToString,
             ),
+            'BindSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindSession,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.BindSessionRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.BindSessionResponse.SerializeToString,
+            ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.FromString,
@@ -225,7 +249,10 @@ def add_NodeServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class NodeService:
     """Spoken by node agents. Every call but Register carries the session token
-    from Register in the `x-mlxnet-session` metadata entry.
+    from Register in the `x-mlxnet-session` metadata entry. A session works only on
+    connections it is bound to: the one it registered on, and those where its node
+    signed a bind nonce (BindSession). Elsewhere a call answers UNAUTHENTICATED with
+    a fresh nonce in the trailing metadata entry `x-mlxnet-bind-nonce-bin`.
     """
 
     @staticmethod
@@ -272,6 +299,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/Register',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.RegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlxnet.v1.NodeService/BindSession',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.BindSessionRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.BindSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,7 +21,6 @@ from ledger.units import BASE_UNITS_PER_MLX
 from mlxnet import keys_cli
 from node_agent.identity import Identity
 from tests.node_registration import register_node as register_signed_node
-from tests.node_registration import session_proof
 
 GIB = 1 << 30
 MODEL = ModelSpec(model_id="test/small", weights_bytes=GIB, parameter_count=500_000_000,
@@ -51,7 +50,7 @@ def register_node(service: CoordinatorService, identity: Identity, max_concurren
                               memory_bandwidth_gb_s=546.0, os_name="macOS", simulated=True)
     _, token = register_signed_node(service, identity, hardware, models, "alice",
                                     max_concurrent_jobs=max_concurrent_jobs)
-    return service.nodes.authenticate(token, session_proof(identity, token, service.clock.now_ms()))
+    return service.nodes.authenticate(token)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import node_pb2
 from tests.coordinator.verification.test_outcomes import MODEL, FakeClock
-from tests.node_registration import operator_key_for, session_proof, signed_registration
+from tests.node_registration import operator_key_for, signed_registration
 
 MINI = simulated_profile("m4-pro-64")
 
@@ -58,8 +58,7 @@ def _operator_of(service: CoordinatorService, node_id: str) -> str:
 def test_a_signed_registration_with_its_operators_key_registers(service: CoordinatorService,
                                                                 alice: Identity) -> None:
     node_id, token = service.nodes.register(registration_from_pb(_request(service, alice)))
-    proof = session_proof(alice, token, service.clock.now_ms())
-    assert node_id == alice.node_id and service.nodes.authenticate(token, proof).node_id == node_id
+    assert node_id == alice.node_id and service.nodes.authenticate(token).node_id == node_id
     assert _operator_of(service, node_id) == "alice"
 
 

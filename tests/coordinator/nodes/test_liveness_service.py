@@ -21,7 +21,7 @@ from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import Identity, load_or_create_identity
 from tests.coordinator.gateway.service_harness import MODEL, make_service, new_consumer, register_node
 from tests.node_registration import register_node as register_signed_node
-from tests.node_registration import session_proof
+from tests.node_registration import bind_connection
 from node_agent.coordinator_client import NodeStatus
 
 INTERVAL_MS = 1_000
@@ -131,7 +131,7 @@ def test_ultra_seat_uptime_survives_a_coordinator_crash_as_one_span(database_url
     ultra = simulated_profile("m3-ultra-512")
     assert ultra.chip_tier is ChipTier.ULTRA
     _, token = register_signed_node(first, identity, ultra, (MODEL,), "alice", status=NodeStatus(seat))
-    node = first.nodes.authenticate(token, session_proof(identity, token, first.clock.now_ms()))
+    node = first.nodes.authenticate(token)
     writes = Writes(first)
     start_ms = first.clock.now_ms()
     for _ in range(20):
@@ -147,7 +147,8 @@ def test_ultra_seat_uptime_survives_a_coordinator_crash_as_one_span(database_url
     again.clock.ms = crashed_at_ms + 2 * INTERVAL_MS  # type: ignore[attr-defined]
     again.core.started_at_ms = again.clock.ms  # type: ignore[attr-defined]
     try:
-        node = again.nodes.authenticate(token, session_proof(identity, token, again.clock.now_ms()))
+        bind_connection(again, identity, token)  # a new process: the node binds its session anew
+        node = again.nodes.authenticate(token)
         for _ in range(10):
             again.nodes.heartbeat(node, 0, _signed(identity, again.clock.now_ms(), seat))
             _tick(again)

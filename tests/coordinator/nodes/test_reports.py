@@ -26,7 +26,7 @@ from coordinator.scheduling.fleet_reads import snapshot
 from coordinator.server import RunningCoordinator, start
 from coordinator.storage import job_rows, liveness_rows, node_rows
 from mlxnet.consumer import JobClient
-from node_agent.coordinator_client import CallRejected, CoordinatorClient, NodeStatus, SessionExpired
+from node_agent.coordinator_client import CallRejected, CoordinatorClient, NodeStatus
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import Identity, load_or_create_identity
 from protos.mlxnet.v1 import job_pb2, node_pb2
@@ -76,12 +76,18 @@ def test_signed_heartbeats_are_kept_as_spans_by_mode(
         tmp_path: Path, coordinator: RunningCoordinator) -> None:
     seat = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
     identity, client = _join(tmp_path, coordinator, "studio", ULTRA, seat)
+    # The agent signs one heartbeat per half offline limit: each proves the node online for a
+    # whole offline limit (the uptime span's credit), so the proof has no gaps.
+    assert client._signed_heartbeat_interval_ms == coordinator.service.config.node_offline_after_ms // 2
     for _ in range(3):
-        client.heartbeat(0, seat)
-    client.heartbeat(1, NodeStatus(LendingState(mode=LendingMode.DEDICATED)))
+        client.heartbeat(0, seat)  # the first signed, the others carry the status unsigned
+    signed_at_ms, mode = client._last_signed
+    client._last_signed = (signed_at_ms - client._signed_heartbeat_interval_ms, mode)  # half a limit on
+    client.heartbeat(0, seat)  # signed: due
+    client.heartbeat(1, NodeStatus(LendingState(mode=LendingMode.DEDICATED)))  # signed: a new mode
     client.heartbeat(0)  # unsigned: keeps the session alive, proves nothing
     spans = _spans(coordinator, identity)
-    assert [(s.mode, s.beats) for s in spans] == [("ultra_seat", 3), ("dedicated", 1)]
+    assert [(s.mode, s.beats) for s in spans] == [("ultra_seat", 2), ("dedicated", 1)]
     seat_span = spans[0]
     assert seat_span.first_received_ms <= seat_span.last_received_ms <= spans[1].first_received_ms
     # The span keeps its last heartbeat's signature: proof anyone can check with the node's key.
@@ -99,9 +105,9 @@ def test_forged_and_replayed_heartbeats_are_not_stored(
     status = NodeStatus(LendingState(mode=LendingMode.ULTRA_SEAT))
     forger = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     forger.register(identity, ULTRA, (MODEL,), "", "studio", 1)
-    proven = forger._metadata()  # the session, proven by the node's own key
+    proven = forger._metadata()  # the session, on the connection it registered on
     forger._identity = dataclasses.replace(identity, private_key=other.private_key)  # wrong key
-    with pytest.raises(SessionExpired, match="bound to its key"):  # its session proof fails first
+    with pytest.raises(CallRejected, match="heartbeat signature does not verify"):
         forger.heartbeat(0, status)
     now_ms = time.time_ns() // 1_000_000
     claim = Heartbeat(identity.node_id, now_ms, 0, status.lending)

@@ -21,6 +21,7 @@ from coordinator.storage.tables import node_benchmarks, nodes
 from node_agent.coordinator_client import CoordinatorClient
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+from tests.node_registration import bind_channel
 from tests.coordinator.rpc.test_node_protocol import HARDWARE, MODEL
 
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
@@ -87,6 +88,7 @@ def test_a_heartbeat_with_an_infinite_benchmark_is_refused_and_heartbeats_go_on(
     client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     identity = load_or_create_identity(tmp_path / "id.pem")
     client.register(identity, HARDWARE, (MODEL,), identity.node_id, "n", 1)  # its own operator: no key
+    bind_channel(channel, identity, client.session_token)  # the test's own connection
     session = client._metadata()
     stub = node_pb2_grpc.NodeServiceStub(channel)
     benchmark = node_pb2.Benchmark(memory_bandwidth_gb_s=math.inf, decode_tokens_per_s=10,
@@ -123,6 +125,7 @@ def test_a_benchmark_with_impossible_batch_figures_is_refused_naming_them(
                                    reference_model="tiny", reference_weights_bytes=1 << 20, measured_at_ms=1,
                                    run_time_ms=5, batch_decode=[node_pb2.BatchDecode(batch_size=size, tokens_per_s=rate)
                                                                 for size, rate in points])
+    bind_channel(channel, identity, client.session_token)  # the test's own connection
     stub = node_pb2_grpc.NodeServiceStub(channel)
     refused = _refusal(stub.Heartbeat, node_pb2.HeartbeatRequest(benchmark=benchmark), client._metadata())
     assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and refusal in refused.details()
@@ -195,6 +198,7 @@ def test_a_streamed_chunk_out_of_bounds_is_refused(
     client = CoordinatorClient(f"127.0.0.1:{coordinator.port}", PLAINTEXT)
     identity = load_or_create_identity(tmp_path / "id.pem")
     client.register(identity, HARDWARE, (MODEL,), identity.node_id, "n", 1)  # its own operator: no key
+    bind_channel(channel, identity, client.session_token)  # the test's own connection
     stub = node_pb2_grpc.NodeServiceStub(channel)
     chunk = node_pb2.StreamTokensRequest(job_id="job-x", first_index=-5, token_ids=[1])
     with pytest.raises(grpc.RpcError) as refused:

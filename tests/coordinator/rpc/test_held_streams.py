@@ -22,6 +22,7 @@ from mlxnet.consumer import JobClient, JobRequestError
 from node_agent.coordinator_client import CoordinatorClient
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
+from tests.node_registration import bind_channel
 
 PLAINTEXT = CoordinatorTrust(insecure=True)  # the coordinator here serves plaintext on loopback
 MODEL = ModelSpec(model_id="fake/model", weights_bytes=10_000_000, parameter_count=2_500_000,
@@ -56,7 +57,7 @@ def _registered(tmp_path: Path, address: str, name: str) -> CoordinatorClient:
 def _hold_assignments(stub: node_pb2_grpc.NodeServiceStub, client: CoordinatorClient):  # type: ignore[no-untyped-def]
     """An open ReceiveAssignments call, never read: the server holds the stream."""
     return stub.ReceiveAssignments(node_pb2.ReceiveAssignmentsRequest(),
-                                   metadata=client._metadata())  # its token and a proof by its key
+                                   metadata=client._metadata())  # its token
 
 
 def test_held_streams_never_stall_heartbeats_registrations_or_calls(
@@ -65,6 +66,8 @@ def test_held_streams_never_stall_heartbeats_registrations_or_calls(
     sessions = [_registered(tmp_path, address, f"mallory-{i}")
                 for i in range(HELD_STREAMS // LIMITS.assignment_streams_per_node)]
     with grpc.insecure_channel(address) as channel:
+        for client in sessions:  # the attacker's one connection, bound to each session by its key
+            bind_channel(channel, client._identity, client.session_token)  # type: ignore[arg-type]
         stub = node_pb2_grpc.NodeServiceStub(channel)
         held = [_hold_assignments(stub, client)
                 for client in sessions for _ in range(LIMITS.assignment_streams_per_node)]
