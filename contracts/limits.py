@@ -42,6 +42,7 @@ RECEIPT_BYTES_MAX = 2 * MIB
 # about 115 bytes a token, so this holds a 32k-token job's answer (and gRPC's 4 MiB message limit).
 CHECK_RESULT_BYTES_MAX = 4 * MIB
 TOKENS_PER_CHUNK_MAX = 65_536
+CHUNKS_PER_NODE_MESSAGE_MAX = 1_024  # one StreamNodeTokens message: a chunk per running job
 HTTP_BODY_BYTES_MAX = 4 * MIB  # as gRPC's message limit; a 1 MiB prompt fits with JSON escapes
 HTTP_HEADER_BYTES_MAX = 16 * KIB  # the request line and headers together
 HTTP_HEADER_READ_S = 10.0  # a connection's request head must arrive within this
@@ -213,6 +214,9 @@ FIELD_LIMITS: dict[str, Limit] = {
     "StreamTokensRequest.text": _text(TOKEN_TEXT_CHARS_MAX, multiline=True),
     "StreamTokensRequest.logprobs": _items(TOKENS_PER_CHUNK_MAX),
     "StreamTokensRequest.prompt_tokens": _range(0, TOKENS_MAX),
+    "StreamTokensRequest.cached_prompt_tokens": _range(0, TOKENS_MAX),
+    "NodeTokensRequest.sequence": _range(0, MS_MAX),
+    "NodeTokensRequest.chunks": _items(CHUNKS_PER_NODE_MESSAGE_MAX),
     "ReportResultRequest.job_id": _text(JOB_ID_CHARS_MAX),
     "ReportPromptCacheRequest.job_id": _text(JOB_ID_CHARS_MAX),
     "ReportPromptCacheRequest.cached_prompt_tokens": _range(0, TOKENS_MAX),

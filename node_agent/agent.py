@@ -48,6 +48,7 @@ from node_agent.job_timeline import JobTimeline
 from node_agent.metrics import NodeMetrics
 from node_agent.peer_checks import run_check
 from node_agent.pods.leader import lead_pod_job
+from node_agent.token_mux import MuxSender, TokenMux
 from node_agent.token_sender import SenderThreads, TokenSender
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,8 @@ class NodeAgent:
         self._running = 0  # dequeued and not yet reported; the worker and the reporter count it
         self._running_lock = threading.Lock()
         self._reporter = JobReporter(self._finish_generated)
-        self._sender_threads = SenderThreads()
+        self._sender_threads = SenderThreads()  # pod jobs', and every job's if the coordinator lacks the mux
+        self._token_mux = TokenMux(self._client)  # the batch's jobs share one token stream
         self._heartbeat_interval_s = 2.0
         self.registered = threading.Event()
         self.untrusted: CoordinatorUntrusted | None = None  # why the agent stopped, if it did
@@ -350,8 +352,10 @@ class NodeAgent:
             return self._reports.partial_receipt(assignment, token_ids, recorded, started_at_ms,
                                                  first_token_at_ms[0])
 
-        sender = TokenSender(self._client, assignment.job_id, timeline=timeline,
-                             threads=self._sender_threads, prover=prove)
+        sender: TokenSender | MuxSender = (
+            self._token_mux.sender(assignment.job_id, timeline, prove) if self._token_mux.supported
+            else TokenSender(self._client, assignment.job_id, timeline=timeline,
+                             threads=self._sender_threads, prover=prove))
         keep_going = self._hooks.keep_going
         metrics, job_id = self.metrics, assignment.job_id
         timeline.mark("generating")
@@ -388,7 +392,7 @@ class NodeAgent:
             return False
         return True
 
-    def _generated(self, assignment: Assignment, timeline: JobTimeline, sender: TokenSender,
+    def _generated(self, assignment: Assignment, timeline: JobTimeline, sender: TokenSender | MuxSender,
                    job: BatchJob) -> None:
         """On the MLX thread, as the job leaves its batch: hand it to the reporter, or end it here."""
         handed_over = False

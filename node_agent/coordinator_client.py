@@ -541,16 +541,33 @@ class CoordinatorClient:
             self._attempts.pop(next(iter(self._attempts)))
         self._attempts[job_id] = attempt
 
+    def token_chunk_pb(self, job_id: str, c: Chunk, cached_prompt_tokens: int = 0) -> node_pb2.StreamTokensRequest:
+        """The chunk as sent, naming the job's attempt."""
+        return node_pb2.StreamTokensRequest(
+            job_id=job_id, first_index=c.first_index, token_ids=c.token_ids, text=c.text,
+            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens,
+            attempt=self._attempts.get(job_id, 0), cached_prompt_tokens=cached_prompt_tokens,
+            partial_receipt=None if c.partial_receipt is None else common_pb2.SignedReceipt(
+                body=c.partial_receipt[0], signature=c.partial_receipt[1]))
+
+    def stream_node_tokens(self, messages: Iterator[node_pb2.NodeTokensRequest]
+                           ) -> Iterator[node_pb2.NodeTokensResponse]:
+        """The node's one token stream: answers (one a message) as they come, until it ends."""
+        stub = self._stub
+        responses = stub.StreamNodeTokens(messages, metadata=self._metadata())
+        try:
+            yield from responses
+        except grpc.RpcError as error:
+            self._rebind(stub, error)  # a new connection: bound now, so the stream opened next is served
+            raise _translate(error) from error
+        finally:
+            responses.cancel()
+
     def stream_tokens(self, job_id: str,
                       chunks: Iterator[Chunk | tuple[int, tuple[int, ...], str]]) -> int:
         """Send chunks (or (first_index, token_ids, text) tuples) in one call; returns tokens accepted."""
-        attempt = self._attempts.get(job_id, 0)
-        requests = (node_pb2.StreamTokensRequest(
-            job_id=job_id, first_index=c.first_index, token_ids=c.token_ids, text=c.text,
-            logprobs=[_logprob_pb(entry) for entry in c.logprobs], prompt_tokens=c.prompt_tokens,
-            attempt=attempt, partial_receipt=None if c.partial_receipt is None else common_pb2.SignedReceipt(
-                body=c.partial_receipt[0], signature=c.partial_receipt[1]))
-            for c in (chunk if isinstance(chunk, Chunk) else Chunk(*chunk) for chunk in chunks))
+        requests = (self.token_chunk_pb(job_id, c)
+                    for c in (chunk if isinstance(chunk, Chunk) else Chunk(*chunk) for chunk in chunks))
         stub = self._stub
         sent = _Recorded(requests)
         try:

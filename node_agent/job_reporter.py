@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from node_agent.coordinator_client import Assignment
 from node_agent.inference.engine import GenerationResult
 from node_agent.job_timeline import JobTimeline
+from node_agent.token_mux import MuxSender
 from node_agent.token_sender import TokenSender
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ class Generated:
 
     assignment: Assignment
     result: GenerationResult
-    sender: TokenSender
+    sender: TokenSender | MuxSender
     timeline: JobTimeline
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from contracts.ids import JobId
 from contracts.models import VOCAB_SIZE_MAX
-from coordinator.errors import AlreadyDone, InvalidRequest, NotFound, PermissionDenied
+from coordinator.errors import AlreadyDone, CoordinatorError, InvalidRequest, NotFound, PermissionDenied
 from coordinator.jobs import ending
 from coordinator.jobs.receipt_check import ExpectedJob, check_receipt
 from coordinator.model import (
@@ -83,6 +83,40 @@ def check_token_ids(node: NodeRecord, model_id: str, chunk: TokenChunk) -> None:
                              f"(ids 0 to {vocab_size - 1}); nothing of this chunk was stored")
 
 
+def _check_chunk_shape(chunk: TokenChunk) -> None:
+    if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
+        raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
+                             f"{TOKENS_PER_CHUNK_MAX} token ids")
+
+
+def _check_chunk_fits(node: NodeRecord, job_id: str, job: job_rows.StreamingJob, chunk: TokenChunk,
+                      stored_tokens: int) -> bool:
+    """Whether the chunk is new (it starts where the stored tokens end) or a re-send; raises
+    when it cannot be stored (past the stored tokens or max_tokens, ids outside the vocabulary)."""
+    check_token_ids(node, job.model_id, chunk)
+    if chunk.first_index > stored_tokens:
+        raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "
+                             f"has {stored_tokens} tokens; send chunks in order")
+    if chunk.first_index + len(chunk.token_ids) > job.max_tokens:
+        raise InvalidRequest(f"job {job_id} allows at most {job.max_tokens} tokens")
+    if chunk.logprobs and len(chunk.logprobs) != len(chunk.token_ids):
+        raise InvalidRequest("a token chunk carries one logprob entry per token id, or none")
+    return chunk.first_index == stored_tokens  # chunks are contiguous: none starts at the end
+
+
+def _check_resent(session: Session, job_id: str, chunk: TokenChunk) -> None:
+    """A re-sent chunk must keep its original boundaries."""
+    if not job_rows.has_chunk_at(session, job_id, chunk.first_index):
+        raise InvalidRequest(f"token chunk at {chunk.first_index} overlaps stored tokens of job "
+                             f"{job_id}; re-send chunks with their original boundaries")
+
+
+def _check_partial(partial: SignedReceipt | None) -> None:
+    if partial is not None and (len(partial.body) > RECEIPT_BYTES_MAX
+                                or len(partial.signature) > RECEIPT_BYTES_MAX):
+        raise InvalidRequest(f"a partial receipt is at most {RECEIPT_BYTES_MAX} bytes")
+
+
 def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenChunk,
                   now_ms: int, prompt_tokens: int = 0, partial: SignedReceipt | None = None,
                   attempt: int = 0) -> bool:
@@ -93,33 +127,113 @@ def accept_tokens(session: Session, node: NodeRecord, job_id: str, chunk: TokenC
     attempt, when named, must be the job's current one. This runs for every chunk a node
     streams, so it reads only what it checks.
     """
-    if chunk.first_index < 0 or not chunk.token_ids or len(chunk.token_ids) > TOKENS_PER_CHUNK_MAX:
-        raise InvalidRequest(f"a token chunk needs first_index >= 0 and 1 to "
-                             f"{TOKENS_PER_CHUNK_MAX} token ids")
+    _check_chunk_shape(chunk)
     # Locked: a cancel that ends the job counts every stored token.
     job = _check_streaming(job_rows.lock_streaming_job(session, job_id, node.node_id), node, job_id,
                            attempt)
-    check_token_ids(node, job.model_id, chunk)
-    expected_index = job_rows.token_count(session, job_id)
-    if chunk.first_index > expected_index:
-        raise InvalidRequest(f"token chunk starts at {chunk.first_index} but job {job_id} "
-                             f"has {expected_index} tokens; send chunks in order")
-    if chunk.first_index + len(chunk.token_ids) > job.max_tokens:
-        raise InvalidRequest(f"job {job_id} allows at most {job.max_tokens} tokens")
-    if chunk.logprobs and len(chunk.logprobs) != len(chunk.token_ids):
-        raise InvalidRequest("a token chunk carries one logprob entry per token id, or none")
+    new = _check_chunk_fits(node, job_id, job, chunk, job_rows.token_count(session, job_id))
     if job.status is JobStatus.ASSIGNED:
         job_rows.transition_job(session, job_id, frozenset({JobStatus.ASSIGNED}),
                                status=JobStatus.RUNNING, started_at_ms=now_ms,
                                prompt_tokens=max(0, prompt_tokens))
     if partial is not None:
         keep_partial_receipt(session, job_id, partial)
-    if chunk.first_index == expected_index:  # chunks are contiguous: none starts at the end
+    if new:
         job_rows.insert_chunk(session, job_id, chunk)
         return True
-    if not job_rows.has_chunk_at(session, job_id, chunk.first_index):
-        raise InvalidRequest(f"token chunk at {chunk.first_index} overlaps stored tokens of job "
-                             f"{job_id}; re-send chunks with their original boundaries")
+    _check_resent(session, job_id, chunk)
+    return False
+
+
+@dataclass(frozen=True)
+class JobTokens:
+    """One job's chunk in a node's multiplexed token message (StreamNodeTokens)."""
+
+    job_id: str
+    chunk: TokenChunk
+    prompt_tokens: int = 0  # on the job's first chunk
+    partial: SignedReceipt | None = None
+    attempt: int = 0
+    cached_prompt_tokens: int = 0  # of the prompt, reused from the node's prompt cache
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """What accept_token_batch did: the chunks stored (new ones), the re-sends ignored, and the
+    jobs whose chunks were refused, each with its error (the others' chunks are stored)."""
+
+    stored: tuple[tuple[str, TokenChunk], ...]
+    resent: tuple[str, ...]
+    refused: tuple[tuple[str, CoordinatorError], ...]
+
+
+def accept_token_batch(session: Session, node: NodeRecord, entries: list[JobTokens],
+                       now_ms: int) -> TokenBatch:
+    """accept_tokens for many jobs' chunks in the caller's one transaction: one locking read
+    of every job (with its stored count), one insert of every new chunk.
+
+    A job's chunk that cannot be stored (cancelled, handed back, malformed) refuses that job
+    alone, and any later chunk of it in the message; nothing of it is written, and the other
+    jobs' chunks are stored as if sent apart."""
+    read = job_rows.lock_streaming_jobs(session, sorted({entry.job_id for entry in entries}), node.node_id)
+    stored_tokens = {job_id: batch_job.token_count for job_id, batch_job in read.items()}
+    statuses = {job_id: batch_job.job.status for job_id, batch_job in read.items()}
+    prompts = {job_id: batch_job.prompt_tokens for job_id, batch_job in read.items()}
+    stored: list[tuple[str, TokenChunk]] = []
+    resent: list[str] = []
+    refused: dict[str, CoordinatorError] = {}
+    for entry in entries:
+        job_id = entry.job_id
+        if job_id in refused:
+            continue
+        try:
+            new = _check_entry(session, node, entry, read.get(job_id), stored_tokens.get(job_id, 0),
+                               prompts.get(job_id, 0))
+        except CoordinatorError as error:
+            refused[job_id] = error
+            continue
+        # Every check passed: now its writes, which cannot fail on its input.
+        if _start_or_note(session, entry, statuses[job_id], now_ms):
+            statuses[job_id], prompts[job_id] = JobStatus.RUNNING, max(0, entry.prompt_tokens)
+        if entry.partial is not None:
+            job_rows.save_partial_receipt(session, job_id, entry.partial.body, entry.partial.signature)
+        if new:
+            stored.append((job_id, entry.chunk))
+            stored_tokens[job_id] = entry.chunk.first_index + len(entry.chunk.token_ids)
+        else:
+            resent.append(job_id)
+    job_rows.insert_chunks(session, stored)
+    return TokenBatch(tuple(stored), tuple(resent), tuple(refused.items()))
+
+
+def _check_entry(session: Session, node: NodeRecord, entry: JobTokens, read: job_rows.StreamingBatchJob | None,
+                 stored_tokens: int, prompt_tokens: int) -> bool:
+    """Every check accept_tokens makes, and the prompt-cache count's: True for a new chunk."""
+    _check_chunk_shape(entry.chunk)
+    job = _check_streaming(None if read is None else read.job, node, entry.job_id, entry.attempt)
+    new = _check_chunk_fits(node, entry.job_id, job, entry.chunk, stored_tokens)
+    _check_partial(entry.partial)
+    if entry.cached_prompt_tokens:
+        prompt = entry.prompt_tokens if job.status is JobStatus.ASSIGNED else prompt_tokens
+        if not 0 <= entry.cached_prompt_tokens <= prompt:
+            raise InvalidRequest(f"cached_prompt_tokens must be from 0 to the job's {prompt} prompt "
+                                 f"tokens; got {entry.cached_prompt_tokens}")
+    if not new:
+        _check_resent(session, entry.job_id, entry.chunk)
+    return new
+
+
+def _start_or_note(session: Session, entry: JobTokens, status: JobStatus, now_ms: int) -> bool:
+    """The job's first chunk starts it (with its prompt's length): True then. A prompt-cache
+    count is kept."""
+    cached = {"cached_prompt_tokens": entry.cached_prompt_tokens} if entry.cached_prompt_tokens else {}
+    if status is JobStatus.ASSIGNED:
+        job_rows.transition_job(session, entry.job_id, frozenset({JobStatus.ASSIGNED}),
+                               status=JobStatus.RUNNING, started_at_ms=now_ms,
+                               prompt_tokens=max(0, entry.prompt_tokens), **cached)
+        return True
+    if cached:
+        job_rows.transition_job(session, entry.job_id, frozenset({status}), **cached)
     return False
 
 
@@ -134,8 +248,7 @@ def note_cached_prompt(session: Session, node: NodeRecord, job_id: str, cached_p
 
 
 def keep_partial_receipt(session: Session, job_id: str, partial: SignedReceipt) -> None:
-    if len(partial.body) > RECEIPT_BYTES_MAX or len(partial.signature) > RECEIPT_BYTES_MAX:
-        raise InvalidRequest(f"a partial receipt is at most {RECEIPT_BYTES_MAX} bytes")
+    _check_partial(partial)
     job_rows.save_partial_receipt(session, job_id, partial.body, partial.signature)
 
 

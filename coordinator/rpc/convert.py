@@ -18,6 +18,7 @@ from contracts.signing import SIGNATURE_BYTES
 from contracts.pods import PodCable, PodDeclaration
 from coordinator.errors import InvalidRequest
 from coordinator.jobs import answers, chat_options
+from coordinator.jobs.results import JobTokens
 from coordinator.jobs.submission import Submission
 from coordinator.model import (
     ERROR_PROMPT_TOO_LONG, PROMPT_CHAT, JobRecord, JobStatus, SignedReceipt, SpotChallenge, TokenChunk,
@@ -224,6 +225,12 @@ def token_chunk_from_pb(request: node_pb2.StreamTokensRequest) -> TokenChunk:
         raise InvalidRequest(f"a token's top logprobs hold at most {TOP_LOGPROBS_MAX} entries")
     return TokenChunk(request.first_index, tuple(request.token_ids), request.text,
                       tuple(logprob_from_pb(entry) for entry in request.logprobs))
+
+
+def job_tokens_from_pb(request: node_pb2.StreamTokensRequest) -> JobTokens:
+    """One job's chunk of a multiplexed message (StreamNodeTokens)."""
+    return JobTokens(request.job_id, token_chunk_from_pb(request), request.prompt_tokens,
+                     partial_receipt_from_pb(request), request.attempt, request.cached_prompt_tokens)
 
 
 def logprob_from_pb(entry: common_pb2.TokenLogprob) -> TokenLogprob:

@@ -10,12 +10,14 @@ import grpc
 from contracts import hop_trace
 from contracts.signing import SESSION_METADATA_KEY
 from contracts.peer_checks import CheckJob
-from coordinator.errors import InvalidRequest
+from contracts.limits import ERROR_CHARS_MAX, shown
+from coordinator.errors import CoordinatorError, InvalidRequest
+from coordinator.jobs.results import JobTokens
 from coordinator.model import NodeRecord, SignedReceipt, SpotChallenge
 from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
-from coordinator.rpc.status import translate_errors, translate_stream_errors
+from coordinator.rpc.status import status_for, translate_errors, translate_stream_errors
 from coordinator.rpc.stream_limits import OpenStreams
 from coordinator.service import CoordinatorService
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
@@ -125,6 +127,39 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                                             request.attempt):
                     accepted += len(request.token_ids)
         return node_pb2.StreamTokensResponse(tokens_accepted=accepted)
+
+    @translate_stream_errors
+    async def StreamNodeTokens(self, request_iterator, context):  # noqa: N802
+        """Every job's tokens of one node on one stream: a message's chunks are stored in one
+        transaction, and its answer names the jobs refused (they stop; the others go on)."""
+        node = await self._offload.call(self._node, _session_token(context))
+        with self._streams.hold("StreamNodeTokens", f"node {node.node_id}",
+                                self._streams.limits.token_streams_per_node):
+            async for request in request_iterator:
+                refused = await self._offload.step(self._accept_node_tokens, node, request)
+                yield node_pb2.NodeTokensResponse(sequence=request.sequence, refused=refused)
+
+    def _accept_node_tokens(self, node: NodeRecord, request: node_pb2.NodeTokensRequest
+                            ) -> list[node_pb2.JobTokensRefused]:
+        entries: list[JobTokens] = []
+        refused: dict[str, CoordinatorError] = {}
+        for chunk in request.chunks:
+            if chunk.first_index == 0:
+                hop_trace.job_hop(chunk.job_id, "first chunk read")
+            if chunk.job_id in refused:
+                continue
+            try:
+                entries.append(convert.job_tokens_from_pb(chunk))
+            except CoordinatorError as error:  # this job's chunk is malformed: it alone is refused
+                refused[chunk.job_id] = error
+        if entries:
+            batch = self._service.nodes.accept_token_batch(node, entries)
+            refused.update(batch.refused)
+        for job_id, error in refused.items():
+            log.info("tokens of job %s refused: %s", shown(job_id), shown(str(error), ERROR_CHARS_MAX))
+        return [node_pb2.JobTokensRefused(job_id=job_id, code=status_for(error).name,
+                                          message=shown(str(error), ERROR_CHARS_MAX))
+                for job_id, error in refused.items()]
 
     @translate_errors
     async def ReportResult(self, request, context):  # noqa: N802

@@ -122,6 +122,18 @@ class ServiceCore:
             carried = () if topic is None else (topic,)
         self.notifier.notify(job_topic(job_id), carrying=carried)
 
+    def chunks_stored(self, stored: tuple[tuple[str, TokenChunk], ...], unchanged: tuple[str, ...] = ()) -> None:
+        """chunk_stored for a multiplexed message's chunks, in one notification: its readers
+        (and those of the jobs whose chunks changed nothing) wake together."""
+        carried: list[str] = []
+        for job_id, chunk in stored:
+            self.live_chunks.publish(job_id, [chunk])
+            if self.notifier.relayed:
+                carried.append(chunk_topic(job_id, chunk))
+        topics = dict.fromkeys(job_topic(job_id) for job_id in (*(j for j, _ in stored), *unchanged))
+        if topics:
+            self.notifier.notify(*topics, carrying=tuple(carried))
+
     def wake_jobs(self, job_ids: list[str] | tuple[str, ...], node_ids: tuple[str, ...] | list[str] = ()) -> None:
         """After commit: readers of these jobs, and streams of these nodes, look again."""
         self.notifier.notify(*(job_topic(j) for j in job_ids), *(node_topic(n) for n in node_ids))

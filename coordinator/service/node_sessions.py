@@ -348,6 +348,17 @@ class NodeSessions:
         self._core.chunk_stored(job_id, chunk if stored else None)  # committed: readers may have it
         return stored
 
+    def accept_token_batch(self, node: NodeRecord, entries: list[results.JobTokens]) -> results.TokenBatch:
+        """A node's multiplexed message: every job's chunk in one transaction (not durable, as
+        accept_tokens); a job whose chunk is refused is named in the outcome, the others stored."""
+        with self._core.db.transaction(durable=False) as session:
+            batch = results.accept_token_batch(session, node, entries, self._core.clock.now_ms())
+        for job_id, chunk in batch.stored:
+            if chunk.first_index == 0:
+                hop_trace.job_hop(job_id, "first chunk stored")
+        self._core.chunks_stored(batch.stored, batch.resent)  # committed: readers may have them
+        return batch
+
     def note_cached_prompt(self, node: NodeRecord, job_id: str, cached_prompt_tokens: int, attempt: int = 0) -> None:
         """The node reused part of the job's prompt from its prompt cache: usage reports it."""
         with self._core.db.transaction(durable=False) as session:  # a figure for the consumer, no money

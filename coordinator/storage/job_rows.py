@@ -10,7 +10,7 @@ import functools
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import Update, bindparam, case, delete, func, insert, or_, select, update
+from sqlalchemy import Update, and_, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -125,6 +125,47 @@ def lock_streaming_job(session: Session, job_id: str, node_id: str) -> Streaming
         return None
     status, max_tokens, attempt, model_id, assigned = row
     return StreamingJob(JobStatus(status), max_tokens, bool(assigned), attempt, model_id)
+
+
+@dataclass(frozen=True)
+class StreamingBatchJob:
+    """A job as a node's multiplexed token message needs it: its streaming checks, the
+    tokens stored so far and the prompt's length (for a prompt-cache count)."""
+
+    job: StreamingJob
+    token_count: int
+    prompt_tokens: int
+
+
+_last_chunk = job_tokens.alias("last_chunk")
+# Each job with its last stored chunk (none yet: NULLs), all in one locking read, in job_id
+# order: two transactions never take the same rows in opposite orders.
+_STREAMING_JOBS = select(
+    jobs.c.job_id, jobs.c.status, jobs.c.max_tokens, jobs.c.attempt, jobs.c.model_id, jobs.c.prompt_tokens,
+    select(job_assignments.c.node_id).where(
+        job_assignments.c.job_id == jobs.c.job_id, job_assignments.c.attempt == jobs.c.attempt,
+        job_assignments.c.node_id == bindparam("node_id")).exists().label("assigned"),
+    _last_chunk.c.first_index, _last_chunk.c.token_ids_json,
+).select_from(jobs.outerjoin(_last_chunk, and_(
+    _last_chunk.c.job_id == jobs.c.job_id,
+    _last_chunk.c.first_index == select(func.max(job_tokens.c.first_index)).where(
+        job_tokens.c.job_id == jobs.c.job_id).scalar_subquery()))
+).where(jobs.c.job_id.in_(bindparam("job_ids", expanding=True))
+        ).order_by(jobs.c.job_id).with_for_update(of=jobs)
+
+
+def lock_streaming_jobs(session: Session, job_ids: list[str], node_id: str) -> dict[str, StreamingBatchJob]:
+    """lock_streaming_job and token_count for many jobs in one query; unknown jobs are absent."""
+    found: dict[str, StreamingBatchJob] = {}
+    if not job_ids:
+        return found
+    rows = session.execute(_STREAMING_JOBS, {"job_ids": list(job_ids), "node_id": node_id})
+    for job_id, status, max_tokens, attempt, model_id, prompt_tokens, assigned, first_index, ids_json in rows:
+        count = 0 if first_index is None else first_index + len(json.loads(ids_json))
+        found[job_id] = StreamingBatchJob(
+            StreamingJob(JobStatus(status), max_tokens, bool(assigned), attempt, model_id),
+            count, prompt_tokens or 0)
+    return found
 
 
 def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRecord | None:
@@ -279,11 +320,20 @@ def append_tokens(session: Session, job_id: str, chunk: TokenChunk) -> bool:
 
 def insert_chunk(session: Session, job_id: str, chunk: TokenChunk) -> None:
     """Store a chunk known to be new: it starts where the stored tokens end."""
+    session.execute(_INSERT_CHUNK, _chunk_row(job_id, chunk))
+
+
+def insert_chunks(session: Session, chunks: list[tuple[str, TokenChunk]]) -> None:
+    """insert_chunk for many (job_id, chunk) pairs, in one statement."""
+    if chunks:
+        session.execute(_INSERT_CHUNK, [_chunk_row(job_id, chunk) for job_id, chunk in chunks])
+
+
+def _chunk_row(job_id: str, chunk: TokenChunk) -> dict[str, object]:
     logprobs = json.dumps(logprobs_to_json(chunk.logprobs)) if chunk.logprobs else None
-    session.execute(_INSERT_CHUNK, {
-        "job_id": job_id, "first_index": chunk.first_index,
-        "token_ids_json": json.dumps(list(chunk.token_ids)), "text": chunk.text,
-        "logprobs_json": logprobs})
+    return {"job_id": job_id, "first_index": chunk.first_index,
+            "token_ids_json": json.dumps(list(chunk.token_ids)), "text": chunk.text,
+            "logprobs_json": logprobs}
 
 
 def token_chunks(session: Session, job_id: str, from_index: int = 0) -> list[TokenChunk]:

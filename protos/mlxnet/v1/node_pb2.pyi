@@ -334,7 +334,7 @@ class AnswerChallengeResponse(_message.Message):
     def __init__(self, passed: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StreamTokensRequest(_message.Message):
-    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens", "partial_receipt", "attempt")
+    __slots__ = ("job_id", "first_index", "token_ids", "text", "logprobs", "prompt_tokens", "partial_receipt", "attempt", "cached_prompt_tokens")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -343,6 +343,7 @@ class StreamTokensRequest(_message.Message):
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     first_index: int
     token_ids: _containers.RepeatedScalarFieldContainer[int]
@@ -351,13 +352,40 @@ class StreamTokensRequest(_message.Message):
     prompt_tokens: int
     partial_receipt: _common_pb2.SignedReceipt
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+    cached_prompt_tokens: int
+    def __init__(self, job_id: _Optional[str] = ..., first_index: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ..., partial_receipt: _Optional[_Union[_common_pb2.SignedReceipt, _Mapping]] = ..., attempt: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class StreamTokensResponse(_message.Message):
     __slots__ = ("tokens_accepted",)
     TOKENS_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     tokens_accepted: int
     def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
+
+class NodeTokensRequest(_message.Message):
+    __slots__ = ("sequence", "chunks")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    chunks: _containers.RepeatedCompositeFieldContainer[StreamTokensRequest]
+    def __init__(self, sequence: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[StreamTokensRequest, _Mapping]]] = ...) -> None: ...
+
+class NodeTokensResponse(_message.Message):
+    __slots__ = ("sequence", "refused")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    refused: _containers.RepeatedCompositeFieldContainer[JobTokensRefused]
+    def __init__(self, sequence: _Optional[int] = ..., refused: _Optional[_Iterable[_Union[JobTokensRefused, _Mapping]]] = ...) -> None: ...
+
+class JobTokensRefused(_message.Message):
+    __slots__ = ("job_id", "code", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    code: str
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReportResultRequest(_message.Message):
     __slots__ = ("job_id", "receipt", "failure_reason", "handed_back", "failure", "partial_receipt", "attempt")

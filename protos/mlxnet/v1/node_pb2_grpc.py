@@ -69,6 +69,11 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamTokensRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamTokensResponse.FromString,
                 _registered_method=True)
+        self.StreamNodeTokens = channel.stream_stream(
+                '/mlxnet.v1.NodeService/StreamNodeTokens',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensResponse.FromString,
+                _registered_method=True)
         self.ReportResult = channel.unary_unary(
                 '/mlxnet.v1.NodeService/ReportResult',
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReportResultRequest.SerializeToString,
@@ -145,6 +150,15 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamNodeTokens(self, request_iterator, context):
+        """One stream for all of a node's jobs: each message carries chunks of many jobs, stored
+        in one transaction; each answer acknowledges one message and names the jobs whose
+        chunks were refused (cancelled, handed back), which stop while the others go on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportResult(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -213,6 +227,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.StreamTokens,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamTokensRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamTokensResponse.SerializeToString,
+            ),
+            'StreamNodeTokens': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamNodeTokens,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensResponse.SerializeToString,
             ),
             'ReportResult': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportResult,
@@ -407,6 +426,33 @@ class NodeService:
             '/mlxnet.v1.NodeService/StreamTokens',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamTokensRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamNodeTokens(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mlxnet.v1.NodeService/StreamNodeTokens',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,
