@@ -52,11 +52,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from contracts.commitments import COMMITMENT_VERSION, TOP_K, chunk_bytes  # noqa: E402
 from coordinator.verification.economics import (  # noqa: E402
-    Cheater, Exposure, check_rate_for_job, checker_at_stake, checker_fee_bps, checker_profit, expected_profit, forfeit,
-    planted_rate, replay_cost,
+    BASIS_POINTS, Cheater, Exposure, check_rate_for_job, checker_at_stake, checker_fee_bps, checker_profit,
+    expected_profit, forfeit, planted_rate, replay_cost,
 )
 from coordinator.verification.policy import TrustPolicy, TrustRecord, check_rate  # noqa: E402
 from coordinator.verification.tolerances import DEFAULT_TOLERANCES  # noqa: E402
+from ledger.api import network_fee_floor  # noqa: E402
 
 OPENBLAS = Path(os.environ.get("MLXNET_OPENBLAS", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"))
 WARMUP_JOBS = 2
@@ -283,16 +284,20 @@ def _report_checker_economics(trials: int) -> None:
     stake = TrustPolicy().stake
     credit = 1_000_000
     bps = checker_fee_bps(stake)
+    network_bps = BASIS_POINTS * network_fee_floor(credit) // credit
     print(f"\ncheckers, default policy: fee {bps / 100:g}% of the checked job's credit (fee_margin "
-          f"{stake.fee_margin} x (1 + planted_share_min {stake.planted_share_min}) x check_cost_share "
-          f"{stake.check_cost_share} x kappa {stake.work_cost_share_max}); planted checks per real one: "
+          f"{stake.fee_margin} x (1 + planted_per_check_max {stake.planted_per_check_max}) x check_cost_share "
+          f"{stake.check_cost_share} x kappa {stake.work_cost_share_max}), paid from the job's network fee "
+          f"({network_bps / 100:g}% of its credit) and capped at it; planted checks per real one: "
           f"{stake.planted_share_min}..{stake.planted_per_check_max}")
-    print("  at stake (job credits)  planted r   honest profit/check   lazy: caught q   lazy profit/answer"
+    print("  a lazy answer's expected profit over an honest one: C - q x (S + fee), S what it has at stake, "
+          "fee the check's own (held: not paid once caught)")
+    print("  at stake S (job credits)  planted r   honest profit/check   lazy: caught q   lazy profit/answer"
           "   (in job credits)")
     for at_stake in STAKES_IN_CREDITS:
         found = checker_profit(credit, round(at_stake * credit), stake)
-        print(f"  {at_stake:>22g}  {found.planted_rate:>9.3f}   {found.honest / credit:>+19.3f}"
-              f"   {found.lazy_caught:>14.3f}   {found.lazy / credit:>+18.3f}")
+        print(f"  {at_stake:>24g}  {found.planted_rate:>9.3f}   {found.honest / credit:>+19.3f}"
+              f"   {found.lazy_caught:>14.3f}   {found.lazy / credit:>+18.4f}")
     rng = random.Random(32)
     for held in (0, 1, 10):
         caught, profits = _lazy_checks_until_caught(stake, held, rng, trials)
@@ -306,25 +311,26 @@ def _lazy_checks_until_caught(stake, held: float, rng: random.Random, trials: in
                               checks_max: int = 10_000) -> tuple[list[int], list[float]]:
     """A checker that answers "matches" to every check, through planted_rate: its stake is its fees
     so far (all taken back when caught) plus `held` job credits; each real check brings a planted one
-    with probability r, answered in a random order. Per trial: checks answered until caught, and its
-    profit over honest checking of the same checks (honest: fees less replays; lazy: its stake lost)."""
+    with probability r. Caught on the first planted one, it still answers the real check that came with
+    it, unpaid (a fee paid before the catch is taken back, one after it withheld). Per trial: checks
+    answered until caught, and its profit over an honest checker answering the same checks (honest:
+    every real check's fee less every replay; lazy: its stake lost, every fee gone)."""
     credit = 1_000
     held_units = round(held * credit)
     fee = credit * checker_fee_bps(stake) // 10_000
     cost = replay_cost(credit, stake)
     caught_after, profits = [], []
     for _ in range(trials):
-        fees, answered = 0, 0
+        fees, real, answered = 0, 0, 0
         while answered < checks_max:
             rate = planted_rate(credit, checker_at_stake(fees, held_units, 0, stake), stake)
             planted = rng.random() < rate
-            if not planted or rng.random() < 0.5:  # the real check answered (first)
-                answered, fees = answered + 1, fees + fee
+            real, answered = real + 1, answered + 1 + planted
             if planted:
-                answered += 1
                 break
-        lazy = -forfeit(held_units, stake)  # every fee taken back, the stake voided
-        honest = fees - cost * answered
+            fees += fee
+        lazy = -forfeit(held_units, stake)  # every fee taken back or withheld, the stake voided
+        honest = fee * real - cost * answered
         caught_after.append(answered)
         profits.append((lazy - honest) / credit)
     return caught_after, profits

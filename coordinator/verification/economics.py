@@ -46,24 +46,38 @@ The fee is paid out of the checked job's network share and never exceeds it: che
 at the job's network fee (ledger.policy.network_fee_floor, 15/85 = 17.6% of the operator credit
 at the default earning policy), in base units. So the policy must keep
 fee_margin * (1 + planted_per_check_max) * check_cost_share * kappa below that share: at the
-defaults 1.25 x 1.5 x 0.15 x 0.4 = 11.25%. check_cost_share (0.15) is an assumption for Macs,
-where a replay is one prefill pass and prefill runs many times faster per token than decoding
-(decoding reads every weight once per token); bench/verify.py measured 0.47 for the 3M-parameter
-test model on this CPU, where per-token overhead dominates, and at that cost the fee would not
-cover a CPU checker's replays.
+defaults 1.25 x 2 x 0.15 x 0.4 = 15%. check_cost_share (0.15) assumes a replay, one prefill pass,
+runs many times faster per token than decoding, as on a Mac's GPU (decoding reads every weight
+once per token). bench/verify.py on this CPU, tiny test model: verification took 0.12 of the
+generation with OpenBLAS, but 0.54 with MLX's bundled reference BLAS; a checker that slow is
+not covered by the fee. Not measured on a Mac here.
 
 A lazy checker answers "matches" without replaying, saving C. On a planted check that answer is
-wrong and caught for sure, and the check is planted with probability q = r / (1 + r), so it
-loses, with that probability, what it has at stake: L = every fee paid for its checks within
-the claw-back horizon, taken back, plus `stake_share` of its held credits and `clawback_share` of
-its posted ones, as a failed job would. Laziness on a check pays in expectation when C > q * L,
-so each assignment's planting rate is raised until
+wrong and caught for sure, and an answer is to a planted check with probability q = r / (1 + r),
+so it loses, with that probability, what it has at stake: L = S + fee, where S is every fee paid
+for its checks within the claw-back horizon, taken back, plus `stake_share` of its held credits
+and `clawback_share` of its posted ones, as a failed job would; and `fee` is the fee of the real
+check the planted one came with, which is held as stake: a checker caught before it is paid is
+never paid it (peer_checks._pay_fees), and one paid before is caught within the horizon and gives
+it back. A lazy answer pays in expectation when C > q * L, so each assignment's planting rate is
+raised until
 
-    r / (1 + r)  >=  margin * C / L                             (planted_rate)
+    r / (1 + r)  >=  margin * C / (S + fee)                     (planted_rate)
 
-which holds whenever L >= margin * C * (1 + r_max) / r_max; below that (a checker with almost
-nothing at stake) r is r_max and the checker also loses its trust (quarantine_failures catches
-take it out of placement for good). bench/verify.py --policy-only evaluates both sides.
+At S = 0 (a checker with nothing at stake) r is r_max, and then, since fee = fee_margin *
+(1 + r_max) * C,
+
+    q * L  =  r_max / (1 + r_max) * fee  =  fee_margin * r_max * C  >=  margin * C
+
+whenever fee_margin * r_max >= margin (asserted below; 1.25 x 1 >= 1.25 at the defaults). So for
+every stake S >= 0 a lazy answer's expected profit over an honest one,
+
+    C - q * (S + fee)  <=  (1 - margin) * C  <  0,
+
+is negative: -0.25 C = -0.015 of the job's credit at S = 0, falling with S (up to the rounding of
+integer fees, one base unit). A caught checker also loses its trust (quarantine_failures catches
+take it out of placement for good), which is left out. bench/verify.py --policy-only evaluates
+both sides.
 """
 
 from __future__ import annotations
@@ -82,11 +96,11 @@ class StakePolicy:
     clawback_horizon_s: int = 7 * 24 * 3600
     checks_per_window_min: float = 2.0  # expected checks per node per check window, at least
     unverifiable_hold_s: int = 3 * 24 * 3600  # credits of a model nobody can check stay held this long
-    # Checkers (see above): a replay costs at most this share of the job's compute (a prefill on a
-    # Mac's GPU; bench/verify.py measured 0.47 on CPU for the tiny test model, not a Mac) ...
+    # Checkers (see above): a replay costs at most this share of the job's compute (a prefill; on CPU
+    # bench/verify.py measured 0.12 with OpenBLAS, 0.54 with the reference BLAS; a Mac not measured) ...
     check_cost_share: float = 0.15
     planted_share_min: float = 0.1  # ... planted checks per real check, at least ...
-    planted_per_check_max: float = 0.5  # ... and at most (a checker with little at stake)
+    planted_per_check_max: float = 1.0  # ... and at most (a checker with little at stake): one per real check
     fee_margin: float = 1.25  # the fee covers this much more than an honest checker's replays cost
 
     def __post_init__(self) -> None:
@@ -98,6 +112,8 @@ class StakePolicy:
         assert self.unverifiable_hold_s >= 0
         assert 0 < self.check_cost_share <= 1 and self.fee_margin >= 1
         assert 0 < self.planted_share_min <= self.planted_per_check_max <= 1
+        assert self.fee_margin * self.planted_per_check_max >= self.margin, \
+            "fee_margin x r_max < margin: a lazy answer would pay for a checker with nothing at stake"
 
 
 @dataclass(frozen=True)
@@ -161,11 +177,19 @@ def replay_cost(job_credit: int, policy: StakePolicy) -> float:
     return policy.check_cost_share * policy.work_cost_share_max * job_credit
 
 
+def own_fee(job_credit: int, policy: StakePolicy) -> int:
+    """The fee of a real check of a job of this credit, before the network-fee cap (peers.check_fee):
+    what the checker holds at stake on that check itself."""
+    return job_credit * checker_fee_bps(policy) // BASIS_POINTS
+
+
 def planted_rate(job_credit: int, at_stake: int, policy: StakePolicy) -> float:
     """Planted checks to send with a real check of this credit, per real check, for a checker with
-    `at_stake` base units to lose when caught: the least r with r / (1 + r) >= margin * C / L."""
+    `at_stake` base units (S) to lose when caught besides the check's own fee: the least r with
+    r / (1 + r) >= margin * C / (S + fee)."""
     assert job_credit >= 0 and at_stake >= 0
-    needed = policy.margin * replay_cost(job_credit, policy) / at_stake if at_stake else math.inf
+    loss = at_stake + own_fee(job_credit, policy)
+    needed = policy.margin * replay_cost(job_credit, policy) / loss if loss else math.inf
     rate = needed / (1 - needed) if needed < 1 else math.inf
     return min(policy.planted_per_check_max, max(policy.planted_share_min, rate))
 
@@ -176,7 +200,7 @@ class CheckerProfit:
     honest: float  # base units an honest checker earns per real check, over its replays' cost
     lazy_gain: float  # C: what one lazy answer saves
     lazy_caught: float  # q = r / (1 + r): the chance that answer was to a planted check
-    lazy_loss: float  # L: what the checker loses when caught
+    lazy_loss: float  # L = S + fee: what the checker loses when caught (its stake and the check's own fee)
     lazy: float  # expected profit of one lazy answer, over an honest one: C - q * L
 
 
@@ -184,13 +208,15 @@ def checker_profit(job_credit: int, at_stake: int, policy: StakePolicy) -> Check
     """Both sides of the checker's choice, for a check of a job of this credit (see above)."""
     rate = planted_rate(job_credit, at_stake, policy)
     cost = replay_cost(job_credit, policy)
-    fee = job_credit * checker_fee_bps(policy) // BASIS_POINTS
+    fee = own_fee(job_credit, policy)
     caught = rate / (1 + rate)
-    return CheckerProfit(rate, fee - (1 + rate) * cost, cost, caught, at_stake, cost - caught * at_stake)
+    loss = at_stake + fee
+    return CheckerProfit(rate, fee - (1 + rate) * cost, cost, caught, loss, cost - caught * loss)
 
 
 def checker_at_stake(fees_in_horizon: int, held_credit: int, posted_in_horizon: int, policy: StakePolicy) -> int:
-    """L: what a checker caught answering a planted check loses (its fees, its stake, a claw-back)."""
+    """S: what a checker caught answering a planted check loses besides the fee of the check in hand
+    (its fees of the horizon, its stake, a claw-back)."""
     return fees_in_horizon + forfeit(held_credit, policy) + clawback(posted_in_horizon, policy)
 
 

@@ -356,8 +356,15 @@ def _pay_fees(session: Session, rows: list[PeerCheckRecord], decided: Ruling, jo
     assert check is not None
     fee_kept = job_passed and _fee_collected(session, check.job_id)
     amount = check_fee(check.operator_credit, policy)
+    horizon_start_ms = now_ms - policy.clawback_horizon_s * 1000
     for row in rows:
         if not fee_is_earned(row.role, decided) or row.fee_transfer_id or row.checker_operator_id is None:
+            continue
+        if row.checker_node_id is not None and peer_store.caught_since(session, row.checker_node_id,
+                                                                       horizon_start_ms):
+            # The fee is the checker's stake on this check (economics.py): once caught lazy, it is not paid.
+            log.warning("check fee of %s withheld: its checker %s was caught by a planted check",
+                        row.check_id, row.checker_node_id)
             continue
         result = pay_check_fee(session, row.check_id, check.job_id, row.checker_operator_id, amount,
                                from_fees=fee_kept, now_us=now_ms * 1000)

@@ -194,6 +194,14 @@ def take_back_fees(session: Session, node_id: str, since_ms: int, by_check_id: s
     return amount
 
 
+def caught_since(session: Session, node_id: str, since_ms: int) -> bool:
+    """Whether the node passed a planted claim (was caught being lazy) in an answer since then."""
+    return session.execute(select(peer_checks.c.check_id).where(
+        peer_checks.c.checker_node_id == node_id, peer_checks.c.planted_from_job_id.is_not(None),
+        peer_checks.c.status == PeerCheckStatus.ANSWERED.value, peer_checks.c.passed.is_(True),
+        peer_checks.c.answered_at_ms >= since_ms).limit(1)).first() is not None
+
+
 def planted_answered_by(session: Session, node_id: str, limit: int) -> list[PeerCheckRecord]:
     """The planted checks a node answered, newest first (an auditor's view of its diligence)."""
     rows = session.execute(select(peer_checks).where(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from coordinator.verification.economics import (
     Cheater, Exposure, StakePolicy, check_rate_for_job, checker_fee_bps, checker_profit, choose_forfeits,
-    expected_profit, planted_rate, replay_cost, stake_rate, window_floor_rate,
+    expected_profit, own_fee, planted_rate, replay_cost, stake_rate, window_floor_rate,
 )
 from coordinator.verification.policy import TrustPolicy
 
@@ -99,21 +99,34 @@ def test_the_planted_rate_stays_in_bounds_and_falls_with_the_stake(credit: int, 
     assert planted_rate(credit, stake + more, STAKE) <= rate
 
 
-@given(st.integers(1, 10**12), st.floats(1.0, 10**6))
-def test_laziness_loses_money_for_a_checker_with_enough_at_stake(credit: int, factor: float) -> None:
-    """The inequality of economics.py: r / (1 + r) >= margin * C / L, met once L reaches
-    margin * C * (1 + r_max) / r_max; below that the rate is r_max (see the bench)."""
-    r_max = STAKE.planted_per_check_max
-    enough = STAKE.margin * replay_cost(credit, STAKE) * (1 + r_max) / r_max
-    found = checker_profit(credit, math.ceil(enough * factor), STAKE)
+@given(st.integers(1_000, 10**12), st.one_of(st.just(0), st.integers(0, 10**15)))
+def test_laziness_loses_money_at_every_stake_even_none(credit: int, stake: int) -> None:
+    """The inequality of economics.py: q * (S + fee) >= margin * C for every S >= 0, so a lazy
+    answer's expected profit C - q * (S + fee) is negative; integer fees round it by a unit."""
+    found = checker_profit(credit, stake, STAKE)
     assert found.lazy < 0
-    assert found.lazy_caught * found.lazy_loss >= STAKE.margin * found.lazy_gain * (1 - 1e-9)
+    assert found.lazy_loss == stake + own_fee(credit, STAKE)
+    assert found.lazy_caught * found.lazy_loss >= STAKE.margin * found.lazy_gain - 1
+    if stake == 0:  # nothing at stake: a planted check with every real one
+        assert found.planted_rate == pytest.approx(STAKE.planted_per_check_max) == 1.0
+        assert found.lazy <= (1 - STAKE.margin) * found.lazy_gain + 1
+
+
+@given(st.integers(1_000, 10**12))
+def test_an_honest_checker_earns_more_than_its_replays_cost_even_at_the_most_planting(credit: int) -> None:
+    found = checker_profit(credit, 0, STAKE)
+    assert found.planted_rate == pytest.approx(STAKE.planted_per_check_max) and found.honest > 0
+
+
+def test_a_policy_where_laziness_pays_at_zero_stake_is_refused() -> None:
+    with pytest.raises(AssertionError, match="nothing at stake"):
+        StakePolicy(planted_per_check_max=0.5)
 
 
 def test_the_fee_is_derived_from_the_stake_policy() -> None:
-    assert checker_fee_bps(STAKE) == 1_125  # 1.25 x (1 + 0.5) x 0.15 x 0.4
+    assert checker_fee_bps(STAKE) == 1_500  # 1.25 x (1 + 1) x 0.15 x 0.4
     cheaper = StakePolicy(check_cost_share=0.075)
-    assert checker_fee_bps(cheaper) == 563
+    assert checker_fee_bps(cheaper) == 750
 
 
 def test_the_default_fee_fits_inside_a_jobs_network_share() -> None:

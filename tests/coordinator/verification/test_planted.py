@@ -220,6 +220,8 @@ def test_a_lazy_checker_is_caught_and_an_honest_one_never_is(database_url: str, 
         taken_back = (taken.amount if taken else 0) + (owed.amount if owed else 0)
         assert taken_back == fees  # none when caught before its first fee
         assert kept_after_catch == 0
+        # Nor is it paid for any check settled after the catch: the fee was its stake (economics.py).
+        assert _fees_kept(service, lazy) == 0
         # What an auditor reads: the planted checks the node answered, and why it was caught.
         assert checks_view._show_node(service.db, lazy) == 0
         shown = capsys.readouterr().out
