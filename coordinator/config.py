@@ -44,6 +44,10 @@ class CoordinatorConfig:
     liveness_flush_interval_ms: int = 1_000
     # A node's session as last read serves its heartbeats this long (nodes.session_cache).
     session_cache_ttl_ms: int = 30_000
+    # The same while the relay is up: it carries registrations and leaves made through other
+    # coordinators, and each drops the node's cached session at once. At 30 s a heartbeat every
+    # 10 s re-read its session once in 3 beats (a PostgreSQL transaction each); this costs 1 in 60.
+    session_cache_relayed_ttl_ms: int = 600_000
     # How often the reaper looks for nodes no coordinator hears that still hold jobs (those of
     # a coordinator that died); it hears its own nodes stop without reading the database.
     orphan_sweep_interval_ms: int = 60_000
@@ -97,6 +101,7 @@ class CoordinatorConfig:
         assert self.challenge_mean_interval_s > 0 and self.challenge_pass_interval_s > 0
         assert self.liveness_flush_interval_ms > 0
         assert self.session_cache_ttl_ms >= 0 and self.orphan_sweep_interval_ms > 0
+        assert self.session_cache_relayed_ttl_ms >= self.session_cache_ttl_ms
 
     @property
     def liveness_flush_ms(self) -> int:

@@ -1,7 +1,8 @@
 """Node sessions as last read, so a heartbeat needs no database read to know who sent it.
 
 An entry is good for `ttl_ms`: a session replaced or ended through another coordinator on the
-same database is refused here at most that much later. Sessions this process replaces or ends
+same database is refused here at most that much later (a caller may pass a longer one to get
+while other coordinators' news drops entries at once). Sessions this process replaces or ends
 (Register, Leave, expiry) are dropped at once. Bounded: past `entries_max` the oldest goes.
 """
 
@@ -24,10 +25,10 @@ class SessionCache:
         self._by_node: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def get(self, token_sha256: str, now_ms: int) -> NodeRecord | None:
+    def get(self, token_sha256: str, now_ms: int, ttl_ms: int | None = None) -> NodeRecord | None:
         with self._lock:
             entry = self._entries.get(token_sha256)
-            if entry is None or now_ms - entry[0] > self._ttl_ms:
+            if entry is None or now_ms - entry[0] > (self._ttl_ms if ttl_ms is None else ttl_ms):
                 return None
             return entry[1]
 

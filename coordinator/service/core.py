@@ -55,6 +55,8 @@ class ServiceCore:
         # receipt's session (nodes.catalog). Sampled jobs of no such pair are held longer.
         self.peer_checkable: Callable[[Session], frozenset[tuple[str, str]]] = PeerCheckablePairs(clock.now_ms)
         self.metrics = CoordinatorMetrics()  # served at /metrics (coordinator.metrics)
+        # Told of nodes that registered or left through another coordinator (service.nodes drops their sessions).
+        self.on_fleet_news: Callable[[list[str]], None] = lambda _node_ids: None
         self.metrics.watch(readings.NetworkCollector(self.read_network))
 
     def check_context(self) -> CheckContext:
@@ -95,6 +97,7 @@ class ServiceCore:
         so a job submitted here may go to a Mac connected there at once."""
         changed = fleet_changes(topics)
         if changed:
+            self.on_fleet_news(changed)
             self.fleet.note_changed(changed, pods=True)
         wake = []
         for topic in topics:  # the chunks first, so the readers the wake-ups wake find them

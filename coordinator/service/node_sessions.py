@@ -63,6 +63,7 @@ class NodeSessions:
         # epochs' heartbeat credit, server.py), so spans break on longer gaps.
         self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
         self.sessions = SessionCache(config.session_cache_ttl_ms)
+        core.on_fleet_news = self._forget_sessions
         self._orphans_swept_at_ms: int | None = None
         self._expiry_due_ms: int | None = None  # no node can expire before (None: look now)
 
@@ -112,7 +113,7 @@ class NodeSessions:
         proof shows its key made this call (registry.check_proof): every call, cached or not."""
         now = self._core.clock.now_ms()
         token_sha256 = registry.token_sha256(token) if token else ""
-        node = self.sessions.get(token_sha256, now) if token else None
+        node = self.sessions.get(token_sha256, now, self._session_ttl_ms()) if token else None
         if node is None:
             with self._core.db.read_transaction() as session:
                 node = registry.authenticate(session, token)
@@ -127,7 +128,7 @@ class NodeSessions:
         this process has not heard, a change placement must hear of, a benchmark).
         A cached session still needs its proof, as in authenticate."""
         now = self._core.clock.now_ms()
-        node = self.sessions.get(registry.token_sha256(token), now) if token else None
+        node = self.sessions.get(registry.token_sha256(token), now, self._session_ttl_ms()) if token else None
         if node is None:
             return None
         registry.check_proof(node, token or "", proof, now)
@@ -139,6 +140,17 @@ class NodeSessions:
         if self.liveness.peek(beat).schedulable:
             return None
         return self.heartbeat(node, report.running_jobs, report, now)
+
+    def _session_ttl_ms(self) -> int:
+        """How long a cached session serves: longer while other coordinators' registrations and
+        leaves reach us (they drop it, _forget_sessions); a relay's outage falls back at once."""
+        config = self._core.config
+        return config.session_cache_relayed_ttl_ms if self._core.notifier.relayed else config.session_cache_ttl_ms
+
+    def _forget_sessions(self, node_ids: list[str]) -> None:
+        """These nodes registered again or left through another coordinator: read them anew."""
+        for node_id in node_ids:
+            self.sessions.drop(node_id)
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
                   report: reports.HeartbeatReport | None = None, now: int | None = None) -> int:

@@ -13,6 +13,7 @@ import pytest
 from contracts.tls import CoordinatorTrust
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import Unauthenticated
+from coordinator.live.notifier import fleet_topic
 from coordinator.nodes.reports import HeartbeatReport
 from coordinator.server import RunningCoordinator, start
 from node_agent.coordinator_client import CoordinatorClient
@@ -88,3 +89,31 @@ def test_a_token_replayed_from_another_connection_is_refused(coordinator: Runnin
         node.heartbeat(0)  # and the node's own session still works
     finally:
         node.close()
+
+
+def test_a_cached_session_serves_longer_while_other_coordinators_news_can_drop_it(  # noqa: F811
+        service, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 27: with a 30 s cache a heartbeat every 10 s re-read its session once in 3 beats, a
+    PostgreSQL transaction each. While the relay is up the cache serves 10 minutes, and a node
+    registering or leaving through another coordinator drops its session here at once."""
+    alice = load_or_create_identity(tmp_path / "alice.pem")
+    _, token = register_node(service, alice, MINI, (MODEL,), "alice")
+    config = service.config
+
+    def authenticate_reads(ms_later: int) -> int:
+        service.clock.ms += ms_later
+        reads = service.db.read_transactions_begun
+        now = service.clock.now_ms()
+        assert service.nodes.authenticate(token, session_proof(alice, token, now)).node_id == alice.node_id
+        return service.db.read_transactions_begun - reads
+
+    assert authenticate_reads(config.session_cache_ttl_ms + 1) == 1  # no relay: 30 s
+    service.notifier.set_relayed(True)
+    assert authenticate_reads(config.session_cache_ttl_ms + 1) == 0
+    assert authenticate_reads(config.session_cache_relayed_ttl_ms - config.session_cache_ttl_ms - 2) == 0
+    assert authenticate_reads(2) == 1  # ten minutes: read again
+    service.core.hear_relayed(fleet_topic(alice.node_id))  # it registered again elsewhere
+    assert authenticate_reads(1) == 1
+    assert authenticate_reads(1) == 0
+    service.notifier.set_relayed(False)  # the relay is down: 30 s again
+    assert authenticate_reads(config.session_cache_ttl_ms + 1) == 1
