@@ -75,6 +75,10 @@ LENDING = LendingState(mode=LendingMode.DEDICATED)
 NODES_PER_CHANNEL = 200  # streams share HTTP/2 connections, as many agents behind one NAT would not
 CONCURRENT_CALLS = 64  # registrations and heartbeats in flight at once
 RPC_DEADLINE_S = 60.0
+# PostgreSQL 15+ backends report their transaction counts at most once a second while busy, and
+# an idle one only after 10 s: a reading must wait that long, or the counts of the phase before
+# land in the next one (they were the "31-70 transactions/s while idle" of issue 27).
+STATS_FLUSH_S = 11.0
 MACS_TARGET, INTERVAL_S_TARGET, PROCESSES_MAX = 100_000, 10.0, 4
 
 
@@ -209,9 +213,9 @@ class Meter:
         assert commits is not None
         return cpu_seconds(self._pid), int(commits[0])
 
-    async def settled(self) -> tuple[float, int]:
-        """A reading once the statistics collector has caught up (it reports about every 0.5 s)."""
-        await asyncio.sleep(1.0)
+    async def settled(self, wait_s: float = STATS_FLUSH_S) -> tuple[float, int]:
+        """A reading once every backend has reported what it did before it (STATS_FLUSH_S)."""
+        await asyncio.sleep(wait_s)
         return self.read()
 
     def close(self) -> None:
@@ -387,33 +391,43 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
         log.info("%s: %d Macs registered with open streams in %.1f s", mode, len(macs),
                  time.perf_counter() - started)
         if mode == args.first_mode:
+            # A round first: at 10,000 Macs registering takes longer than the offline limit, and
+            # the Macs registered first would go offline (and come back) in the idle window.
+            await _bounded([m.heartbeat for m in macs])
             await meter.quiet(len(macs))
             reads_0 = meter.stream_table_reads()
-            cpu_0, commits_0 = await meter.settled()
-            with _counted(args.profile, f"idle-{mode}", args.idle_s + 1.0, "second"):
+            await meter.settled()  # the counts of the round before have landed
+            cpu_0, commits_0 = meter.read()
+            started_s = time.monotonic()
+            with _counted(args.profile, f"idle-{mode}", args.idle_s, "second"):
                 await asyncio.sleep(args.idle_s)
-                cpu_1, commits_1 = await meter.settled()
+                cpu_1, _ = meter.read()
+            _, commits_1 = await meter.settled()  # the window's own, once reported (nothing runs)
+            span_s = time.monotonic() - started_s
             figures.stream_reads = meter.stream_table_reads() - reads_0
-            span_s = args.idle_s + 1.0
-            figures.idle_cpu_share = (cpu_1 - cpu_0) / span_s
+            figures.idle_cpu_share = (cpu_1 - cpu_0) / args.idle_s
             figures.idle_transactions_s = (commits_1 - commits_0 - 1) / span_s  # less our own read
             # One round unmeasured: a Mac silent longer than the offline limit (a slow idle phase
             # here) comes back with its first heartbeat, which is written at once.
             await _bounded([m.heartbeat for m in macs])
             cpu_0, commits_0 = await meter.settled()
             window_0 = time.monotonic()
-            for _ in range(args.heartbeat_rounds):
-                await _bounded([m.heartbeat for m in macs])
-            cpu_1, commits_1 = await meter.settled()
-            window_s = time.monotonic() - window_0
             beats = args.heartbeat_rounds * len(macs)
+            with _counted(args.profile, f"heartbeats-{mode}", beats, "heartbeat"):
+                for _ in range(args.heartbeat_rounds):
+                    await _bounded([m.heartbeat for m in macs])
+                cpu_1, _ = meter.read()
+            cpu_window_s = time.monotonic() - window_0
+            _, commits_1 = await meter.settled()
+            window_s = time.monotonic() - window_0
             figures.heartbeat_cpu_ms = (cpu_1 - cpu_0) * 1e3 / beats
             figures.heartbeat_transactions = (commits_1 - commits_0) / beats
             # The same, less what the coordinator spends idle over as long (its background loops).
-            figures.heartbeat_cpu_ms_net = max(0.0, (cpu_1 - cpu_0 - figures.idle_cpu_share * window_s)
+            figures.heartbeat_cpu_ms_net = max(0.0, (cpu_1 - cpu_0 - figures.idle_cpu_share * cpu_window_s)
                                                * 1e3 / beats)
             figures.heartbeat_transactions_net = max(0.0, (commits_1 - commits_0
                                                            - figures.idle_transactions_s * window_s) / beats)
+            log.info("heartbeat rounds: %d beats in %.1f s", beats, cpu_window_s)
             log.info("idle: %.4f of a core, %.2f transactions/s; heartbeats: %.3f ms CPU, %.4f "
                      "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
                      figures.heartbeat_cpu_ms, figures.heartbeat_transactions)

@@ -8,8 +8,9 @@ RESOURCE_EXHAUSTED before it does any work.
 Below these, gRPC's core keeps its own queue: calls a connection has brought in that the
 server has not yet taken up (grpc.aio takes them one at a time, so a burst waits there). Past
 its default of 1,000 it cancels calls at random with a bare CANCELLED (issues 25 and 27: the
-last of ~1,280 held streams, and Macs' assignment streams at 2,000 nodes). calls_waiting_max
-raises that queue above streams_total, so a burst waits its turn and only our limit refuses.
+last of ~1,280 held streams, and Macs' assignment streams at 2,000 nodes), and so it does with
+a call that waited there 30 s (10,000 Macs opening their streams at once). calls_waiting_max
+and call_wait_s_max raise both, so a burst waits its turn and only our limit refuses.
 """
 
 from __future__ import annotations
@@ -31,17 +32,20 @@ class StreamLimits:
     job_streams_per_consumer: int = 64  # StreamJob per API key, or per address when anonymous
     streams_total: int = 50_000
     calls_waiting_max: int = 60_000  # gRPC's queue of calls not yet taken up: streams and unary calls
+    call_wait_s_max: int = 600  # how long one may wait there; a caller's own deadline still ends it sooner
 
     def __post_init__(self) -> None:
         assert min(self.assignment_streams_per_node, self.token_streams_per_node,
                    self.job_streams_per_consumer) >= 1
         assert self.streams_total >= self.job_streams_per_consumer
         assert self.calls_waiting_max > self.streams_total, "our refusal must come before gRPC's"
+        assert self.call_wait_s_max >= 1
 
     def server_options(self) -> tuple[tuple[str, int], ...]:
         """grpc.aio.server's options: soft and hard limit equal, so no call is dropped at random below it."""
         return (("grpc.server.max_pending_requests", self.calls_waiting_max),
-                ("grpc.server.max_pending_requests_hard_limit", self.calls_waiting_max))
+                ("grpc.server.max_pending_requests_hard_limit", self.calls_waiting_max),
+                ("grpc.server_max_unrequested_time_in_server", self.call_wait_s_max))
 
 
 class OpenStreams:
