@@ -115,27 +115,29 @@ class MuxSender:
         return bool(self._queued) and not self.detached and (
             not self.sent or self.ended or now - self._queued_since >= interval_s)
 
-    def take(self) -> Chunk:
-        """The queued tokens as one chunk (up to CHUNK_TOKENS_MAX), with what rides on it."""
+    def take(self) -> tuple[int, int]:
+        """The queued tokens as one chunk (up to CHUNK_TOKENS_MAX), kept as sent at once (a
+        break re-sends it); returns its place in `sent` and its size, roughly, in bytes."""
         chunk, count = self._queued[0], 1
         while count < len(self._queued) and len(chunk.token_ids) < CHUNK_TOKENS_MAX:
             chunk, count = chunk.merged(self._queued[count]), count + 1
         del self._queued[:count]
         self._queued_since = time.monotonic()
-        chunk = self._with_partial_receipt(chunk)
         self.sent.append(chunk)
         self._unacked += 1
-        if len(self.sent) == 1:
+        proven = self._proven
+        size = (len(chunk.text) * 4 + 16 * (len(chunk.token_ids) + sum(len(e.top) for e in chunk.logprobs))
+                + (0 if proven is None else 1024 + 16 * len(proven.token_ids)))
+        return len(self.sent) - 1, size
+
+    def seal(self, place: int) -> Chunk:
+        """Off the mux's lock (signing takes a while): the chunk taken at `place`, with the
+        partial receipt its tokens complete, if any."""
+        chunk = self.sent[place]
+        if place == 0:
             hop_trace.job_hop(self.job_id, "first chunk sent")
             if self._timeline is not None:
                 self._timeline.mark("first_chunk_to_grpc")
-        return chunk
-
-    def cached_to_send(self) -> int:
-        count, self._cached_prompt_tokens = self._cached_prompt_tokens, 0
-        return count
-
-    def _with_partial_receipt(self, chunk: Chunk) -> Chunk:
         self._token_ids.extend(chunk.token_ids)
         proven = self._proven
         if proven is None or self._prover is None or len(self._token_ids) < len(proven.token_ids):
@@ -144,7 +146,13 @@ class MuxSender:
         tokens = tuple(self._token_ids[:len(proven.token_ids)])
         if tokens != proven.token_ids:
             return chunk
-        return dataclasses.replace(chunk, partial_receipt=self._prover(tokens, proven))
+        chunk = dataclasses.replace(chunk, partial_receipt=self._prover(tokens, proven))
+        self.sent[place] = chunk  # one item replaced: a release meanwhile copies either
+        return chunk
+
+    def cached_to_send(self) -> int:
+        count, self._cached_prompt_tokens = self._cached_prompt_tokens, 0
+        return count
 
 
 class TokenMux:
@@ -228,6 +236,7 @@ class TokenMux:
         """Run by gRPC's request thread: a message whenever jobs are due."""
         sequence = 0
         last_sent = 0.0
+        backlog = False
         while True:
             with self._lock:
                 while True:
@@ -237,31 +246,33 @@ class TokenMux:
                     interval = self._interval_s()
                     due = [s for s in self._senders if s.due(now, interval)]
                     urgent = any(not s.sent or s.ended for s in due)
-                    if due and (urgent or now - last_sent >= self._message_interval_s):
+                    if due and (urgent or backlog or now - last_sent >= self._message_interval_s):
                         break
                     self._wake.wait(self._message_interval_s if self._senders else None)
                 sequence += 1
-                message, taken = self._message(sequence, due)
-                self._in_flight[sequence] = taken
+                taken = self._take(due)
+                backlog = len(taken) < len(due)  # the rest go at once, in the next message
+                self._in_flight[sequence] = [sender for sender, _, _ in taken]
+            message = node_pb2.NodeTokensRequest(sequence=sequence, chunks=[
+                self._client.token_chunk_pb(sender.job_id, sender.seal(place), cached)
+                for sender, place, cached in taken])
             last_sent = time.monotonic()
             yield message
-            for sender in taken:
+            for sender, _, _ in taken:
                 sender._written.set()
 
-    def _message(self, sequence: int, due: list[MuxSender]) -> tuple[node_pb2.NodeTokensRequest, list[MuxSender]]:
-        """Under the lock: one message of due jobs' chunks, within the limits (the rest go next)."""
-        message = node_pb2.NodeTokensRequest(sequence=sequence)
-        taken: list[MuxSender] = []
+    def _take(self, due: list[MuxSender]) -> list[tuple[MuxSender, int, int]]:
+        """Under the lock: a chunk of each due job, within a message's limits (the rest go
+        next), as (sender, its place in sender.sent, prompt tokens cached)."""
+        taken: list[tuple[MuxSender, int, int]] = []
         size = 0
         for sender in due[:CHUNKS_PER_NODE_MESSAGE_MAX]:
-            entry = self._client.token_chunk_pb(sender.job_id, sender.take(), sender.cached_to_send())
-            message.chunks.append(entry)
-            taken.append(sender)
-            size += entry.ByteSize()
+            place, chunk_size = sender.take()
+            taken.append((sender, place, sender.cached_to_send()))
+            size += chunk_size
             if size >= MESSAGE_BYTES_MAX:
-                self._wake.notify()  # the others are still due: the next message takes them
                 break
-        return message, taken
+        return taken
 
     def _interval_s(self) -> float:
         if self._chunk_interval_s is not None:

@@ -136,3 +136,27 @@ def _wait(condition) -> None:  # type: ignore[no-untyped-def]
             return
         done.wait(0.01)
     raise AssertionError("condition not met in 30 s")
+
+
+class _Recorded:
+    def __init__(self, token_ids: tuple[int, ...]) -> None:
+        self.token_ids = token_ids
+
+
+def test_a_partial_receipt_rides_on_the_chunk_that_completes_its_tokens() -> None:
+    client = _FakeClient()
+    mux = TokenMux(client, message_interval_s=0.0, chunk_interval_s=0.0)  # type: ignore[arg-type]
+    proofs: list[tuple[int, ...]] = []
+
+    def prove(token_ids: tuple[int, ...], recorded: object) -> tuple[bytes, bytes]:
+        proofs.append(token_ids)
+        return b"body", b"signature"
+
+    sender = mux.sender("job-p", prover=prove)
+    sender.note_proven(_Recorded((1, 2)))
+    sender.offer(0, 1, "a")
+    client.wait_for(1)
+    sender.offer(1, 2, "b")
+    chunks = _close(sender)
+    assert proofs == [(1, 2)]
+    assert [c.partial_receipt for c in chunks] == [None, (b"body", b"signature")]
