@@ -42,7 +42,7 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailable, OSError)
 PEER_PASS_GAP_S = 1.0
 # The postings loop gathers the receipts of this long into one group commit, and looks for rows
 # another coordinator (or one before a restart) queued every POSTING_SWEEP_S.
-POSTING_GATHER_S = 0.02
+POSTING_GATHER_S = 0.2
 POSTING_SWEEP_S = 10.0
 
 
