@@ -5,6 +5,7 @@
     reaper      hands back the jobs of nodes whose heartbeats stopped (after the restart grace)
     billing     resolves the reservations of jobs that ended without closing them
     credits     posts held credits whose check window closed (a pass only once one is due)
+    postings    posts the ledger entries receipts queued, many per group commit (ledger.posting_queue)
     scheduler   places queued jobs (a safety net: submits, heartbeats and receipts also ask)
     index       rebuilds the placement index aside when its safety-net rebuild is due
     verifier    replays sampled jobs and challenge answers, when this coordinator holds a verifier
@@ -40,6 +41,10 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (DatabaseUnavailable, OSError)
 # A dispatch pass re-reads every waiting check (up to 64); woken by each receipt, its cost
 # grew with jobs x waiting checks. Checks have deadlines of minutes: a second's wait is nothing.
 PEER_PASS_GAP_S = 1.0
+# The postings loop gathers the receipts of this long into one group commit, and looks for rows
+# another coordinator (or one before a restart) queued every POSTING_SWEEP_S.
+POSTING_GATHER_S = 0.2
+POSTING_SWEEP_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         Loop("reaper", service.nodes.reap_offline, every(interval_s)),
         Loop("billing", service.money.close_ended, every(interval_s)),
         Loop("credits", service.money.release_credits_when_due, every(interval_s)),
+        _postings_loop(service, stopping),
         Loop("scheduler", service.run_scheduler, every(interval_s)),
         Loop("index", service.rebuild_index_aside, every(interval_s)),
         _epochs_loop(EpochCloser(service.db, epoch_settings, chain_factory, ledger_signer,
@@ -121,6 +127,19 @@ def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval
             service.notifier.wait(VERIFICATION_TOPIC, seen[0], max(0.0, interval_s - gap_s))
 
     return Loop("peers", step, pause)
+
+
+def _postings_loop(service: CoordinatorService, stopping: threading.Event,
+                   gather_s: float = POSTING_GATHER_S, sweep_s: float = POSTING_SWEEP_S) -> Loop:
+    """Wakes when a receipt queues a posting (or every sweep_s), waits gather_s for more, and
+    posts them all in one transaction."""
+    queued = service.core.completions_queued
+
+    def pause() -> None:
+        if queued.wait(sweep_s) and not stopping.is_set():
+            stopping.wait(gather_s)
+
+    return Loop("postings", service.money.post_completions, pause)
 
 
 def _verifier_loop(service: CoordinatorService, stopping: threading.Event) -> Loop:

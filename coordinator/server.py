@@ -46,6 +46,7 @@ class RunningCoordinator:
 
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
+        self.service.core.completions_queued.set()  # the postings loop waits on it: let it see the stop
         if self.gateway is not None:
             self.gateway.stop()
         self.server.stop(grace_s).wait()

@@ -12,9 +12,10 @@ tests/layers.py checks it. Lowest first:
 - errors: the few real failures (LedgerError and below).
 - storage/: the SQL edge, the only modules that build or issue statements:
   tables (the ledger's own MetaData), store (accounts, transfers, the chain head),
-  epoch_store (epochs, payouts, seat results, payout addresses, anchors).
+  epoch_store (epochs, payouts, seat results, payout addresses, anchors), queue_store.
 - book: accounts, transfers and pending resolution; audit: chain and balance verification.
-- jobs: the job-payment flow; job_batches: the same for many jobs per call.
+- jobs: the job-payment flow; job_batches: the same for many jobs per call; posting_queue:
+  completions queued by receipts (storage/queue_store) and posted by one writer in group commits.
 - clawbacks: posted credits taken back after a failed check, and the debt they leave.
 - epochs: closing an epoch (seat rewards, payout sweep, Merkle root); statements: an operator's own.
 - full_audit: `mlxnet ledger audit`, one pass over everything an operator can recompute.

@@ -8,6 +8,7 @@ this module only, so the ledger can move its insides without touching them.
 
     accounts and balances   ensure/open accounts, balance, deposit, lock_ledger
     a job's money           reserve, complete (held credit), settle, void, release, reject,
+                            a completion queued by a receipt and posted in group commits (post_queued),
                             and a peer's fee for checking it (pay_check_fee)
     claw-backs              claw_back (balance first, a debt for the rest), repay_debt, operator_debt
     epochs                  close, payout addresses, epoch and payout reads, payout trees
@@ -82,6 +83,16 @@ from ledger.jobs import (
     settle_job,
     void_job,
 )
+from ledger.posting_queue import (
+    QUEUE_BATCH_MAX,
+    PostedQueue,
+    QueuedCompletion,
+    QueueState,
+    post_queued,
+    queue_completion,
+    queue_state,
+    queued_problems,
+)
 from ledger.merkle import PayoutLeaf, PayoutTree, build_tree, leaf_hash, verify_proof
 from ledger.model import (
     AccountKind,
@@ -147,6 +158,8 @@ __all__ = [
     "reserve_jobs", "seat_outcomes", "set_payout_address", "settle_job", "signature_valid", "signed_statement",
     "statement_problem", "transfers_for_job",
     "transfers_in_window", "valid_id", "verify_proof", "void_job",
+    "QUEUE_BATCH_MAX", "PostedQueue", "QueuedCompletion", "QueueState", "post_queued", "queue_completion", "queue_state",
+    "queued_problems",
 ]
 
 

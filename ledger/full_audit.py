@@ -11,6 +11,8 @@
   the head and every transfer hash each one names;
 - job credits (when the coordinator supplies the receipts): each credit equals the
   policy's price for the receipt's token counts, under the version the transfer names;
+- queued completions (ledger.posting_queue): owed and not yet posted; each is counted, checked
+  against its receipt like a posted credit, and one the ledger refused is a difference;
 - anchors (when a chain is supplied): each epoch's root is the one on chain.
 It streams raw rows in one query through the driver's cursor (server-side on
 PostgreSQL), so it runs in bounded memory without building an object per row; the
@@ -28,7 +30,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ledger.storage import epoch_store, store
+from ledger.storage import epoch_store, queue_store, store
 from ledger.anchoring import PayoutChainLike, check_anchors
 from ledger.chain import GENESIS_HASH, stored_row_encoder
 from ledger.epochs import epoch_tree
@@ -58,7 +60,7 @@ class ExpectedCredit:
 
 @dataclass(frozen=True)
 class Difference:
-    check: str  # chain, balance, epoch, credit, anchor
+    check: str  # chain, balance, epoch, credit, queued, anchor
     subject: str  # the transfer id, account id or epoch that causes it
     detail: str
 
@@ -68,6 +70,7 @@ class AuditReport:
     transfers_checked: int = 0
     epochs_checked: int = 0
     credits_checked: int = 0
+    queued_completions: int = 0  # committed with their receipts, not yet posted (ledger.posting_queue)
     differences: list[Difference] = field(default_factory=list)
 
     @property
@@ -128,6 +131,7 @@ def audit(session: Session, *, chain: PayoutChainLike | None = None,
                        f"{expected_hash}; the journal's row at that sequence {now}")
     if expected_credits is not None:
         _check_credits(report, replay.credits, expected_credits)
+    _check_queued(session, report, expected_credits)
     if chain is not None:
         for problem in check_anchors(session, chain):
             report.add("anchor", f"epoch {problem.epoch}", problem.reason)
@@ -260,6 +264,31 @@ def _check_epochs(session: Session, report: AuditReport, replay: _Replay, epochs
         root = None if tree is None else "0x" + tree.root.hex()
         if root != epoch.root or sum(p.amount for p in payouts) != epoch.total:
             report.add("epoch", subject, f"root or total does not rebuild from the payouts (root {root})")
+
+
+def _check_queued(session: Session, report: AuditReport, expected_credits: Sequence[ExpectedCredit] | None) -> None:
+    """Completions still queued are owed, not lost: each must match its receipt as a posted credit
+    would, and none may have been refused by the ledger."""
+    expected_by_job = {expected.job_id: expected for expected in expected_credits or ()}
+    for row in queue_store.scan_rows(session, AUDIT_PAGE_SIZE):
+        report.queued_completions += 1
+        subject = f"queued:{row.job_id}"
+        if row.failed_code is not None:
+            report.add("queued", subject, f"the ledger refused this completion ({row.failed_code}); it is unpaid")
+        expected = expected_by_job.get(row.job_id)
+        if expected_credits is None:
+            continue
+        if expected is None:
+            report.add("queued", subject, "queued completion has no verified receipt")
+            continue
+        report.credits_checked += 1
+        policy = policy_for_version(row.policy_version)
+        price = None if policy is None else price_job(
+            expected.parameter_count, expected.prompt_tokens, expected.completion_tokens, policy)
+        if price is None or (row.operator_id, row.operator_credit) != (expected.operator_id, price.operator_credit):
+            report.add("queued", subject, f"queued {row.operator_credit} for operator:{row.operator_id}; the "
+                       f"receipt and policy {row.policy_version} give "
+                       f"{'nothing known' if price is None else price.operator_credit} to operator:{expected.operator_id}")
 
 
 def _check_credits(report: AuditReport, credits: dict[str, list[tuple[str, str, int, str | None]]],

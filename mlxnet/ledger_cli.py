@@ -154,6 +154,7 @@ def _audit(args: argparse.Namespace) -> int:
     out = sys.stdout
     out.write(f"transfers checked: {report.transfers_checked}\nepochs checked: {report.epochs_checked}\n"
               f"job credits recomputed: {report.credits_checked}\n"
+              f"completions queued, not yet posted: {report.queued_completions}\n"
               f"anchored roots: {'checked on chain' if chain else 'not checked (no --rpc-url)'}\n"
               f"head signatures: {_keys_text(trusted)}\n"
               f"kept statements: {len(statements)}\n")

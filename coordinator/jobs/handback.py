@@ -20,7 +20,12 @@ def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int,
                    context: CheckContext) -> list[JobId]:
     """Release every active job of a node; returns the jobs touched."""
     touched = []
-    for job in job_rows.active_jobs_for_node(session, node_id):
+    for found in job_rows.active_jobs_for_node(session, node_id):
+        # The job's row before its assignments (the order a receipt or a cancel takes them);
+        # the job may have ended since it was read.
+        job = job_rows.job_by_id(session, found.job_id, for_update=True)
+        if job is None or job.status not in ACTIVE_STATUSES or node_id not in job.node_ids:
+            continue
         job_rows.release_assignments(session, job.job_id)
         if job_rows.token_count(session, job.job_id) == 0:
             job_rows.transition_job(session, job.job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,

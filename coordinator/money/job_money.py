@@ -44,6 +44,8 @@ from ledger.api import (
     ResultCode,
     TransferKind,
     TransferState,
+    PostedQueue,
+    QueuedCompletion,
     balance,
     claw_back as ledger_claw_back,
     complete_job,
@@ -53,7 +55,9 @@ from ledger.api import (
     lock_ledger,
     max_job_charge,
     pending_state,
+    post_queued,
     price_job,
+    queue_completion,
     reject_job_credit,
     release_job_credit,
     release_job_credits,
@@ -146,19 +150,27 @@ class Completion:
 def complete(session: Session, job: JobRecord, operator_id: OperatorId, spec: ModelSpec,
              prompt_tokens: int, completion_tokens: int, hold_s: int) -> Completion:
     """Charge the consumer for a verified receipt and hold the operator's credit; the key's
-    spend forgets the part of the reservation that was not charged."""
+    spend forgets the part of the reservation that was not charged.
+
+    The ledger's part is queued in this transaction (ledger.posting_queue) and posted by the
+    postings loop in a group commit: a receipt takes no ledger lock. The caller moves the job
+    out of its active state in this same transaction, so a job is queued at most once."""
     price = chargeable_price(job, spec, prompt_tokens, completion_tokens)
-    payment = complete_job(session, job.job_id, paying_consumer(job), operator_id,
-                                       price, hold_s=hold_s)
-    # The caller moves the job out of its active state in this same transaction, so a second
-    # completion cannot be attempted; anything but ok is a ledger fault.
-    assert payment.ok, f"ledger refused to complete {job.job_id}: {payment.failure}"
+    queue_completion(session, QueuedCompletion(job.job_id, paying_consumer(job), operator_id, price, hold_s))
     if job.reserved_base_units == 0:
         return Completion(price, billing_closed=False)
-    # The chain just applied posted exactly the charge (or voided the reservation for a zero
-    # charge): no need to read the transfer back.
+    # The queued chain posts exactly the charge (or voids the reservation for a zero charge).
     _refund_unspent(session, job, price.consumer_charge)
     return Completion(price, billing_closed=True)
+
+
+def post_completions(session: Session, job_ids: list[str] | None = None) -> PostedQueue:
+    """Post queued completions: these jobs', or the oldest batch. A refused one is a ledger
+    fault, kept in the queue for the audit; the others go through."""
+    posted = post_queued(session, job_ids)
+    for job_id, code in posted.refused:
+        log.error("ledger refused the queued completion of %s: %s (kept for the audit)", job_id, code)
+    return posted
 
 
 @dataclass(frozen=True)
@@ -202,6 +214,7 @@ def close_job(session: Session, job: JobRecord, now_ms: int) -> bool:
     a crash came between its end and its close) and correct its key's spend; False if not yet."""
     if job.reserved_base_units == 0 or job.billing_closed_at_ms is not None:
         return False
+    post_completions(session, [job.job_id])
     if job.status is JobStatus.FAILED:
         charged = _void(session, job)  # a failed job's proven tokens were charged as it failed
     elif job.status is JobStatus.COMPLETED and pending_state(
@@ -229,17 +242,21 @@ def close_ended_jobs(session: Session, now_ms: int) -> list[JobId]:
 
 def release_credit(session: Session, job_id: str) -> JobPayment:
     """Post the operator's held credit: its check passed, or its window closed unchecked."""
+    post_completions(session, [job_id])
     return release_job_credit(session, JobId(job_id))
 
 
 def release_credits(session: Session, job_ids: list[str]) -> list[JobPayment]:
-    """release_credit for many jobs in one ledger call: one lock, one read, one write."""
+    """release_credit for many jobs in one ledger call: one lock, one read, one write. Their
+    completions still queued are posted first, so each held credit exists when it is released."""
+    post_completions(session, job_ids)
     return release_job_credits(session, [JobId(job_id) for job_id in job_ids])
 
 
 def reject_credit(session: Session, job_id: str) -> JobPayment:
     """Void the held credit of a job that failed its check, refunding the consumer in full;
     its key's spend forgets the charge too."""
+    post_completions(session, [job_id])  # a credit still queued would be held after its void
     payment = reject_job_credit(session, JobId(job_id))
     if not payment.ok:
         return payment
@@ -253,6 +270,7 @@ def reject_credit(session: Session, job_id: str) -> JobPayment:
 def claw_back(session: Session, operator_id: str, failed_job_id: str, amount: int) -> tuple[int, int]:
     """Take back `amount` of what was posted to the operator, after its node failed the check of
     failed_job_id: (taken from its balance, left as a debt)."""
+    post_completions(session, [failed_job_id])
     taken = ledger_claw_back(session, OperatorId(operator_id), f"clawback:{failed_job_id}", amount)
     return taken.taken, taken.owed
 
@@ -299,6 +317,7 @@ class JobCost:
 
 
 def job_cost(session: Session, job: JobRecord) -> JobCost:
+    post_completions(session, [job.job_id])  # the caller's transaction writes: the cost is the ledger's
     transfers = transfers_for_job(session, job.job_id)
     credit = get_transfer(session, job_transfer_id(job.job_id, JobStep.CREDIT))
     credit_state = ""

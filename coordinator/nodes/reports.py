@@ -93,7 +93,8 @@ def hand_back_job(session: Session, node: NodeRecord, job_id: str, reason: str,
     so the job goes back to the queue even after tokens were streamed: its
     partial tokens are dropped and the next Mac's output replaces them.
     """
-    job = job_rows.job_by_id(session, job_id)
+    # The job's row first, as every path that ends a job locks it: job, then its assignments.
+    job = job_rows.job_by_id(session, job_id, for_update=True)
     if job is None or node.node_id not in job.node_ids or job.status not in ACTIVE_STATUSES:
         return []  # already finished, handed back or never ours: nothing to give back
     freed = job_rows.release_assignments(session, job_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Callable
 
 from sqlalchemy.orm import Session
@@ -42,6 +43,7 @@ class ServiceCore:
         self.live_chunks = LiveChunks()
         self.live_assignments = LiveAssignments()
         self.credit_due = CreditDue()  # when the credits loop next has work (its holds noted here)
+        self.completions_queued = threading.Event()  # a receipt queued a posting: wakes the postings loop
         self.fleet = LiveFleet(config)  # the scheduler's placement index, kept across passes
         self.health = HealthBoard()  # the background loops' health (coordinator.background)
         # Heartbeats count from here at the earliest: a node's last one before a restart says

@@ -10,14 +10,30 @@ from coordinator.money import job_money
 from coordinator.service.core import ServiceCore
 from coordinator.storage import job_rows
 from coordinator.verification import outcomes as check_outcomes
+from ledger.api import QUEUE_BATCH_MAX
 
 log = logging.getLogger(__name__)
+
+POSTING_BATCH_MAX = QUEUE_BATCH_MAX
 
 class Money:
     """Settling what jobs left open."""
 
     def __init__(self, core: ServiceCore) -> None:
         self._core = core
+
+    def post_completions(self) -> int:
+        """The postings loop's pass: post what receipts queued, a group commit a batch, until
+        a batch comes back short (ledger.posting_queue). Returns the completions posted."""
+        total = 0
+        while True:
+            self._core.completions_queued.clear()  # a receipt committed after this is posted next pass
+            with self._core.db.transaction() as session:
+                posted = job_money.post_completions(session)
+            done = len(posted.posted) + len(posted.refused)
+            total += len(posted.posted)
+            if done < POSTING_BATCH_MAX:
+                return total
 
     def release_due_credits(self) -> list[str]:
         """Post the held credits of unchecked jobs whose check window has closed."""

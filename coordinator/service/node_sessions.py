@@ -370,6 +370,7 @@ class NodeSessions:
         with self._core.db.transaction() as session:
             result = results.accept_receipt(session, node, job_id, body, signature,
                                             self._core.clock.now_ms(), context, attempt)
+        self._core.completions_queued.set()
         self._core.fleet.note_changed([node.node_id])
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)

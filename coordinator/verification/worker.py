@@ -32,6 +32,9 @@ from coordinator.verification.tolerances import Tolerances
 log = logging.getLogger(__name__)
 
 CHECKS_PER_PASS_MAX = 16
+# Checks left to the peers (weights this verifier does not hold), remembered so that a pass,
+# woken by every receipt, does not re-read their jobs and tokens each time.
+LEFT_TO_PEERS_MAX = 10_000
 # A replay started longer ago than this, with no verdict, took its process down.
 REPLAY_ABANDONED_AFTER_MS = int(2 * REPLAY_TIMEOUT_S * 1000)
 
@@ -53,6 +56,9 @@ class VerifierWorker:
         self.checker = checker
         self.policy, self.tolerances, self.name = policy, tolerances, name
         self.abandoned_after_ms = abandoned_after_ms
+        # job id -> (model id, weights digest) of a waiting check left to the peers; looked at
+        # again only if this verifier comes to hold those weights.
+        self._left_to_peers: dict[str, tuple[str, str]] = {}
 
     def quarantine_abandoned(self) -> list[str]:
         """Quarantine checks whose replay started and never ended (it crashed a process)."""
@@ -76,7 +82,14 @@ class VerifierWorker:
     def _pending(self) -> list[_Pending]:
         with self.db.transaction() as session:
             found = []
-            for check in store.waiting_checks(session, CHECKS_PER_PASS_MAX):
+            waiting = store.waiting_checks(session, CHECKS_PER_PASS_MAX)
+            waiting_ids = {check.job_id for check in waiting}
+            self._left_to_peers = {job_id: left for job_id, left in self._left_to_peers.items()
+                                   if job_id in waiting_ids}
+            for check in waiting:
+                left = self._left_to_peers.get(check.job_id)
+                if left is not None and self.checker.weights_digest(left[0]) != left[1]:
+                    continue
                 job = job_rows.job_by_id(session, check.job_id)
                 assert job is not None and job.receipt_body is not None, "checks open on completed jobs"
                 streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
@@ -99,8 +112,10 @@ class VerifierWorker:
         except ReceiptFormatError as error:  # the door decoded it; a stored receipt cannot change
             raise AssertionError(f"stored receipt of {pending.job_id} no longer decodes") from error
         if self.checker.weights_digest(receipt.model_id) != receipt.weights_digest:
-            if self.peers:
-                return None  # peers replay what this verifier does not hold (verification/peer_checks.py)
+            if self.peers:  # peers replay what this verifier does not hold (verification/peer_checks.py)
+                if len(self._left_to_peers) < LEFT_TO_PEERS_MAX:
+                    self._left_to_peers[pending.job_id] = (receipt.model_id, receipt.weights_digest)
+                return None
             with self.db.transaction() as session:
                 outcomes.await_checker(session, pending.job_id,
                                        f"{self.name} does not hold {receipt.model_id} with these weights",

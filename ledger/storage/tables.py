@@ -196,3 +196,26 @@ head_signatures = Table(
     Column("signature", String(SIGNATURE_HEX_LENGTH), nullable=False),
     Column("signed_at_us", BigInteger, nullable=False),
 )
+
+# --- queued completions (migrations/versions/0020_jobcpu_queued_postings.py) ---------------
+
+QUEUE_CODE_LENGTH_MAX = 64
+
+# A job's completion, written in its receipt's own transaction and posted later by one writer
+# in a group commit (ledger.posting_queue): the receipt takes no ledger lock. One row a job;
+# the row goes in the transaction that posts its chain, so it is posted exactly once.
+queued_postings = Table(
+    "ledger_queued_postings",
+    metadata,
+    Column("job_id", String(ID_LENGTH_MAX), primary_key=True),
+    Column("consumer_id", String(ID_LENGTH_MAX), nullable=True),  # None: the network pays
+    Column("operator_id", String(ID_LENGTH_MAX), nullable=False),
+    Column("consumer_charge", BigInteger, nullable=False),
+    Column("operator_credit", BigInteger, nullable=False),
+    Column("network_fee", BigInteger, nullable=False),
+    Column("policy_version", String(POLICY_VERSION_LENGTH_MAX), nullable=False),
+    Column("hold_s", BigInteger, nullable=False),
+    Column("queued_at_us", BigInteger, nullable=False),
+    Column("failed_code", String(QUEUE_CODE_LENGTH_MAX), nullable=True),  # the ledger refused it: the audit names it
+    Index("ix_ledger_queued_postings_queued_at_us", "queued_at_us"),
+)

@@ -22,6 +22,7 @@ MIGRATION_PATH = VERSIONS / "0002_ledger.py"
 EPOCHS_MIGRATION_PATH = VERSIONS / "0005_ledger_epochs.py"
 KEYS_MIGRATION_PATH = VERSIONS / "0008_ledger_transfer_keys.py"
 SIGNATURES_MIGRATION_PATH = VERSIONS / "0010_ledger_head_signatures.py"
+QUEUE_MIGRATION_PATH = VERSIONS / "0020_jobcpu_queued_postings.py"
 
 
 def load_migration(path: Path = MIGRATION_PATH) -> ModuleType:
@@ -47,6 +48,7 @@ def test_revision_identifiers() -> None:
 def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Engine) -> None:
     migration, epochs, keys = load_migration(), load_migration(EPOCHS_MIGRATION_PATH), load_migration(KEYS_MIGRATION_PATH)
     signatures = load_migration(SIGNATURES_MIGRATION_PATH)
+    queue = load_migration(QUEUE_MIGRATION_PATH)
     with empty_engine.begin() as connection:
         context = MigrationContext.configure(connection)
         with Operations.context(context):
@@ -54,6 +56,7 @@ def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Eng
             epochs.upgrade()
             keys.upgrade()
             signatures.upgrade()
+            queue.upgrade()
         assert compare_metadata(context, tables.metadata) == []
     with Session(empty_engine) as session:
         assert book.chain_head(session).last_hash == GENESIS_HASH
@@ -61,6 +64,7 @@ def test_upgrade_matches_the_metadata_and_downgrade_removes_it(empty_engine: Eng
         session.rollback()
     with empty_engine.begin() as connection:
         with Operations.context(MigrationContext.configure(connection)):
+            queue.downgrade()
             signatures.downgrade()
             keys.downgrade()
             assert {key["constrained_columns"][0] for key in inspect(connection).get_foreign_keys("ledger_transfers")} == {
