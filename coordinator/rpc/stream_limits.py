@@ -22,11 +22,13 @@ RETRY_AFTER_S = 5
 class StreamLimits:
     assignment_streams_per_node: int = 4  # a node holds one; a reconnect may overlap the old
     token_streams_per_node: int = 72  # one per running job (at most 64), and resends
+    heartbeat_streams_per_node: int = 4  # a node holds one; a reconnect may overlap the old
     job_streams_per_consumer: int = 64  # StreamJob per API key, or per address when anonymous
     streams_total: int = 50_000
 
     def __post_init__(self) -> None:
         assert min(self.assignment_streams_per_node, self.token_streams_per_node,
+                   self.heartbeat_streams_per_node,
                    self.job_streams_per_consumer) >= 1
         assert self.streams_total >= self.job_streams_per_consumer
 
