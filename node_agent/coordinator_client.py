@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import queue
 import logging
 import random
 import threading
@@ -111,6 +112,36 @@ def bind_session(stub: node_pb2_grpc.NodeServiceStub, identity: Identity, token:
                 raise
             nonce = fresh
     raise AssertionError("unreachable: the last attempt returned or raised")  # pragma: no cover
+
+
+class _HeartbeatStream:
+    """One open Heartbeats call: heartbeats go in through a queue, and each waits for its answer
+    (cancelled after timeout_s, as a unary call's deadline would)."""
+
+    def __init__(self, stub: node_pb2_grpc.NodeServiceStub, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.stub = stub
+        self._requests: queue.Queue[node_pb2.HeartbeatRequest | None] = queue.Queue()
+        self._call = stub.Heartbeats(iter(self._requests.get, None), metadata=metadata)
+
+    def beat(self, request: node_pb2.HeartbeatRequest, timeout_s: float) -> None:
+        self._requests.put(request)
+        timer = threading.Timer(timeout_s, self._call.cancel)
+        timer.daemon = True
+        timer.start()
+        try:
+            next(self._call)
+        except StopIteration as ended:
+            raise CoordinatorUnavailable("the coordinator ended the heartbeat stream") from ended
+        finally:
+            timer.cancel()
+
+    def ended(self) -> bool:
+        """The call is over (the coordinator stopped, the connection broke): open another."""
+        return self._call.done()
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
 
 
 class _Recorded(Iterator[node_pb2.StreamTokensRequest]):
@@ -308,6 +339,9 @@ class CoordinatorClient:
         self._last_sent_ms = 0
         self._signed_heartbeat_interval_ms = 0  # 0: sign every heartbeat (an older coordinator)
         self._last_signed = (0, "")  # (sent at, lending mode) of the last signed heartbeat
+        self._heartbeat_stream: _HeartbeatStream | None = None
+        self._heartbeat_lock = threading.Lock()
+        self._stream_heartbeats = True  # False once a coordinator answered Heartbeats UNIMPLEMENTED
 
     @property
     def trust(self) -> CoordinatorTrust:
@@ -397,6 +431,7 @@ class CoordinatorClient:
             pass
 
     def close(self) -> None:
+        self._drop_heartbeat_stream()
         with self._lock:
             self._closed = True
             for channel in [*self._retired, *([self._channel] if self._channel else [])]:
@@ -451,6 +486,7 @@ class CoordinatorClient:
         self._identity = identity
         self._signed_heartbeat_interval_ms = response.signed_heartbeat_interval_ms
         self._last_signed = (0, "")
+        self._drop_heartbeat_stream()  # it carries the old session
         return response.heartbeat_interval_ms
 
     def bind_connection(self) -> None:
@@ -485,7 +521,46 @@ class CoordinatorClient:
                 request.sent_at_ms = sent_at_ms
                 request.signature = self._identity.sign(heartbeat_message(claim))
                 self._last_signed = (sent_at_ms, status.lending.mode.value)
+        self._send_heartbeat(request)
+
+    def _send_heartbeat(self, request: node_pb2.HeartbeatRequest) -> None:
+        """On the open heartbeat stream (opened, or bound, as needed); unary where the
+        coordinator has no stream (an older one)."""
+        if not self._stream_heartbeats:
+            self._unary("Heartbeat", request)
+            return
+        with self._heartbeat_lock:
+            stub = self._stub
+            for attempt in range(2):
+                stream = self._heartbeat_stream
+                if stream is None or stream.stub is not stub or stream.ended():  # or a failed-over channel
+                    if stream is not None:
+                        stream.close()
+                    stream = self._heartbeat_stream = _HeartbeatStream(stub, self._metadata())
+                try:
+                    stream.beat(request, RPC_DEADLINE_S)
+                    return
+                except grpc.RpcError as error:
+                    stream.close()
+                    self._heartbeat_stream = None
+                    if error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                        self._stream_heartbeats = False
+                        break
+                    if attempt == 0 and error.code() in _RETRYABLE:
+                        continue  # the stream broke before this beat (a restart): a new one
+                    if attempt == 1 or not self._rebind(stub, error):
+                        raise _translate(error) from error
+                except CoordinatorUnavailable:
+                    stream.close()
+                    self._heartbeat_stream = None
+                    raise
         self._unary("Heartbeat", request)
+
+    def _drop_heartbeat_stream(self) -> None:
+        with self._heartbeat_lock:
+            if self._heartbeat_stream is not None:
+                self._heartbeat_stream.close()
+                self._heartbeat_stream = None
 
     def assignments(self) -> Iterator[Assignment | CheckJob | Challenge]:
         """Blocks for assignments until the stream breaks (raised as a CoordinatorCallError).

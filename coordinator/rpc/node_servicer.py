@@ -76,15 +76,29 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
 
     @translate_errors
     async def Heartbeat(self, request, context):  # noqa: N802
+        return node_pb2.HeartbeatResponse(server_time_ms=await self._beat(_session_token(context), request))
+
+    @translate_stream_errors
+    async def Heartbeats(self, request_iterator, context):  # noqa: N802
+        """Heartbeat's stream form: each message is checked as a Heartbeat call would be (the
+        session, its connection), and answered in turn."""
+        session = _session_token(context)
+        node = await self._offload.call(self._node, session)
+        with self._streams.hold("Heartbeats", f"node {node.node_id}",
+                                self._streams.limits.heartbeat_streams_per_node):
+            await context.send_initial_metadata(())  # open: the node may send
+            async for request in request_iterator:
+                yield node_pb2.HeartbeatResponse(server_time_ms=await self._beat(session, request))
+
+    async def _beat(self, session: Session, request) -> int:  # type: ignore[no-untyped-def]
         if request.running_jobs < 0:
             raise InvalidRequest("running_jobs must not be negative")
         report = convert.heartbeat_report_from_pb(request)
-        session = _session_token(context)
         # Most heartbeats only touch memory: answered here, with no thread hop.
         now = self._service.nodes.heartbeat_in_memory(*session, report)
         if now is None:
             now = await self._offload.heartbeat(self._heartbeat, session, request.running_jobs, report)
-        return node_pb2.HeartbeatResponse(server_time_ms=now)
+        return now
 
     def _heartbeat(self, session: Session, running_jobs: int, report) -> int:  # type: ignore[no-untyped-def]
         return self._service.nodes.heartbeat(self._node(session), running_jobs, report)

@@ -29,6 +29,7 @@ RETRY_AFTER_S = 5
 class StreamLimits:
     assignment_streams_per_node: int = 4  # a node holds one; a reconnect may overlap the old
     token_streams_per_node: int = 72  # one per running job (at most 64), and resends
+    heartbeat_streams_per_node: int = 4  # a node holds one; a reconnect may overlap the old
     job_streams_per_consumer: int = 64  # StreamJob per API key, or per address when anonymous
     streams_total: int = 50_000
     calls_waiting_max: int = 60_000  # gRPC's queue of calls not yet taken up: streams and unary calls
@@ -36,6 +37,7 @@ class StreamLimits:
 
     def __post_init__(self) -> None:
         assert min(self.assignment_streams_per_node, self.token_streams_per_node,
+                   self.heartbeat_streams_per_node,
                    self.job_streams_per_consumer) >= 1
         assert self.streams_total >= self.job_streams_per_consumer
         assert self.calls_waiting_max > self.streams_total, "our refusal must come before gRPC's"

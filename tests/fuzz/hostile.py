@@ -244,6 +244,8 @@ def _baselines() -> dict[str, Message]:
         "Heartbeat": node_pb2.HeartbeatRequest(running_jobs=0, sent_at_ms=1_700_000_000_000,
                                                lending=lending, warm_models=[FUZZ_MODEL_ID],
                                                benchmark=benchmark),
+        "Heartbeats": node_pb2.HeartbeatRequest(running_jobs=0, sent_at_ms=1_700_000_000_000,
+                                                lending=lending, warm_models=[FUZZ_MODEL_ID]),
         "ReceiveAssignments": node_pb2.ReceiveAssignmentsRequest(),
         "StreamTokens": node_pb2.StreamTokensRequest(job_id="job-" + "0" * 32, first_index=0,
                                                      token_ids=[1], text="a", logprobs=[logprob],
@@ -296,9 +298,11 @@ def call(channel: grpc.Channel, rpc: Rpc, requests: list[bytes],
     A server stream still open after STREAM_WAIT_S (assignments wait for work) counts as OK."""
     identity: Callable[[bytes], bytes] = lambda data: data  # noqa: E731
     try:
-        if rpc.client_streaming and rpc.server_streaming:
-            raise AssertionError("no bidirectional RPCs yet")
-        if rpc.client_streaming:
+        if rpc.client_streaming and rpc.server_streaming:  # Heartbeats: every message sent, then closed
+            for _ in channel.stream_stream(rpc.path, identity, identity)(
+                    iter(requests), metadata=metadata, timeout=CALL_TIMEOUT_S):
+                pass
+        elif rpc.client_streaming:
             channel.stream_unary(rpc.path, identity, identity)(
                 iter(requests), metadata=metadata, timeout=CALL_TIMEOUT_S)
         elif rpc.server_streaming:

@@ -59,6 +59,11 @@ class NodeServiceStub:
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Heartbeats = channel.stream_stream(
+                '/mlxnet.v1.NodeService/Heartbeats',
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
         self.ReceiveAssignments = channel.unary_stream(
                 '/mlxnet.v1.NodeService/ReceiveAssignments',
                 request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.ReceiveAssignmentsRequest.SerializeToString,
@@ -132,6 +137,14 @@ class NodeServiceServicer:
 
     def Heartbeat(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeats(self, request_iterator, context):
+        """The same heartbeats as messages on one stream the node keeps open: one answer per
+        heartbeat, without a call's cost each. Nodes fall back to Heartbeat when it is missing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -215,6 +228,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
             ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Heartbeats': grpc.stream_stream_rpc_method_handler(
+                    servicer.Heartbeats,
                     request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.FromString,
                     response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.SerializeToString,
             ),
@@ -370,6 +388,33 @@ class NodeService:
             request,
             target,
             '/mlxnet.v1.NodeService/Heartbeat',
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeats(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mlxnet.v1.NodeService/Heartbeats',
             protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.SerializeToString,
             protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.FromString,
             options,

@@ -77,6 +77,7 @@ def test_held_streams_never_stall_heartbeats_registrations_or_calls(
             honest = _registered(tmp_path, address, "honest")  # a Register goes through
             for _ in range(5):
                 honest.heartbeat(0)  # each within the client's deadline
+            honest.close()  # and its heartbeat stream with it
             with JobClient(address, trust=PLAINTEXT) as consumer:
                 with pytest.raises(JobRequestError) as answered:
                     consumer.get("job-none")
