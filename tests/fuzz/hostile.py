@@ -250,6 +250,9 @@ def _baselines() -> dict[str, Message]:
         "StreamTokens": node_pb2.StreamTokensRequest(job_id="job-" + "0" * 32, first_index=0,
                                                      token_ids=[1], text="a", logprobs=[logprob],
                                                      prompt_tokens=3),
+        "StreamNodeTokens": node_pb2.NodeTokensRequest(sequence=1, chunks=[node_pb2.StreamTokensRequest(
+            job_id="job-" + "0" * 32, first_index=0, token_ids=[1], text="a", logprobs=[logprob],
+            prompt_tokens=3, cached_prompt_tokens=2)]),
         "ReportResult": node_pb2.ReportResultRequest(job_id="job-" + "0" * 32,
                                                      failure_reason="out of memory"),
         "ReportPromptCache": node_pb2.ReportPromptCacheRequest(job_id="job-" + "0" * 32, cached_prompt_tokens=256),
