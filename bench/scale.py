@@ -123,9 +123,9 @@ class SimulatedMac:
         self.beats += 1
         if self.heartbeats is None:
             self.heartbeats = self.stub.Heartbeats(metadata=self.metadata())
-        await self.heartbeats.write(node_pb2.HeartbeatRequest(  # type: ignore[attr-defined]
+        await self.heartbeats.write(node_pb2.HeartbeatsRequest(heartbeat=node_pb2.HeartbeatRequest(  # type: ignore[attr-defined]
             running_jobs=0, sent_at_ms=sent_at_ms, signature=signature,
-            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True)))
+            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True))))
         await asyncio.wait_for(self.heartbeats.read(), RPC_DEADLINE_S)  # type: ignore[attr-defined]
 
     async def serve(self, opened: asyncio.Event) -> None:

@@ -120,11 +120,11 @@ class _HeartbeatStream:
 
     def __init__(self, stub: node_pb2_grpc.NodeServiceStub, metadata: tuple[tuple[str, str], ...]) -> None:
         self.stub = stub
-        self._requests: queue.Queue[node_pb2.HeartbeatRequest | None] = queue.Queue()
+        self._requests: queue.Queue[node_pb2.HeartbeatsRequest | None] = queue.Queue()
         self._call = stub.Heartbeats(iter(self._requests.get, None), metadata=metadata)
 
     def beat(self, request: node_pb2.HeartbeatRequest, timeout_s: float) -> None:
-        self._requests.put(request)
+        self._requests.put(node_pb2.HeartbeatsRequest(heartbeat=request))
         timer = threading.Timer(timeout_s, self._call.cancel)
         timer.daemon = True
         timer.start()
@@ -625,8 +625,8 @@ class CoordinatorClient:
             partial_receipt=None if c.partial_receipt is None else common_pb2.SignedReceipt(
                 body=c.partial_receipt[0], signature=c.partial_receipt[1]))
 
-    def stream_node_tokens(self, messages: Iterator[node_pb2.NodeTokensRequest]
-                           ) -> Iterator[node_pb2.NodeTokensResponse]:
+    def stream_node_tokens(self, messages: Iterator[node_pb2.StreamNodeTokensRequest]
+                           ) -> Iterator[node_pb2.StreamNodeTokensResponse]:
         """The node's one token stream: answers (one a message) as they come, until it ends."""
         stub = self._stub
         responses = stub.StreamNodeTokens(messages, metadata=self._metadata())

@@ -232,7 +232,7 @@ class TokenMux:
             error = CoordinatorUnavailable(f"token stream failed: {failure}")
         self._broken(call_id, error or CoordinatorUnavailable("token stream ended"))
 
-    def _messages(self, call_id: int) -> Iterator[node_pb2.NodeTokensRequest]:
+    def _messages(self, call_id: int) -> Iterator[node_pb2.StreamNodeTokensRequest]:
         """Run by gRPC's request thread: a message whenever jobs are due."""
         sequence = 0
         last_sent = 0.0
@@ -253,7 +253,7 @@ class TokenMux:
                 taken = self._take(due)
                 backlog = len(taken) < len(due)  # the rest go at once, in the next message
                 self._in_flight[sequence] = [sender for sender, _, _ in taken]
-            message = node_pb2.NodeTokensRequest(sequence=sequence, chunks=[
+            message = node_pb2.StreamNodeTokensRequest(sequence=sequence, chunks=[
                 self._client.token_chunk_pb(sender.job_id, sender.seal(place), cached)
                 for sender, place, cached in taken])
             last_sent = time.monotonic()
@@ -279,7 +279,7 @@ class TokenMux:
             return self._chunk_interval_s
         return flush_interval_s(len(self._senders))
 
-    def _answered(self, response: node_pb2.NodeTokensResponse) -> None:
+    def _answered(self, response: node_pb2.StreamNodeTokensResponse) -> None:
         refused = {entry.job_id: entry for entry in response.refused}
         with self._lock:
             for sender in self._in_flight.pop(response.sequence, ()):

@@ -87,8 +87,11 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         with self._streams.hold("Heartbeats", f"node {node.node_id}",
                                 self._streams.limits.heartbeat_streams_per_node):
             await context.send_initial_metadata(())  # open: the node may send
-            async for request in request_iterator:
-                yield node_pb2.HeartbeatResponse(server_time_ms=await self._beat(session, request))
+            async for message in request_iterator:
+                if not message.HasField("heartbeat"):
+                    raise InvalidRequest("heartbeat is required in each Heartbeats message")
+                yield node_pb2.HeartbeatsResponse(heartbeat=node_pb2.HeartbeatResponse(
+                    server_time_ms=await self._beat(session, message.heartbeat)))
 
     async def _beat(self, session: Session, request) -> int:  # type: ignore[no-untyped-def]
         if request.running_jobs < 0:
@@ -151,9 +154,9 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                                 self._streams.limits.token_streams_per_node):
             async for request in request_iterator:
                 refused = await self._offload.step(self._accept_node_tokens, node, request)
-                yield node_pb2.NodeTokensResponse(sequence=request.sequence, refused=refused)
+                yield node_pb2.StreamNodeTokensResponse(sequence=request.sequence, refused=refused)
 
-    def _accept_node_tokens(self, node: NodeRecord, request: node_pb2.NodeTokensRequest
+    def _accept_node_tokens(self, node: NodeRecord, request: node_pb2.StreamNodeTokensRequest
                             ) -> list[node_pb2.JobTokensRefused]:
         entries: list[JobTokens] = []
         refused: dict[str, CoordinatorError] = {}

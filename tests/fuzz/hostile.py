@@ -244,13 +244,13 @@ def _baselines() -> dict[str, Message]:
         "Heartbeat": node_pb2.HeartbeatRequest(running_jobs=0, sent_at_ms=1_700_000_000_000,
                                                lending=lending, warm_models=[FUZZ_MODEL_ID],
                                                benchmark=benchmark),
-        "Heartbeats": node_pb2.HeartbeatRequest(running_jobs=0, sent_at_ms=1_700_000_000_000,
-                                                lending=lending, warm_models=[FUZZ_MODEL_ID]),
+        "Heartbeats": node_pb2.HeartbeatsRequest(heartbeat=node_pb2.HeartbeatRequest(
+            running_jobs=0, sent_at_ms=1_700_000_000_000, lending=lending, warm_models=[FUZZ_MODEL_ID])),
         "ReceiveAssignments": node_pb2.ReceiveAssignmentsRequest(),
         "StreamTokens": node_pb2.StreamTokensRequest(job_id="job-" + "0" * 32, first_index=0,
                                                      token_ids=[1], text="a", logprobs=[logprob],
                                                      prompt_tokens=3),
-        "StreamNodeTokens": node_pb2.NodeTokensRequest(sequence=1, chunks=[node_pb2.StreamTokensRequest(
+        "StreamNodeTokens": node_pb2.StreamNodeTokensRequest(sequence=1, chunks=[node_pb2.StreamTokensRequest(
             job_id="job-" + "0" * 32, first_index=0, token_ids=[1], text="a", logprobs=[logprob],
             prompt_tokens=3, cached_prompt_tokens=2)]),
         "ReportResult": node_pb2.ReportResultRequest(job_id="job-" + "0" * 32,

@@ -17,7 +17,7 @@ class _FakeClient:
     def __init__(self, refuse: frozenset[str] = frozenset(), break_after: int | None = None,
                  code: str | None = None) -> None:
         self.refuse, self.break_after, self.code = refuse, break_after, code
-        self.messages: list[node_pb2.NodeTokensRequest] = []
+        self.messages: list[node_pb2.StreamNodeTokensRequest] = []
         self.calls = 0
         self.received = threading.Condition()
 
@@ -26,8 +26,8 @@ class _FakeClient:
                                             text=c.text, prompt_tokens=c.prompt_tokens,
                                             cached_prompt_tokens=cached_prompt_tokens)
 
-    def stream_node_tokens(self, messages: Iterator[node_pb2.NodeTokensRequest]
-                           ) -> Iterator[node_pb2.NodeTokensResponse]:
+    def stream_node_tokens(self, messages: Iterator[node_pb2.StreamNodeTokensRequest]
+                           ) -> Iterator[node_pb2.StreamNodeTokensResponse]:
         self.calls += 1
         if self.code is not None:
             raise CallRejected(self.code, "no such method")
@@ -37,7 +37,7 @@ class _FakeClient:
             with self.received:
                 self.messages.append(message)
                 self.received.notify_all()
-            yield node_pb2.NodeTokensResponse(sequence=message.sequence, refused=[
+            yield node_pb2.StreamNodeTokensResponse(sequence=message.sequence, refused=[
                 node_pb2.JobTokensRefused(job_id=c.job_id, code="ALREADY_EXISTS", message="cancelled")
                 for c in message.chunks if c.job_id in self.refuse])
 

@@ -223,6 +223,18 @@ class HeartbeatResponse(_message.Message):
     server_time_ms: int
     def __init__(self, server_time_ms: _Optional[int] = ...) -> None: ...
 
+class HeartbeatsRequest(_message.Message):
+    __slots__ = ("heartbeat",)
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: HeartbeatRequest
+    def __init__(self, heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ...) -> None: ...
+
+class HeartbeatsResponse(_message.Message):
+    __slots__ = ("heartbeat",)
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    heartbeat: HeartbeatResponse
+    def __init__(self, heartbeat: _Optional[_Union[HeartbeatResponse, _Mapping]] = ...) -> None: ...
+
 class ReceiveAssignmentsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -361,7 +373,7 @@ class StreamTokensResponse(_message.Message):
     tokens_accepted: int
     def __init__(self, tokens_accepted: _Optional[int] = ...) -> None: ...
 
-class NodeTokensRequest(_message.Message):
+class StreamNodeTokensRequest(_message.Message):
     __slots__ = ("sequence", "chunks")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -369,7 +381,7 @@ class NodeTokensRequest(_message.Message):
     chunks: _containers.RepeatedCompositeFieldContainer[StreamTokensRequest]
     def __init__(self, sequence: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[StreamTokensRequest, _Mapping]]] = ...) -> None: ...
 
-class NodeTokensResponse(_message.Message):
+class StreamNodeTokensResponse(_message.Message):
     __slots__ = ("sequence", "refused")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]

@@ -61,8 +61,8 @@ class NodeServiceStub:
                 _registered_method=True)
         self.Heartbeats = channel.stream_stream(
                 '/mlxnet.v1.NodeService/Heartbeats',
-                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.FromString,
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatsRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatsResponse.FromString,
                 _registered_method=True)
         self.ReceiveAssignments = channel.unary_stream(
                 '/mlxnet.v1.NodeService/ReceiveAssignments',
@@ -76,8 +76,8 @@ class NodeServiceStub:
                 _registered_method=True)
         self.StreamNodeTokens = channel.stream_stream(
                 '/mlxnet.v1.NodeService/StreamNodeTokens',
-                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensRequest.SerializeToString,
-                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensResponse.FromString,
+                request_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamNodeTokensRequest.SerializeToString,
+                response_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamNodeTokensResponse.FromString,
                 _registered_method=True)
         self.ReportResult = channel.unary_unary(
                 '/mlxnet.v1.NodeService/ReportResult',
@@ -233,8 +233,8 @@ def add_NodeServiceServicer_to_server(servicer, server):
             ),
             'Heartbeats': grpc.stream_stream_rpc_method_handler(
                     servicer.Heartbeats,
-                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.FromString,
-                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.SerializeToString,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatsRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatsResponse.SerializeToString,
             ),
             'ReceiveAssignments': grpc.unary_stream_rpc_method_handler(
                     servicer.ReceiveAssignments,
@@ -248,8 +248,8 @@ def add_NodeServiceServicer_to_server(servicer, server):
             ),
             'StreamNodeTokens': grpc.stream_stream_rpc_method_handler(
                     servicer.StreamNodeTokens,
-                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensRequest.FromString,
-                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensResponse.SerializeToString,
+                    request_deserializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamNodeTokensRequest.FromString,
+                    response_serializer=protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamNodeTokensResponse.SerializeToString,
             ),
             'ReportResult': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportResult,
@@ -415,8 +415,8 @@ class NodeService:
             request_iterator,
             target,
             '/mlxnet.v1.NodeService/Heartbeats',
-            protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatRequest.SerializeToString,
-            protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatResponse.FromString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatsRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.HeartbeatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -496,8 +496,8 @@ class NodeService:
             request_iterator,
             target,
             '/mlxnet.v1.NodeService/StreamNodeTokens',
-            protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensRequest.SerializeToString,
-            protos_dot_mlxnet_dot_v1_dot_node__pb2.NodeTokensResponse.FromString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamNodeTokensRequest.SerializeToString,
+            protos_dot_mlxnet_dot_v1_dot_node__pb2.StreamNodeTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -114,7 +114,7 @@ def test_one_stream_carries_many_jobs_and_keeps_each_its_own(
             readers = [threading.Thread(target=_read_stream, args=(address, job)) for job in jobs]
             for reader in readers:
                 reader.start()
-            messages: list[node_pb2.NodeTokensRequest] = []
+            messages: list[node_pb2.StreamNodeTokensRequest] = []
             expected_refused: list[set[str]] = []
             for step in steps:
                 if step[0] == "cancel":
@@ -148,10 +148,10 @@ def test_one_stream_carries_many_jobs_and_keeps_each_its_own(
 
 
 def _message(node: CoordinatorClient, entries: list, jobs: list[_Job], sequence: int
-             ) -> tuple[node_pb2.NodeTokensRequest | None, set[str]]:
+             ) -> tuple[node_pb2.StreamNodeTokensRequest | None, set[str]]:
     """A message of the entries for jobs that exist, and the jobs the coordinator must refuse;
     the model (each job's tokens) moves as the coordinator will."""
-    message = node_pb2.NodeTokensRequest(sequence=sequence)
+    message = node_pb2.StreamNodeTokensRequest(sequence=sequence)
     refused: set[str] = set()
     for index, size, bad in entries:
         if index >= len(jobs):
@@ -176,7 +176,7 @@ def _message(node: CoordinatorClient, entries: list, jobs: list[_Job], sequence:
     return (message if message.chunks else None), refused
 
 
-def _send_all(node: CoordinatorClient, messages: list[node_pb2.NodeTokensRequest],
+def _send_all(node: CoordinatorClient, messages: list[node_pb2.StreamNodeTokensRequest],
               expected_refused: list[set[str]], jobs: list[_Job]) -> None:
     """Send the messages on one stream; each answer names exactly the jobs refused in it."""
     if not messages:
