@@ -454,18 +454,23 @@ def _paid_twice(transfers) -> bool:  # type: ignore[no-untyped-def]
 
 
 def _wait_until_quiet(db, deadline_s: float) -> list[str]:  # type: ignore[no-untyped-def]
-    """Jobs still queued, assigned or running once every job should have ended."""
+    """Jobs still queued, assigned or running once every job should have ended, and completions
+    receipts queued that the postings loop has not posted by then (named "postings of N jobs")."""
     from sqlalchemy import select
 
     from coordinator.storage.tables import jobs
+    from ledger.posting_queue import queue_state
 
     deadline = time.monotonic() + deadline_s
     while True:
         with db.read_transaction() as session:
-            active = session.execute(select(jobs.c.job_id).where(
-                jobs.c.status.in_(("queued", "assigned", "running")))).scalars().all()
+            active = list(session.execute(select(jobs.c.job_id).where(
+                jobs.c.status.in_(("queued", "assigned", "running")))).scalars().all())
+            queued = queue_state(session).queued
+        if queued:
+            active.append(f"postings of {queued} jobs")
         if not active or time.monotonic() >= deadline:
-            return list(active)
+            return active
         time.sleep(0.5)
 
 
