@@ -100,7 +100,8 @@ def bind_session(stub: node_pb2_grpc.NodeServiceStub, identity: Identity, token:
     """Bind the session to the stub's connection: sign the nonce (asked for first when none is
     given) and send it. Raises grpc.RpcError when the coordinator refuses."""
     metadata = ((SESSION_METADATA_KEY, token),)
-    for _ in range(3):  # ask for a nonce, sign it; once more should it have lapsed meanwhile
+    attempts = 3  # ask for a nonce, sign it; once more should it have lapsed (or the connection changed)
+    for attempt in range(attempts):
         try:
             stub.BindSession(node_pb2.BindSessionRequest(
                 nonce=nonce, signature=identity.sign(session_bind_message(nonce, token)) if nonce else b""),
@@ -108,10 +109,9 @@ def bind_session(stub: node_pb2_grpc.NodeServiceStub, identity: Identity, token:
             return
         except grpc.RpcError as error:
             fresh = bind_nonce(error)
-            if fresh is None:
-                raise
+            if fresh is None or attempt == attempts - 1:
+                raise  # refused, or a new nonce each time: the caller's error path, not a crash
             nonce = fresh
-    raise AssertionError("unreachable: the last attempt returned or raised")  # pragma: no cover
 
 
 class _HeartbeatStream:

@@ -21,7 +21,7 @@ from coordinator.live.notifier import fleet_topic
 from coordinator.nodes.reports import HeartbeatReport
 from coordinator.server import RunningCoordinator, start
 from coordinator.nodes.registry import token_sha256
-from node_agent.coordinator_client import CallRejected, CoordinatorClient, CoordinatorUnavailable
+from node_agent.coordinator_client import CallRejected, CoordinatorClient, CoordinatorUnavailable, bind_session
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
@@ -236,3 +236,31 @@ def test_the_agent_binds_each_new_connection_by_itself(coordinator: RunningCoord
         assert connections() == 4
     finally:
         node.close()
+
+
+class _AlwaysFreshNonce(grpc.RpcError):
+    """What a coordinator answers a bind sent on a connection other than its nonce's."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAUTHENTICATED
+
+    def trailing_metadata(self):  # type: ignore[no-untyped-def]
+        return ((BIND_NONCE_METADATA_KEY, b"\x07" * 32),)
+
+
+class _StubRefusingEveryBind:
+    def __init__(self) -> None:
+        self.binds = 0
+
+    def BindSession(self, request, timeout, metadata):  # type: ignore[no-untyped-def]  # noqa: N802
+        self.binds += 1
+        raise _AlwaysFreshNonce()
+
+
+def test_a_bind_that_meets_a_new_nonce_every_time_gives_up_with_the_refusal(tmp_path: Path) -> None:
+    """A connection that changes under each try (a flapping link) ends in the coordinator's own
+    UNAUTHENTICATED, which the agent answers by registering again; never a crash of the agent."""
+    stub = _StubRefusingEveryBind()
+    with pytest.raises(_AlwaysFreshNonce):
+        bind_session(stub, load_or_create_identity(tmp_path / "n.pem"), "token")  # type: ignore[arg-type]
+    assert stub.binds == 3
