@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,7 +24,7 @@ from node_agent.coordinator_client import CallRejected, CoordinatorClient, Coord
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
-from tests.coordinator.nodes.test_admission import service  # noqa: F401 (the fixture)
+from tests.coordinator.nodes.test_admission import coordinator, service  # noqa: F401 (the fixtures)
 from tests.coordinator.verification.test_outcomes import MODEL
 from tests.node_registration import bind_connection, register_node
 
@@ -85,15 +84,6 @@ def test_a_heartbeat_answered_from_memory_checks_the_connection_too(service, tmp
     _refusal(lambda: service.nodes.heartbeat_in_memory(token, "ipv4:10.0.0.9:4000", HeartbeatReport(0)))
     bind_connection(service, alice, token, "ipv4:10.0.0.9:4000")
     assert service.nodes.heartbeat_in_memory(token, "ipv4:10.0.0.9:4000", HeartbeatReport(0)) == now
-
-
-@pytest.fixture
-def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
-    running = start(CoordinatorConfig(database_url=database_url))
-    try:
-        yield running
-    finally:
-        running.stop(grace_s=0)
 
 
 def test_a_token_stolen_and_replayed_on_another_connection_is_refused(coordinator: RunningCoordinator,

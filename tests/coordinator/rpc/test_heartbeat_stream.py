@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -10,25 +9,16 @@ import grpc
 import pytest
 
 from contracts.tls import CoordinatorTrust
-from coordinator.config import CoordinatorConfig
-from coordinator.server import RunningCoordinator, start
+from coordinator.server import RunningCoordinator
 from node_agent.coordinator_client import CallRejected, CoordinatorClient
 from node_agent.hardware.profiles import simulated_profile
 from node_agent.identity import load_or_create_identity
 from protos.mlxnet.v1 import node_pb2, node_pb2_grpc
+from tests.coordinator.nodes.test_admission import coordinator  # noqa: F401 (the fixture)
 from tests.coordinator.verification.test_outcomes import MODEL
 
 PLAINTEXT = CoordinatorTrust(insecure=True)
 MINI = simulated_profile("m4-pro-64")
-
-
-@pytest.fixture
-def coordinator(database_url: str) -> Iterator[RunningCoordinator]:
-    running = start(CoordinatorConfig(database_url=database_url))
-    try:
-        yield running
-    finally:
-        running.stop(grace_s=0)
 
 
 def test_heartbeats_share_one_stream_and_are_checked_one_by_one(coordinator: RunningCoordinator,
