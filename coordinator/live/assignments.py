@@ -9,12 +9,16 @@ database read between the commit and the node learning of its job.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import collections
 import contextlib
+import dataclasses
+import json
 import threading
 
 from coordinator.live.subscribers import Subscribers
-from coordinator.model import JobRecord
+from coordinator.model import JobRecord, JobStatus
 
 JOBS_PER_STREAM_MAX = 256  # beyond this a stream drops the oldest; its database read finds them
 
@@ -49,3 +53,36 @@ class LiveAssignments:
         """A job whose assignment committed: to the streams of every node it was assigned to."""
         for inbox in self._inboxes.of(job.node_ids):
             inbox.put(job)
+
+
+# A freshly assigned job rides to the other coordinators on the relay as a topic (live.pg_relay),
+# so the one holding its node's stream hands it over without reading it back from the database.
+ASSIGNMENT_TOPIC_PREFIX = "assign:"
+ASSIGNMENT_TOPIC_CHARS_MAX = 6_000  # under a NOTIFY payload's limit with room for the origin
+_TUPLE_FIELDS = ("layer_split", "node_ids", "stop")
+
+
+def assignment_topic(job: JobRecord) -> str | None:
+    """The assigned job as a relay topic, or None when it does not travel that way (too big
+    a prompt, or bytes a fresh assignment does not have): the receiver then reads it."""
+    fields = dataclasses.asdict(job)
+    if job.status is not JobStatus.ASSIGNED or any(isinstance(v, bytes) for v in fields.values()):
+        return None
+    body = json.dumps(fields, separators=(",", ":")).encode()
+    topic = ASSIGNMENT_TOPIC_PREFIX + base64.urlsafe_b64encode(body).decode()
+    return topic if len(topic) <= ASSIGNMENT_TOPIC_CHARS_MAX else None
+
+
+def job_of_topic(topic: str) -> JobRecord | None:
+    """The job an assignment topic carries; None for any other topic or a malformed one."""
+    if not topic.startswith(ASSIGNMENT_TOPIC_PREFIX):
+        return None
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(topic[len(ASSIGNMENT_TOPIC_PREFIX):]))
+        for name in _TUPLE_FIELDS:
+            fields[name] = tuple(fields[name])
+        fields["status"] = JobStatus(fields["status"])
+        job = JobRecord(**fields)
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        return None  # from a coordinator of another version: the node's stream reads the database
+    return job if job.status is JobStatus.ASSIGNED else None

@@ -202,8 +202,7 @@ class ConsumerJobs:
         if placed:
             hop_trace.job_hop(job.job_id, "committed")
             # The node hears first, with no database read on its way: the consumer waits for it.
-            self._core.live_assignments.publish(job)
-            self._core.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in job.node_ids))
+            self._core.job_assigned(job)
             log.debug("job %s placed at submit, committed at %d", job.job_id, time.time_ns() // 10**6)
             log.info("job %s queued for model %s and assigned to %s", job.job_id, job.model_id,
                      ", ".join(job.node_ids))

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
-from coordinator.live.assignments import LiveAssignments
+from coordinator.live.assignments import ASSIGNMENT_TOPIC_PREFIX, LiveAssignments, assignment_topic, job_of_topic
 from coordinator.live.chunks import CHUNK_TOPIC_PREFIX, LiveChunks, chunk_of_topic, chunk_topic
 from coordinator.live.health import HealthBoard
 from coordinator.live.notifier import Notifier, fleet_changes, job_topic, node_topic
@@ -103,14 +103,26 @@ class ServiceCore:
             for listener in list(self.relayed_fleet_listeners):
                 listener(changed)
         wake = []
-        for topic in topics:  # the chunks first, so the readers the wake-ups wake find them
-            carried = chunk_of_topic(topic)
-            if carried is not None:
-                job_id, chunk = carried
-                self.live_chunks.publish(job_id, [chunk])
-            elif not topic.startswith(CHUNK_TOPIC_PREFIX):
+        for topic in topics:  # chunks and jobs first, so the streams the wake-ups wake find them
+            if topic.startswith(CHUNK_TOPIC_PREFIX):
+                carried = chunk_of_topic(topic)
+                if carried is not None:
+                    self.live_chunks.publish(carried[0], [carried[1]])
+            elif topic.startswith(ASSIGNMENT_TOPIC_PREFIX):
+                job = job_of_topic(topic)
+                if job is not None:
+                    self.live_assignments.publish(job)
+            else:
                 wake.append(topic)
         self.notifier.notify_local(*wake)
+
+    def job_assigned(self, job: JobRecord) -> None:
+        """After the commit that assigned job: its node's stream takes it from the live hand-off
+        here, or on another coordinator from the wake-up that carries it (while the relay works)."""
+        self.live_assignments.publish(job)
+        topic = assignment_topic(job) if self.notifier.relayed else None
+        self.notifier.notify(job_topic(job.job_id), *(node_topic(n) for n in job.node_ids),
+                             carrying=() if topic is None else (topic,))
 
     def chunk_stored(self, job_id: str, chunk: TokenChunk | None) -> None:
         """After the commit that stored chunk (None: nothing new was stored): this process's
