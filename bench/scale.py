@@ -109,8 +109,10 @@ class SimulatedMac:
                                    operator_key=operator_key)
         registered = await self.stub.Register(request, timeout=RPC_DEADLINE_S)
         self.token = registered.session_token
-        self.beats_per_signed = max(1, registered.signed_heartbeat_interval_ms
-                                    // max(1, registered.heartbeat_interval_ms))
+        # The agent signs the first beat at least signed_heartbeat_interval_ms after the last
+        # signed one (CoordinatorClient._sign_due): at 25 s and 10 s beats, every third, not second.
+        self.beats_per_signed = max(1, -(-registered.signed_heartbeat_interval_ms
+                                         // max(1, registered.heartbeat_interval_ms)))
 
     async def heartbeat(self) -> None:
         """A heartbeat as the agent sends it: a message on its open Heartbeats stream, signed
@@ -328,19 +330,19 @@ async def _jobs(address: str, api_key: str, count: int, meter: Meter,
 
 
 @contextlib.contextmanager
-def _profiled(directory: Path | None, pid: int, mode: str, jobs: int) -> Iterator[None]:
-    """Over the block: the coordinator's SQL per job (bench.counted_coordinator) and py-spy's
-    sampled stacks of all its threads, when asked for."""
+def _profiled(directory: Path | None, pid: int, name: str, per: float, unit: str) -> Iterator[None]:
+    """Over the block: the coordinator's SQL per `unit` (bench.counted_coordinator) and py-spy's
+    sampled stacks of all its threads (DIR/py-spy-NAME.txt), when asked for."""
     if directory is None:
         yield
         return
     spy = shutil.which("py-spy")
     sampler = subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "--rate", "200",
-         "--output", str(directory / f"py-spy-{mode}.txt")],
+         "--output", str(directory / f"py-spy-{name}.txt")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if spy else None
     try:
-        with _counted(directory, mode, jobs, "job"):
+        with _counted(directory, name, per, unit):
             yield
     finally:
         if sampler is not None:
@@ -426,7 +428,7 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             cpu_0, commits_0 = await meter.settled()
             window_0 = time.monotonic()
             beats = args.heartbeat_rounds * len(macs)
-            with _counted(args.profile, f"heartbeats-{mode}", beats, "heartbeat"):
+            with _profiled(args.profile, child.process.pid, f"heartbeats-{mode}", beats, "heartbeat"):
                 for _ in range(args.heartbeat_rounds):
                     await _bounded([m.heartbeat for m in macs])
                 cpu_1, _ = meter.read()
@@ -445,7 +447,7 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
                      "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
                      figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
         if args.jobs:
-            with _profiled(args.profile, child.process.pid, mode, args.jobs):
+            with _profiled(args.profile, child.process.pid, mode, args.jobs, "job"):
                 jobs_s, cpu_ms, transactions = await _jobs(address, api_key, args.jobs, meter, macs)
             figures.jobs_s[mode], figures.job_cpu_ms[mode] = jobs_s, cpu_ms
             figures.job_transactions[mode] = transactions
@@ -492,8 +494,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--operators", choices=("both", "distinct", "shared"), default="both")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="count the coordinator's SQL over the jobs (DIR/sql-MODE.json) and, with "
-                             "py-spy installed, sample its stacks (DIR/py-spy-MODE.txt)")
+                        help="count the coordinator's SQL over the heartbeats and the jobs (DIR/sql-*.json) "
+                             "and, with py-spy installed, sample its stacks (DIR/py-spy-*.txt)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
