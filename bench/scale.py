@@ -52,12 +52,12 @@ from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_me
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.money.api_keys import KeyLimits
-from contracts.signing import SESSION_METADATA_KEY
+from contracts.signing import SESSION_METADATA_KEY, session_bind_message
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.world.operator_keys import create_operator_key
 from mlxnet import keys_cli
 from mlxnet.processes import start_coordinator
-from node_agent.coordinator_client import NodeStatus, register_request
+from node_agent.coordinator_client import NodeStatus, bind_nonce, register_request
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from tests.proof_helpers import well_formed_commitment
@@ -92,6 +92,7 @@ class SimulatedMac:
     jobs_done: int = 0
     beats_per_signed: int = 1  # the agent signs one heartbeat per signed_heartbeat_interval_ms
     beats: int = 0
+    rebinds: int = 0  # BindSession calls after a binding lapsed
     heartbeats: object | None = None  # the open Heartbeats stream (grpc.aio StreamStreamCall)
     stream: object | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -123,12 +124,30 @@ class SimulatedMac:
         if self.beats % self.beats_per_signed == 0:
             signature = self.identity.sign(heartbeat_message(Heartbeat(self.identity.node_id, sent_at_ms, 0, LENDING)))
         self.beats += 1
-        if self.heartbeats is None:
-            self.heartbeats = self.stub.Heartbeats(metadata=self.metadata())
-        await self.heartbeats.write(node_pb2.HeartbeatsRequest(heartbeat=node_pb2.HeartbeatRequest(  # type: ignore[attr-defined]
+        request = node_pb2.HeartbeatsRequest(heartbeat=node_pb2.HeartbeatRequest(
             running_jobs=0, sent_at_ms=sent_at_ms, signature=signature,
-            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True))))
-        await asyncio.wait_for(self.heartbeats.read(), RPC_DEADLINE_S)  # type: ignore[attr-defined]
+            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True)))
+        for attempt in range(2):
+            if self.heartbeats is None:
+                self.heartbeats = self.stub.Heartbeats(metadata=self.metadata())
+            try:
+                await self.heartbeats.write(request)  # type: ignore[attr-defined]
+                await asyncio.wait_for(self.heartbeats.read(), RPC_DEADLINE_S)  # type: ignore[attr-defined]
+                return
+            except grpc.aio.AioRpcError as error:
+                self.heartbeats = None
+                nonce = bind_nonce(error)
+                if nonce is None or attempt == 1:
+                    raise
+                await self.bind(nonce)
+
+    async def bind(self, nonce: bytes) -> None:
+        """Bind the session again, as the agent does when its binding lapsed: at 10,000 Macs on
+        a busy machine, registering them all takes longer than a binding lasts unused."""
+        await self.stub.BindSession(node_pb2.BindSessionRequest(
+            nonce=nonce, signature=self.identity.sign(session_bind_message(nonce, self.token))),
+            timeout=RPC_DEADLINE_S, metadata=self.metadata())
+        self.rebinds += 1
 
     async def serve(self, opened: asyncio.Event) -> None:
         """Hold the assignment stream; answer each job with one token and a signed receipt."""
@@ -428,6 +447,7 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             cpu_0, commits_0 = await meter.settled()
             window_0 = time.monotonic()
             beats = args.heartbeat_rounds * len(macs)
+            rebinds_0 = sum(m.rebinds for m in macs)
             with _profiled(args.profile, child.process.pid, f"heartbeats-{mode}", beats, "heartbeat"):
                 for _ in range(args.heartbeat_rounds):
                     await _bounded([m.heartbeat for m in macs])
@@ -442,7 +462,8 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
                                                * 1e3 / beats)
             figures.heartbeat_transactions_net = max(0.0, (commits_1 - commits_0
                                                            - figures.idle_transactions_s * window_s) / beats)
-            log.info("heartbeat rounds: %d beats in %.1f s", beats, cpu_window_s)
+            log.info("heartbeat rounds: %d beats in %.1f s, %d Macs bound again first (%d before)",
+                     beats, cpu_window_s, sum(m.rebinds for m in macs) - rebinds_0, rebinds_0)
             log.info("idle: %.4f of a core, %.2f transactions/s; heartbeats: %.3f ms CPU, %.4f "
                      "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
                      figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
