@@ -52,12 +52,12 @@ from contracts.lending import Heartbeat, LendingMode, LendingState, heartbeat_me
 from contracts.models import ModelSpec
 from contracts.receipts import FinishReason, Receipt, encode_receipt, output_digest, prompt_digest
 from coordinator.money.api_keys import KeyLimits
-from contracts.signing import SESSION_METADATA_KEY
+from contracts.signing import SESSION_METADATA_KEY, session_bind_message
 from coordinator.storage.database import Database, upgrade_schema
 from coordinator.world.operator_keys import create_operator_key
 from mlxnet import keys_cli
 from mlxnet.processes import start_coordinator
-from node_agent.coordinator_client import NodeStatus, register_request
+from node_agent.coordinator_client import NodeStatus, bind_nonce, register_request
 from node_agent.identity import Identity
 from protos.mlxnet.v1 import common_pb2, job_pb2, job_pb2_grpc, node_pb2, node_pb2_grpc
 from tests.proof_helpers import well_formed_commitment
@@ -92,6 +92,7 @@ class SimulatedMac:
     jobs_done: int = 0
     beats_per_signed: int = 1  # the agent signs one heartbeat per signed_heartbeat_interval_ms
     beats: int = 0
+    rebinds: int = 0  # BindSession calls after a binding lapsed
     heartbeats: object | None = None  # the open Heartbeats stream (grpc.aio StreamStreamCall)
     stream: object | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -109,8 +110,10 @@ class SimulatedMac:
                                    operator_key=operator_key)
         registered = await self.stub.Register(request, timeout=RPC_DEADLINE_S)
         self.token = registered.session_token
-        self.beats_per_signed = max(1, registered.signed_heartbeat_interval_ms
-                                    // max(1, registered.heartbeat_interval_ms))
+        # The agent signs the first beat at least signed_heartbeat_interval_ms after the last
+        # signed one (CoordinatorClient._sign_due): at 25 s and 10 s beats, every third, not second.
+        self.beats_per_signed = max(1, -(-registered.signed_heartbeat_interval_ms
+                                         // max(1, registered.heartbeat_interval_ms)))
 
     async def heartbeat(self) -> None:
         """A heartbeat as the agent sends it: a message on its open Heartbeats stream, signed
@@ -121,12 +124,30 @@ class SimulatedMac:
         if self.beats % self.beats_per_signed == 0:
             signature = self.identity.sign(heartbeat_message(Heartbeat(self.identity.node_id, sent_at_ms, 0, LENDING)))
         self.beats += 1
-        if self.heartbeats is None:
-            self.heartbeats = self.stub.Heartbeats(metadata=self.metadata())
-        await self.heartbeats.write(node_pb2.HeartbeatsRequest(heartbeat=node_pb2.HeartbeatRequest(  # type: ignore[attr-defined]
+        request = node_pb2.HeartbeatsRequest(heartbeat=node_pb2.HeartbeatRequest(
             running_jobs=0, sent_at_ms=sent_at_ms, signature=signature,
-            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True))))
-        await asyncio.wait_for(self.heartbeats.read(), RPC_DEADLINE_S)  # type: ignore[attr-defined]
+            lending=node_pb2.LendingState(mode=LENDING.mode.value, accepting_jobs=True)))
+        for attempt in range(2):
+            if self.heartbeats is None:
+                self.heartbeats = self.stub.Heartbeats(metadata=self.metadata())
+            try:
+                await self.heartbeats.write(request)  # type: ignore[attr-defined]
+                await asyncio.wait_for(self.heartbeats.read(), RPC_DEADLINE_S)  # type: ignore[attr-defined]
+                return
+            except grpc.aio.AioRpcError as error:
+                self.heartbeats = None
+                nonce = bind_nonce(error)
+                if nonce is None or attempt == 1:
+                    raise
+                await self.bind(nonce)
+
+    async def bind(self, nonce: bytes) -> None:
+        """Bind the session again, as the agent does when its binding lapsed: at 10,000 Macs on
+        a busy machine, registering them all takes longer than a binding lasts unused."""
+        await self.stub.BindSession(node_pb2.BindSessionRequest(
+            nonce=nonce, signature=self.identity.sign(session_bind_message(nonce, self.token))),
+            timeout=RPC_DEADLINE_S, metadata=self.metadata())
+        self.rebinds += 1
 
     async def serve(self, opened: asyncio.Event) -> None:
         """Hold the assignment stream; answer each job with one token and a signed receipt."""
@@ -328,19 +349,19 @@ async def _jobs(address: str, api_key: str, count: int, meter: Meter,
 
 
 @contextlib.contextmanager
-def _profiled(directory: Path | None, pid: int, mode: str, jobs: int) -> Iterator[None]:
-    """Over the block: the coordinator's SQL per job (bench.counted_coordinator) and py-spy's
-    sampled stacks of all its threads, when asked for."""
+def _profiled(directory: Path | None, pid: int, name: str, per: float, unit: str) -> Iterator[None]:
+    """Over the block: the coordinator's SQL per `unit` (bench.counted_coordinator) and py-spy's
+    sampled stacks of all its threads (DIR/py-spy-NAME.txt), when asked for."""
     if directory is None:
         yield
         return
     spy = shutil.which("py-spy")
     sampler = subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "--rate", "200",
-         "--output", str(directory / f"py-spy-{mode}.txt")],
+         "--output", str(directory / f"py-spy-{name}.txt")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if spy else None
     try:
-        with _counted(directory, mode, jobs, "job"):
+        with _counted(directory, name, per, unit):
             yield
     finally:
         if sampler is not None:
@@ -426,7 +447,8 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             cpu_0, commits_0 = await meter.settled()
             window_0 = time.monotonic()
             beats = args.heartbeat_rounds * len(macs)
-            with _counted(args.profile, f"heartbeats-{mode}", beats, "heartbeat"):
+            rebinds_0 = sum(m.rebinds for m in macs)
+            with _profiled(args.profile, child.process.pid, f"heartbeats-{mode}", beats, "heartbeat"):
                 for _ in range(args.heartbeat_rounds):
                     await _bounded([m.heartbeat for m in macs])
                 cpu_1, _ = meter.read()
@@ -440,12 +462,13 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
                                                * 1e3 / beats)
             figures.heartbeat_transactions_net = max(0.0, (commits_1 - commits_0
                                                            - figures.idle_transactions_s * window_s) / beats)
-            log.info("heartbeat rounds: %d beats in %.1f s", beats, cpu_window_s)
+            log.info("heartbeat rounds: %d beats in %.1f s, %d Macs bound again first (%d before)",
+                     beats, cpu_window_s, sum(m.rebinds for m in macs) - rebinds_0, rebinds_0)
             log.info("idle: %.4f of a core, %.2f transactions/s; heartbeats: %.3f ms CPU, %.4f "
                      "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
                      figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
         if args.jobs:
-            with _profiled(args.profile, child.process.pid, mode, args.jobs):
+            with _profiled(args.profile, child.process.pid, mode, args.jobs, "job"):
                 jobs_s, cpu_ms, transactions = await _jobs(address, api_key, args.jobs, meter, macs)
             figures.jobs_s[mode], figures.job_cpu_ms[mode] = jobs_s, cpu_ms
             figures.job_transactions[mode] = transactions
@@ -492,8 +515,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--operators", choices=("both", "distinct", "shared"), default="both")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="count the coordinator's SQL over the jobs (DIR/sql-MODE.json) and, with "
-                             "py-spy installed, sample its stacks (DIR/py-spy-MODE.txt)")
+                        help="count the coordinator's SQL over the heartbeats and the jobs (DIR/sql-*.json) "
+                             "and, with py-spy installed, sample its stacks (DIR/py-spy-*.txt)")
     args = parser.parse_args()
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)

@@ -101,11 +101,11 @@ class LivenessBook:
         with self._lock:
             return node_id in self._nodes
 
-    def peek(self, beat: Beat) -> BeatOutcome:
-        """What beat() would say of this heartbeat, changing nothing."""
+    def peek(self, beat: Beat) -> BeatOutcome | None:
+        """What beat() would say of this heartbeat, changing nothing (None: a node not adopted)."""
         with self._lock:
-            node = self._nodes[beat.node_id]
-            return self._outcome(node, beat)
+            node = self._nodes.get(beat.node_id)
+            return None if node is None else self._outcome(node, beat)
 
     def _outcome(self, node: _Node, beat: Beat) -> BeatOutcome:
         came_online = beat.at_ms - node.stored_ms > self.offline_after_ms

@@ -48,6 +48,9 @@ class UptimeBook:
     credit_ms: int
     refresh_after_ms: int
     _open: dict[str, _Open] = field(default_factory=dict)
+    # Nodes whose open span differs from its row: a batch looks at these, not at every node
+    # (at tens of thousands of nodes, a scan each second was a visible share of a core).
+    _unwritten: dict[str, None] = field(default_factory=dict)
     # Closed since the last batch and unwritten, each with whether its row exists already.
     _closed: list[tuple[UptimeSpan, bool]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -82,6 +85,7 @@ class UptimeBook:
             if sent_at_ms <= entry.span.last_sent_at_ms:
                 return False
             grown = extend(entry.span, mode, sent_at_ms, received_at_ms, signature, self.credit_ms)
+            self._unwritten[node_id] = None
             if grown is not None and entry.span.first_signature:
                 entry.span = grown
                 return True
@@ -96,7 +100,8 @@ class UptimeBook:
         everything: every unwritten change, whatever its age (a coordinator stopping)."""
         with self._lock:
             due = list(self._closed)
-            for entry in self._open.values():
+            for node_id in self._unwritten:
+                entry = self._open[node_id]
                 span, stored = entry.span, entry.stored
                 if stored == span or not span.first_signature:
                     continue
@@ -112,14 +117,17 @@ class UptimeBook:
             written = {(s.node_id, s.first_received_ms): s for s in spans}
             self._closed = [(s, exists) for s, exists in self._closed
                             if written.get((s.node_id, s.first_received_ms)) != s]
-            for entry in self._open.values():
-                span = written.get((entry.span.node_id, entry.span.first_received_ms))
-                if span is not None:
+            for (node_id, first_received_ms), span in written.items():
+                entry = self._open.get(node_id)
+                if entry is not None and entry.span.first_received_ms == first_received_ms:
                     entry.stored = span
+                    if entry.span == span:
+                        self._unwritten.pop(node_id, None)
 
     def forget(self, node_id: str) -> None:
         """Keep nothing open for a node that left (its unwritten end goes in the next batch)."""
         with self._lock:
             entry = self._open.pop(node_id, None)
+            self._unwritten.pop(node_id, None)
             if entry is not None and entry.stored != entry.span and entry.span.first_signature:
                 self._closed.append((entry.span, entry.stored is not None))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 from contracts import hop_trace
@@ -40,6 +41,8 @@ _STATUS_TO_PB = {
     JobStatus.FAILED: job_pb2.JOB_STATUS_FAILED,
 }
 
+LENDING_STATES_CACHED = 4096  # distinct terms (a reason each) kept converted
+
 
 def model_spec_from_pb(message: common_pb2.ModelSpec) -> ModelSpec:
     try:
@@ -74,15 +77,23 @@ def hardware_from_pb(message: node_pb2.Hardware) -> HardwareReport:
 
 
 def lending_from_pb(message: node_pb2.LendingState) -> LendingState:
+    return _lending(message.mode, message.owner_active, message.accepting_jobs, message.reason,
+                    message.memory_cap_bytes)
+
+
+# Every heartbeat carries its node's terms, and a fleet holds few distinct ones: each is converted
+# (and checked) once. LendingState is frozen, so heartbeats may share one. Refusals are not cached.
+@functools.lru_cache(maxsize=LENDING_STATES_CACHED)
+def _lending(mode_value: str, owner_active: bool, accepting_jobs: bool, reason: str,
+             memory_cap_bytes: int) -> LendingState:
     try:
-        mode = LendingMode(message.mode or LendingMode.IDLE.value)
+        mode = LendingMode(mode_value or LendingMode.IDLE.value)
     except ValueError as error:
         raise InvalidRequest(f"lending mode must be one of {[m.value for m in LendingMode]}") from error
-    if message.memory_cap_bytes < 0:
+    if memory_cap_bytes < 0:
         raise InvalidRequest("memory_cap_bytes must be 0 (no cap) or positive")
-    return LendingState(mode=mode, owner_active=message.owner_active,
-                        accepting_jobs=message.accepting_jobs, reason=message.reason[:256],
-                        memory_cap_bytes=message.memory_cap_bytes or None)
+    return LendingState(mode=mode, owner_active=owner_active, accepting_jobs=accepting_jobs,
+                        reason=reason[:256], memory_cap_bytes=memory_cap_bytes or None)
 
 
 def benchmark_from_pb(message: node_pb2.Benchmark) -> BenchmarkResult:

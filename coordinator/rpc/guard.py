@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
@@ -47,24 +48,50 @@ def limit_for(field: FieldDescriptor) -> Limit:
     return FIELD_LIMITS.get(f"{name}.{field.name}", _NO_LIMIT)
 
 
+@dataclass(frozen=True)
+class _FieldPlan:
+    """What check_message needs of a field, read from its descriptor once (every streamed
+    heartbeat passes here: descriptor lookups were most of the guard's cost)."""
+
+    name: str
+    kind: int
+    repeated: bool
+    nested: bool  # a message to walk (not a map entry)
+    limit: Limit
+
+
+_plans: dict[FieldDescriptor, _FieldPlan] = {}  # a few hundred fields, for the process's life
+
+
+def _plan(field: FieldDescriptor) -> _FieldPlan:
+    plan = _plans.get(field)
+    if plan is None:
+        nested = (field.type == FieldDescriptor.TYPE_MESSAGE
+                  and not field.message_type.GetOptions().map_entry)
+        plan = _FieldPlan(field.name, field.type, field.is_repeated, nested, limit_for(field))
+        _plans[field] = plan
+    return plan
+
+
 def check_message(message: Message, path: str = "") -> None:
     """Raise LimitExceeded for the first field outside its limit (fields set, depth first)."""
     for field, value in message.ListFields():
-        name = f"{path}{field.name}"
-        limit = limit_for(field)
-        if field.is_repeated:
+        plan = _plan(field)
+        name = f"{path}{plan.name}"
+        if plan.repeated:
+            limit = plan.limit
             items_max = limit.items_max if limit.items_max is not None else DEFAULT_ITEMS_MAX
             check_count(name, len(value), items_max)
             for index, item in enumerate(value):
-                _check_value(f"{name}[{index}]", field, item, limit)
+                _check_value(f"{name}[{index}]", plan, item)
         else:
-            _check_value(name, field, value, limit)
+            _check_value(name, plan, value)
 
 
-def _check_value(name: str, field: FieldDescriptor, value: object, limit: Limit) -> None:
-    kind = field.type
+def _check_value(name: str, plan: _FieldPlan, value: object) -> None:
+    kind, limit = plan.kind, plan.limit
     if kind == FieldDescriptor.TYPE_MESSAGE:
-        if not field.message_type.GetOptions().map_entry:
+        if plan.nested:
             check_message(value, f"{name}.")  # type: ignore[arg-type]
     elif kind == FieldDescriptor.TYPE_STRING:
         check_text(name, value, limit, limit.chars_max or DEFAULT_TEXT_CHARS_MAX)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from contracts.limits import ERROR_CHARS_MAX, shown
 from coordinator.errors import CoordinatorError, InvalidRequest
 from coordinator.jobs.results import JobTokens
 from coordinator.model import NodeRecord, SignedReceipt, SpotChallenge
+from coordinator.nodes import registry
 from coordinator.nodes.admission import address_of_peer
 from coordinator.rpc import convert
 from coordinator.rpc.offload import Offload
@@ -84,21 +85,23 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         session, its connection), and answered in turn."""
         session = _session_token(context)
         node = await self._offload.call(self._node, session)
+        token_sha256 = registry.token_sha256(session[0] or "")  # once: the stream's token is fixed
         with self._streams.hold("Heartbeats", f"node {node.node_id}",
                                 self._streams.limits.heartbeat_streams_per_node):
             await context.send_initial_metadata(())  # open: the node may send
             async for message in request_iterator:
                 if not message.HasField("heartbeat"):
                     raise InvalidRequest("heartbeat is required in each Heartbeats message")
-                yield node_pb2.HeartbeatsResponse(heartbeat=node_pb2.HeartbeatResponse(
-                    server_time_ms=await self._beat(session, message.heartbeat)))
+                response = node_pb2.HeartbeatsResponse()
+                response.heartbeat.server_time_ms = await self._beat(session, message.heartbeat, token_sha256)
+                yield response
 
-    async def _beat(self, session: Session, request) -> int:  # type: ignore[no-untyped-def]
+    async def _beat(self, session: Session, request, token_sha256: str | None = None) -> int:  # type: ignore[no-untyped-def]
         if request.running_jobs < 0:
             raise InvalidRequest("running_jobs must not be negative")
         report = convert.heartbeat_report_from_pb(request)
         # Most heartbeats only touch memory: answered here, with no thread hop.
-        now = self._service.nodes.heartbeat_in_memory(*session, report)
+        now = self._service.nodes.heartbeat_in_memory(*session, report, token_sha256)
         if now is None:
             now = await self._offload.heartbeat(self._heartbeat, session, request.running_jobs, report)
         return now

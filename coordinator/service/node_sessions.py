@@ -132,8 +132,7 @@ class NodeSessions:
             self.sessions.put(token_sha256, node, now_ms)
         return node
 
-    def _check_bound(self, token: str, connection: str, now_ms: int) -> None:
-        token_sha256 = registry.token_sha256(token)
+    def _check_bound(self, token_sha256: str, connection: str, now_ms: int) -> None:
         if not self.bindings.bound(token_sha256, connection, now_ms):
             raise SessionUnbound(
                 "this session is not bound to this connection: sign the bind nonce (trailing "
@@ -145,7 +144,7 @@ class NodeSessions:
         with a nonce to bind it, when not)."""
         now = self._core.clock.now_ms()
         node = self._session_node(token, now)
-        self._check_bound(token or "", connection, now)
+        self._check_bound(registry.token_sha256(token or ""), connection, now)
         return node
 
     def bind(self, token: str | None, connection: str, nonce: bytes, signature: bytes) -> NodeRecord:
@@ -162,23 +161,28 @@ class NodeSessions:
         self.bindings.bind(token_sha256, connection, now)
         return node
 
-    def heartbeat_in_memory(self, token: str | None, connection: str,
-                            report: reports.HeartbeatReport) -> int | None:
+    def heartbeat_in_memory(self, token: str | None, connection: str, report: reports.HeartbeatReport,
+                            token_sha256: str | None = None) -> int | None:
         """The heartbeat, when it needs no database at all (the usual case): its time, so the
         gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a node
         this process has not heard, a change placement must hear of, a benchmark).
-        A cached session is still refused on a connection it is not bound to."""
+        A cached session is still refused on a connection it is not bound to.
+        token_sha256: the token's hash, when the caller has it (a Heartbeats stream hashes once)."""
+        if not token:
+            return None
         now = self._core.clock.now_ms()
-        node = self.sessions.get(registry.token_sha256(token), now, self._cache_ttl_ms()) if token else None
+        token_sha256 = token_sha256 or registry.token_sha256(token)
+        node = self.sessions.get(token_sha256, now, self._cache_ttl_ms())
         if node is None:
             return None
-        self._check_bound(token or "", connection, now)
-        if report.benchmark is not None or not self.liveness.knows(node.node_id):
+        self._check_bound(token_sha256, connection, now)
+        if report.benchmark is not None:
             return None
         if report.signature and not self.uptime.knows(node.node_id):
             return None
-        beat = Beat(node.node_id, now, report.running_jobs, report.lending, report.warm_models)
-        if self.liveness.peek(beat).schedulable:
+        outcome = self.liveness.peek(Beat(node.node_id, now, report.running_jobs, report.lending,
+                                          report.warm_models))
+        if outcome is None or outcome.schedulable:
             return None
         return self.heartbeat(node, report.running_jobs, report, now)
 
