@@ -4,8 +4,9 @@
                                           [--slots 64 --model-dir DIR --only gateway|mlx_lm]
                                           [--shared-prompt-clients 8 --shared-prompt-tokens 1000]
 
-Two servers on this machine, one after the other, on the same model directory (the project's
-tiny model unless given):
+Two servers on this machine, both up for the whole run, on the same model directory (the project's
+tiny model unless given); each level runs on one and then at once on the other, so a shared
+machine's load swings hit both sides of a comparison alike:
 1. MLX Network: a coordinator (SQLite) and one node agent as processes on loopback, the node
    running up to `--slots` jobs in one continuous batch; clients go through the HTTP gateway;
 2. `python -m mlx_lm.server --model DIR` with its default flags.
@@ -15,7 +16,8 @@ Printed per level: aggregate tokens/s (every client's completion tokens over the
 the first request to the last token), time to first token p50 and p99, and errors. For the
 gateway also: jobs with an accepted receipt (each carries its activation commitment), and the
 coordinator's and the node's process CPU per streamed token (user+system time over the level,
-from /proc: CPU time does not swing with a shared machine's load as wall time does).
+from /proc: CPU time does not swing with a shared machine's load as wall time does); for
+mlx_lm.server its one process's CPU per streamed token. Each line ends with the load average.
 
 Then the prompt cache: `--shared-prompt-clients` clients at once, each with the same system prompt
 of about `--shared-prompt-tokens` tokens and its own question (one request with it went first, as
@@ -206,7 +208,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def mlx_lm_server(work_dir: Path, model_dir: Path) -> Iterator[openai.OpenAI]:
+def mlx_lm_server(work_dir: Path, model_dir: Path) -> Iterator[tuple[openai.OpenAI, int]]:
     port = _free_port()
     with (work_dir / "mlx_lm.server.log").open("ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir),
@@ -220,7 +222,7 @@ def mlx_lm_server(work_dir: Path, model_dir: Path) -> Iterator[openai.OpenAI]:
                 raise RuntimeError(f"mlx_lm.server did not start; see {work_dir / 'mlx_lm.server.log'}")
             time.sleep(0.2)
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=CLIENT_TIMEOUT_S,
-                            max_retries=0)
+                            max_retries=0), process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -240,28 +242,48 @@ def _proven(database_url: str, streams: list[Stream]) -> str:
     return f"{proven} of {len(streams)} jobs with an accepted receipt"
 
 
-def run_gateway(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
-    with network(work_dir, model_dir, args.slots) as (client, (coordinator_pid, node_pid), database_url):
-        _level(client, MODEL_ID, 2, 8)  # warm-up: the model is loaded and its kernels built
-        for clients in _levels(args):
-            cpu_before = _cpu_s(coordinator_pid), _cpu_s(node_pid)
-            streams = _level(client, MODEL_ID, clients, args.max_tokens)
-            time.sleep(1.0)  # receipts land after the last token
-            coordinator_cpu, node_cpu = _cpu_s(coordinator_pid) - cpu_before[0], _cpu_s(node_pid) - cpu_before[1]
-            tokens = max(sum(s.tokens for s in streams), 1)
-            print(f"gateway    {clients:3d} clients: {_describe(streams)}; {_proven(database_url, streams)}; "
-                  f"CPU per streamed token: coordinator {1e6 * coordinator_cpu / tokens:.0f} us, "
-                  f"node {1e6 * node_cpu / tokens:.0f} us", flush=True)
-        _shared_prompt_case(client, MODEL_ID, args, model_dir, "gateway   ")
+def _load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
-def run_mlx_lm(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
-    with mlx_lm_server(work_dir, model_dir) as client:
-        _level(client, "default_model", 2, 8)
+def _gateway_level(gateway: tuple[openai.OpenAI, tuple[int, int], str], clients: int, max_tokens: int) -> None:
+    client, (coordinator_pid, node_pid), database_url = gateway
+    cpu_before = _cpu_s(coordinator_pid), _cpu_s(node_pid)
+    streams = _level(client, MODEL_ID, clients, max_tokens)
+    time.sleep(1.0)  # receipts land after the last token
+    coordinator_cpu, node_cpu = _cpu_s(coordinator_pid) - cpu_before[0], _cpu_s(node_pid) - cpu_before[1]
+    tokens = max(sum(s.tokens for s in streams), 1)
+    print(f"gateway    {clients:3d} clients: {_describe(streams)}; {_proven(database_url, streams)}; "
+          f"CPU per streamed token: coordinator {1e6 * coordinator_cpu / tokens:.0f} us, "
+          f"node {1e6 * node_cpu / tokens:.0f} us; {_load()}", flush=True)
+
+
+def _mlx_lm_level(server: tuple[openai.OpenAI, int], clients: int, max_tokens: int) -> None:
+    client, pid = server
+    cpu_before = _cpu_s(pid)
+    streams = _level(client, "default_model", clients, max_tokens)
+    tokens = max(sum(s.tokens for s in streams), 1)
+    print(f"mlx_lm     {clients:3d} clients: {_describe(streams)}; CPU per streamed token: "
+          f"{1e6 * (_cpu_s(pid) - cpu_before) / tokens:.0f} us; {_load()}", flush=True)
+
+
+def run(args: argparse.Namespace, work_dir: Path, model_dir: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        gateway = stack.enter_context(network(work_dir, model_dir, args.slots)) if args.only != "mlx_lm" else None
+        server = stack.enter_context(mlx_lm_server(work_dir, model_dir)) if args.only != "gateway" else None
+        if gateway is not None:
+            _level(gateway[0], MODEL_ID, 2, 8)  # warm-up: the model is loaded and its kernels built
+        if server is not None:
+            _level(server[0], "default_model", 2, 8)
         for clients in _levels(args):
-            print(f"mlx_lm     {clients:3d} clients: {_describe(_level(client, 'default_model', clients, args.max_tokens))}",
-                  flush=True)
-        _shared_prompt_case(client, "default_model", args, model_dir, "mlx_lm    ")
+            if gateway is not None:
+                _gateway_level(gateway, clients, args.max_tokens)
+            if server is not None:
+                _mlx_lm_level(server, clients, args.max_tokens)
+        if gateway is not None:
+            _shared_prompt_case(gateway[0], MODEL_ID, args, model_dir, "gateway   ")
+        if server is not None:
+            _shared_prompt_case(server[0], "default_model", args, model_dir, "mlx_lm    ")
 
 
 def main() -> None:
@@ -279,10 +301,7 @@ def main() -> None:
         work_dir = Path(tmp)
         model_dir = args.model_dir or build_tiny_model(work_dir / "tiny")
         print(f"model {model_dir}; {args.max_tokens} tokens a client; levels {_levels(args)}", flush=True)
-        if args.only != "mlx_lm":
-            run_gateway(args, work_dir, model_dir)
-        if args.only != "gateway":
-            run_mlx_lm(args, work_dir, model_dir)
+        run(args, work_dir, model_dir)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict, ReplayFacts, judge
 from coordinator.verification.peers import (
     CheckRequest, Chosen, Pairing, Party, PeerCheckPolicy, Role, Ruling, candidate_of, check_fee,
-    choose_checker, fee_is_earned, job_passes, ruling,
+    choose_checker, fee_is_earned, job_passes, ruling, still_no_checker,
 )
 from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus, check_id_for
 from coordinator.verification.policy import TrustPolicy
@@ -154,8 +154,15 @@ def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckR
 def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerContext, now_ms: int,
             done: DispatchPass) -> None:
     candidates = _candidates(session, context, now_ms)
-    pairings = peer_store.recent_pairings(session, PAIRINGS_READ_MAX)
+    pairings: list[Pairing] | None = None  # read once a row may find a checker
     for row in waiting:
+        # A check that found no checker among its own operator's nodes finds none again until the
+        # fleet changes: re-reading its job every pass held the write lock from token streams.
+        if row.role is Role.CHECK and still_no_checker(
+                Party(row.checked_node_id, row.checked_operator_id), candidates, row.reason):
+            continue
+        if pairings is None:
+            pairings = peer_store.recent_pairings(session, PAIRINGS_READ_MAX)
         receipt = _receipt(session, row.job_id)
         found = choose_checker(_request(session, row, receipt), candidates, pairings, context.policy,
                                context.draws, now_ms)

@@ -171,11 +171,30 @@ def choose_checker(request: CheckRequest, candidates: Sequence[Candidate], pairi
 
 
 def _no_checker_reason(request: CheckRequest, rejected: list[tuple[str, str]]) -> str:
+    return f"no peer can check {request.model_id} now ({_told(rejected)}); the credit stays held"
+
+
+def _told(rejected: Iterable[tuple[str, str]]) -> str:
     counts: dict[str, int] = {}
     for _, reason in rejected:
         counts[reason] = counts.get(reason, 0) + 1
-    told = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())) or "no other nodes"
-    return f"no peer can check {request.model_id} now ({told}); the credit stays held"
+    return ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items())) or "no other nodes"
+
+
+def still_no_checker(checked: Party, candidates: Sequence[Candidate], reason: str | None) -> bool:
+    """Whether a check (no dispute parties) that last found no checker, for `reason`, would find
+    none again for the same reason: every candidate is the checked node or of its operator, which
+    no receipt, pairing or clock changes. Then the pass need not read the job again."""
+    rejected: list[tuple[str, str]] = []
+    for candidate in candidates:
+        if candidate.node_id == checked.node_id:
+            rejected.append((candidate.node_id, "the checked node"))
+        elif candidate.operator_id == checked.operator_id:
+            rejected.append((candidate.node_id, "same operator"))
+        else:
+            return False
+    return (reason is not None and reason.startswith("no peer can check ")
+            and reason.endswith(f" now ({_told(rejected)}); the credit stays held"))
 
 
 # --- disputes -------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from coordinator.verification.economics import StakePolicy
 from coordinator.verification.peers import (
     Candidate, CheckRequest, Chosen, NoChecker, Pairing, Party, PeerCheckPolicy, Role, Ruling,
-    check_fee, choose_checker, fee_is_earned, job_passes, recent_partners, ruling,
+    check_fee, choose_checker, fee_is_earned, job_passes, recent_partners, ruling, still_no_checker,
 )
 from ledger.api import network_fee_floor, price_job
 
@@ -43,6 +43,18 @@ def test_no_eligible_peer_says_why_and_keeps_the_credit_held() -> None:
     assert isinstance(found, NoChecker)
     assert "1 same operator" in found.reason and "1 the checked node" in found.reason
     assert "held" in found.reason
+
+
+def test_a_check_among_its_own_operators_nodes_is_known_to_find_no_checker_again() -> None:
+    own = [_node("a", "alice"), _node("a2", "alice", online=False)]
+    found = choose_checker(_request(), own, (), POLICY, random.Random(1), NOW)
+    assert isinstance(found, NoChecker)
+    assert still_no_checker(Party("a", "alice"), own, found.reason)
+    assert not still_no_checker(Party("a", "alice"), own, None)  # never looked: the pass must look
+    assert not still_no_checker(Party("a", "alice"), own, "waiting for a peer")
+    # The fleet changed since: one node more of the operator, or one of another operator.
+    assert not still_no_checker(Party("a", "alice"), [*own, _node("a3", "alice")], found.reason)
+    assert not still_no_checker(Party("a", "alice"), [*own, _node("b", "bob", online=False)], found.reason)
 
 
 def test_a_recent_partner_is_not_paired_again_in_either_direction() -> None:
