@@ -4,7 +4,8 @@ Built once from the database, then brought up to date at the start of every pass
 - Macs the service noted as changed (registered, heartbeat, left, checked) are re-read;
 - Macs whose last heartbeat has since gone stale are re-read (they now count as offline);
 - commitments are compared with the database's, busy Macs only, so a job that ended, or
-  work another coordinator on the same PostgreSQL committed, is picked up;
+  work another coordinator on the same PostgreSQL committed, is picked up (a Mac whose
+  commitment alone moved takes it from that read, without a re-read of its row);
 - every `fleet_rebuild_interval_ms` the index is rebuilt from scratch anyway, a safety net
   for anything else another coordinator changed. That read takes seconds at 10,000 Macs, so
   it is built aside (build_aside, from a background loop) without the pass lock, and the next
@@ -16,6 +17,7 @@ locks before it commits, and refreshes them here when they differ from the index
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import threading
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from contracts.ids import NodeId
 from contracts.models import ModelSpec
 from coordinator.config import CoordinatorConfig
 from coordinator.model import NodeRecord
@@ -275,10 +278,31 @@ class LiveFleet:
         self._renew(leases, now_ms)
         noted |= self._gone_offline(now_ms)
         committed = job_rows.committed_by_node(session)
-        noted.update(node_id for node_id in committed.keys() | self._committed.keys()
-                     if committed.get(node_id) != self._committed.get(node_id))
+        moved = {node_id for node_id in committed.keys() | self._committed.keys()
+                 if committed.get(node_id) != self._committed.get(node_id)}
+        noted |= self._set_loads(moved - noted, committed)
         if noted or pods:
             self.refresh(session, noted, now_ms, pods=pods)
+
+    def _set_loads(self, node_ids: set[str], committed: dict[str, job_rows.Commitment]) -> set[str]:
+        """Indexed Macs whose commitment alone moved (a job ended, or another coordinator placed
+        one) take it from this pass's read: their rows and trust are as the index holds them.
+        Returns the nodes the index does not hold, to be re-read."""
+        assert self._index is not None
+        unindexed = set()
+        for node_id in node_ids:
+            if not self._index.has_mac(NodeId(node_id)):
+                unindexed.add(node_id)
+                continue
+            memory, running, shared = committed.get(node_id, (0, 0, ()))
+            self._index.replace_mac(dataclasses.replace(
+                self._index.mac(NodeId(node_id)), committed_memory_bytes=memory, running_jobs=running,
+                shared_memory=shared))
+            if node_id in committed:
+                self._committed[node_id] = committed[node_id]
+            else:
+                self._committed.pop(node_id, None)
+        return unindexed
 
     def _rebuild(self, session: Session, now_ms: int) -> None:
         fleet, nodes, committed = fleet_reads.snapshot_with_commitments(session, now_ms, self._config)

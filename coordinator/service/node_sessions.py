@@ -375,7 +375,7 @@ class NodeSessions:
             result = results.accept_receipt(session, node, job_id, body, signature,
                                             self._core.clock.now_ms(), context, attempt)
         self._core.completions_queued.set()
-        self._core.fleet.note_changed([node.node_id])
+        # Only the node's commitment moved: the next pass's read of commitments sets it.
         log.info("job %s completed on %s; %d base units held for its operator (check: %s)",
                  job_id, node.node_id, result.credited_base_units, result.check_status.value)
         self._core.notifier.notify(job_topic(job_id), VERIFICATION_TOPIC)

@@ -24,13 +24,14 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, make_url, text, update
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -45,6 +46,11 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 _READ_ONLY = "mlxnet_read_only"  # execution option: this transaction never writes
 _NOT_DURABLE = "mlxnet_not_durable"  # execution option: the commit need not wait for the disk
 _SQLITE_SYNC = "mlxnet_synchronous"  # connection info: the PRAGMA synchronous it has now
+_RETURNED_AT = "mlxnet_returned_at_s"  # connection info: when it went back to the pool (monotonic)
+# A pooled PostgreSQL connection idle this long is pinged before use. Pinging every checkout
+# doubled a busy coordinator's statements; a connection used moments ago that died since fails
+# its transaction, which answers DatabaseUnavailable and makes the pool drop its older connections.
+POSTGRES_PING_IDLE_S = 1.0
 # A write, so that the commit has something to flush (a transaction that writes nothing
 # makes neither database wait for its disk).
 RETRY_AFTER_S = 2  # what a client hears when the database is away
@@ -123,7 +129,28 @@ def create_database_engine(url: str, sqlite_busy_timeout_ms: int = SQLITE_BUSY_T
         engine = create_engine(url, connect_args={"check_same_thread": False})
         _configure_sqlite(engine, sqlite_busy_timeout_ms)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_engine(url, pool_size=10, max_overflow=20)
+    _ping_idle_connections(engine, POSTGRES_PING_IDLE_S)
+    return engine
+
+
+def _ping_idle_connections(engine: Engine, idle_s: float) -> None:
+    """pool_pre_ping, for connections that sat in the pool at least idle_s only."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection, record) -> None:  # type: ignore[no-untyped-def]
+        record.info[_RETURNED_AT] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection, record, _proxy) -> None:  # type: ignore[no-untyped-def]
+        returned_at = record.info.get(_RETURNED_AT)  # None: a new connection, just opened
+        if returned_at is None or time.monotonic() - returned_at < idle_s:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            # The pool drops this connection and hands out another (up to three tries).
+            raise DisconnectionError(f"a pooled connection failed its ping: {error}") from error
 
 
 def writes_serialized(session: Session) -> bool:
