@@ -309,7 +309,7 @@ class NodeSessions:
                 for job in self._unsent(inbox.take(), sent):
                     yield job
                 with self._core.db.read_transaction() as session:
-                    jobs = job_rows.active_jobs_for_node(session, node.node_id)
+                    jobs = job_rows.active_jobs_for_node(session, node.node_id, skip=sent)
                     checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances,
                                                         skip=sent)
                     challenges = challenge_rows.unsent_for_node(session, node.node_id)

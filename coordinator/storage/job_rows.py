@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlalchemy import Update, and_, bindparam, case, delete, func, insert, or_, select, update
@@ -285,11 +286,13 @@ def silent_nodes_holding_jobs(session: Session, heartbeat_before_ms: int) -> lis
     return list(session.execute(_SILENT_NODES_HOLDING_JOBS, {"before_ms": heartbeat_before_ms}).scalars())
 
 
-def active_jobs_for_node(session: Session, node_id: str) -> list[JobRecord]:
+def active_jobs_for_node(session: Session, node_id: str, skip: Collection[str] = ()) -> list[JobRecord]:
+    """The node's active jobs, less those in skip (an assignment stream has sent them: their
+    rows are not read again on each wake-up)."""
     job_ids = session.execute(select(job_assignments.c.job_id).where(
         job_assignments.c.node_id == node_id, job_assignments.c.active.is_(True))
         .order_by(job_assignments.c.job_id)).scalars().all()
-    found = (job_by_id(session, job_id) for job_id in job_ids)
+    found = (job_by_id(session, job_id) for job_id in job_ids if job_id not in skip)
     return [job for job in found if job is not None and job.status in ACTIVE_STATUSES]
 
 

@@ -135,6 +135,37 @@ def all_nodes(session: Session) -> list[NodeRecord]:
     return [_node_from_row(r) for r in session.execute(_ALL_NODES)]
 
 
+@dataclass(frozen=True)
+class PeerFacts:
+    """What choosing a peer checker reads of a node: a few columns, not its whole row."""
+
+    node_id: NodeId
+    operator_id: OperatorId
+    served: tuple[tuple[str, str], ...]  # (model id, weights digest) of each model it serves
+    last_heartbeat_ms: int
+    left_at_ms: int | None
+    accepting_jobs: bool
+
+
+_PEER_FACTS = select(nodes.c.node_id, nodes.c.operator_id, nodes.c.models_json, nodes.c.last_heartbeat_ms,
+                     nodes.c.left_at_ms, nodes.c.accepting_jobs).order_by(nodes.c.node_id)
+
+
+def all_peer_facts(session: Session) -> list[PeerFacts]:
+    """Every node's PeerFacts, read on each peer-check pass (all_nodes parsed every node's
+    hardware and models there). Nodes mostly declare the same models: each text is parsed once."""
+    served_by_text: dict[str, tuple[tuple[str, str], ...]] = {}
+    found = []
+    for node_id, operator_id, models_json, last_heartbeat_ms, left_at_ms, accepting_jobs in session.execute(_PEER_FACTS):
+        served = served_by_text.get(models_json)
+        if served is None:
+            served = tuple((m.model_id, m.weights_digest) for m in models_from_json(models_json))
+            served_by_text[models_json] = served
+        found.append(PeerFacts(NodeId(node_id), OperatorId(operator_id), served, last_heartbeat_ms, left_at_ms,
+                               bool(accepting_jobs)))
+    return found
+
+
 _REGISTRATIONS_DIGEST = select(func.count(), func.coalesce(func.sum(nodes.c.registered_at_ms), 0)).select_from(nodes)
 
 

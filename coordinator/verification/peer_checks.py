@@ -40,7 +40,7 @@ from coordinator.verification import outcomes, peer_store, planted, store
 from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict, ReplayFacts, judge
 from coordinator.verification.peers import (
-    CheckRequest, Chosen, Pairing, Party, PeerCheckPolicy, Role, Ruling, candidate_of, check_fee,
+    Candidate, CheckRequest, Chosen, Pairing, Party, PeerCheckPolicy, Role, Ruling, check_fee,
     choose_checker, fee_is_earned, job_passes, ruling, still_no_checker,
 )
 from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus, check_id_for
@@ -133,11 +133,11 @@ def _ask_again(session: Session, row: PeerCheckRecord, policy: PeerCheckPolicy, 
 
 def _candidates(session: Session, context: PeerContext, now_ms: int):  # type: ignore[no-untyped-def]
     trust = store.all_node_trust(session)
-    return [candidate_of(node.node_id, node.operator_id, node.models,
-                         online=(node.left_at_ms is None and node.lending.accepting_jobs
-                                 and now_ms - node.last_heartbeat_ms <= context.offline_after_ms),
-                         quarantined=node.node_id in trust and trust[node.node_id].quarantined_at_ms is not None)
-            for node in node_rows.all_nodes(session)]
+    return [Candidate(node.node_id, node.operator_id, node.served,
+                      online=(node.left_at_ms is None and node.accepting_jobs
+                              and now_ms - node.last_heartbeat_ms <= context.offline_after_ms),
+                      quarantined=node.node_id in trust and trust[node.node_id].quarantined_at_ms is not None)
+            for node in node_rows.all_peer_facts(session)]
 
 
 def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckRequest:

@@ -30,7 +30,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from contracts.models import ModelSpec
 from coordinator.verification.economics import BASIS_POINTS, StakePolicy, checker_fee_bps
 from ledger.api import network_fee_floor
 
@@ -76,12 +75,6 @@ class Candidate:
 
     def serves(self, model_id: str, weights_digest: str) -> bool:
         return (model_id, weights_digest) in self.models
-
-
-def candidate_of(node_id: str, operator_id: str, models: Iterable[ModelSpec], online: bool,
-                 quarantined: bool) -> Candidate:
-    return Candidate(node_id, operator_id, tuple((m.model_id, m.weights_digest) for m in models),
-                     online, quarantined)
 
 
 @dataclass(frozen=True)

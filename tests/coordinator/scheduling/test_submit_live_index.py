@@ -139,3 +139,23 @@ def test_a_dry_run_reads_no_whole_fleet_and_finds_a_mac_registered_elsewhere(
     built = _builds(here, there)  # there's own index included
     assert here.jobs.explain_placement("huge", 1024, 0.0).node_ids
     assert _builds(here, there) == built + 1
+
+
+def test_a_mac_whose_job_ended_elsewhere_is_freed_from_the_commitment_read_alone(
+        tmp_path: Path, database: Database) -> None:
+    """A commitment that moved (here: another coordinator ended the job) is set in the index from
+    the pass's read of commitments, without a re-read of the Mac's row (#27: one per receipt)."""
+    service = _service(database)
+    for name in "abcd":
+        _register(service, load_or_create_identity(tmp_path / f"{name}.pem"), (SMALL,))
+    jobs = [service.jobs.submit(_submission()).job for _ in range(4)]
+    assert all(job.status is JobStatus.ASSIGNED for job in jobs)  # every Mac busy (max_concurrent_jobs 1)
+    with database.transaction() as session:
+        assert job_rows.transition_job(session, jobs[0].job_id, frozenset({JobStatus.ASSIGNED}),
+                                       status=JobStatus.FAILED, error="ended elsewhere")
+        assert job_rows.release_assignments(session, jobs[0].job_id) == list(jobs[0].node_ids)
+    with statements_run(database.engine) as statements:
+        assert service.run_scheduler().placed == ()  # nothing queued: the pass brings the index up to date
+    assert statements and not [s for s in statements if " FROM nodes" in s]
+    fifth = service.jobs.submit(_submission()).job
+    assert fifth.status is JobStatus.ASSIGNED and fifth.node_ids == jobs[0].node_ids  # the freed Mac
