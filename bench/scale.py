@@ -293,11 +293,15 @@ async def _fleet(address: str, nodes: int, operator_key: str | None) -> tuple[li
                 for _ in range(max(1, -(-nodes // NODES_PER_CHANNEL)))]
     macs = [SimulatedMac(_new_identity(), node_pb2_grpc.NodeServiceStub(channels[i // NODES_PER_CHANNEL]))
             for i in range(nodes)]
-    await _bounded([(lambda m=m: m.register("fleet" if operator_key else "", operator_key or ""))
-                    for m in macs])
     opened = [asyncio.Event() for _ in macs]
-    for mac, event in zip(macs, opened):
+
+    async def join(mac: SimulatedMac, event: asyncio.Event) -> None:
+        """Register, then open the assignment stream at once, while the new binding is fresh
+        (registering 10,000 Macs here takes longer than a binding lasts unused)."""
+        await mac.register("fleet" if operator_key else "", operator_key or "")
         mac.tasks.append(asyncio.create_task(mac.serve(event)))
+
+    await _bounded([(lambda m=m, e=e: join(m, e)) for m, e in zip(macs, opened)])
 
     async def opened_or_failed(event: asyncio.Event, task: asyncio.Task) -> None:  # type: ignore[type-arg]
         """A stream that fails before it opens raises here rather than hanging the bench."""
