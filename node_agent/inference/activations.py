@@ -85,13 +85,21 @@ class _Strongest:
         assert not self._queued and not self._indices.size
         self._indices, self._values = indices.copy(), values.copy()
 
-    def _merge(self) -> None:
+    def merge_each(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Merge the queued blocks in order (evaluated together beforehand, one wait for all);
+        returns the strongest values after each, as snapshot() after each add() would."""
+        after = []
         for picked, values, offset in self._queued:
             indices = np.concatenate((self._indices, np.array(picked, dtype=np.int64) + offset))
             values_np = np.concatenate((self._values, np.array(values, dtype=np.float32)))
             order = np.lexsort((indices, -np.abs(values_np)))[:CANDIDATES]
             self._indices, self._values = indices[order], values_np[order]
+            after.append((self._indices, self._values))
         self._queued = []
+        return [(indices.copy(), values.copy()) for indices, values in after]
+
+    def _merge(self) -> None:
+        self.merge_each()
 
     def result(self) -> TopCandidates:
         self._merge()
