@@ -492,7 +492,8 @@ def report(args: argparse.Namespace, figures: Figures) -> None:
     print(f"coordinator process, {args.nodes} simulated Macs, PostgreSQL; CPU time of the coordinator only")
     print(f"idle ({args.idle_s:.0f} s, streams open, no heartbeats): {figures.idle_cpu_share * 100:.2f}% "
           f"of a core, {figures.idle_transactions_s:.2f} PostgreSQL transactions/s (the background loops'), "
-          f"{figures.stream_reads} scans of {', '.join(STREAM_TABLES)} (streams polling)")
+          f"{figures.stream_reads} scans of {', '.join(STREAM_TABLES)} (streams that polled would make "
+          f"{args.nodes} each time; a few are the background loops')")
     print(f"heartbeats ({args.heartbeat_rounds} rounds, streamed, signed as the agent signs): {figures.heartbeat_cpu_ms:.3f} ms CPU "
           f"and {figures.heartbeat_transactions:.4f} transactions per heartbeat; less the idle rate over "
           f"the same time: {figures.heartbeat_cpu_ms_net:.3f} ms and {figures.heartbeat_transactions_net:.4f}")
