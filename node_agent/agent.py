@@ -128,14 +128,6 @@ class NodeAgent:
                 log.error("refusing the coordinator: %s", error)
                 self.untrusted = error
                 self.stop()
-            except CallRejected as error:
-                # A refusal (a wrong operator key, a coordinator mid-upgrade) must not end the
-                # agent: say why, and register again after the same backoff as an outage.
-                self.registered.clear()
-                delay_s = self._client.fail_over()
-                log.error("the coordinator refused this node (%s); registering again at %s in %.2fs",
-                          error, self._client.address, delay_s)
-                self.stopping.wait(delay_s)
             except CoordinatorUnavailable as error:
                 if len(self._client.addresses) == 1:
                     # Its channel reconnects by itself, and a changed certificate only shows as
