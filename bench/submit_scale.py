@@ -22,7 +22,7 @@ from pathlib import Path
 from contracts.hardware import ChipTier, HardwareReport
 from contracts.models import ModelSpec
 from coordinator.clock import SystemClock
-from coordinator.config import CoordinatorConfig
+from coordinator.config import CoordinatorConfig, RegistrationLimits
 from coordinator.jobs.submission import Submission
 from coordinator.money.api_keys import Caller, KeyLimits
 from coordinator.service import CoordinatorService
@@ -54,7 +54,9 @@ def keyed_service(macs: int) -> Iterator[tuple[CoordinatorService, Caller, Submi
         db = Database(url)
         # Registering thousands (or running under callgrind) takes longer than a node stays
         # online without heartbeats.
-        config = CoordinatorConfig(database_url=url, node_offline_after_ms=24 * 3600 * 1000)
+        # One operator registers them all: its join limit is lifted for the bench.
+        config = CoordinatorConfig(database_url=url, node_offline_after_ms=24 * 3600 * 1000,
+                                   registration_limits=RegistrationLimits(per_operator_burst=macs + 1))
         service = CoordinatorService(db, SystemClock(), config)
         for number in range(macs):
             _register(service, Path(tmp) / f"mac{number}.pem")
