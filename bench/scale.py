@@ -443,7 +443,7 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             await meter.settled()  # the counts of the round before have landed
             cpu_0, commits_0 = meter.read()
             started_s = time.monotonic()
-            with _counted(args.profile, f"idle-{mode}", args.idle_s, "second"):
+            with _profiled(args.profile, child.process.pid, f"idle-{mode}", args.idle_s, "second"):
                 await asyncio.sleep(args.idle_s)
                 cpu_1, _ = meter.read()
             _, commits_1 = await meter.settled()  # the window's own, once reported (nothing runs)
@@ -558,7 +558,7 @@ def main() -> None:
                              "measure one round of comebacks")
     parser.add_argument("--operators", choices=("both", "distinct", "shared"), default="both")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="count the coordinator's SQL over the heartbeats and the jobs (DIR/sql-*.json) "
+                        help="count the coordinator's SQL over idling, the heartbeats and the jobs (DIR/sql-*.json) "
                              "and, with py-spy installed, sample its stacks (DIR/py-spy-*.txt)")
     args = parser.parse_args()
     if args.profile:

@@ -185,10 +185,11 @@ class NodeSessions:
             return None
         if report.signature and not self.uptime.knows(node.node_id):
             return None
-        if not self.liveness.knows(node.node_id):  # first heard, or back after going offline
+        beat = Beat(node.node_id, now, report.running_jobs, report.lending, report.warm_models)
+        outcome = self.liveness.peek(beat)
+        if outcome is None:  # first heard by this process, or back after going offline
             self.liveness.adopt(node.node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
-        outcome = self.liveness.peek(Beat(node.node_id, now, report.running_jobs, report.lending,
-                                          report.warm_models))
+            outcome = self.liveness.peek(beat)
         if outcome is None or outcome.terms_changed:
             return None
         return self.heartbeat(node, report.running_jobs, report, now, comeback_batched=True)
