@@ -439,6 +439,9 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             # the Macs registered first would go offline (and come back) in the idle window.
             await _bounded([m.heartbeat for m in macs])
             await meter.quiet(len(macs))
+            # And one more once the streams are quiet: at a 10 s interval, quieting 10,000 streams
+            # took long enough that the window measured Macs going offline, not a coordinator idling.
+            await _bounded([m.heartbeat for m in macs])
             reads_0 = meter.stream_table_reads()
             await meter.settled()  # the counts of the round before have landed
             cpu_0, commits_0 = meter.read()
