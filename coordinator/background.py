@@ -44,10 +44,10 @@ PEER_PASS_GAP_S = 1.0
 # The postings loop gathers the receipts of this long into one group commit, and looks for rows
 # another coordinator (or one before a restart) queued every POSTING_SWEEP_S.
 POSTING_GATHER_S = 0.2
+POSTING_SWEEP_S = 10.0
 # The liveness loop, woken by a node coming back, gathers the comebacks of this long into one
 # batch: a coordinator that fell behind sees thousands a second, each once a transaction of its own.
 COMEBACK_GATHER_S = 0.2
-POSTING_SWEEP_S = 10.0
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ online while `now - nodes.last_heartbeat_ms <= node_offline_after_ms`, for every
 MLX World, other coordinators). So the book writes a node's row when:
 - the node comes online (its stored lease had run out): in the next batch, which the caller wakes
   at once, and which is followed by one scheduling pass for every comeback it carries (a caller
-  may also write it at once itself); at thousands of comebacks a second (a coordinator that fell
-  behind) one transaction each was 25 times the cost of a heartbeat;
+  may also write it at once itself): a coordinator that fell behind sees thousands a second,
+  and a transaction and a scheduling pass each cost over ten times a heartbeat (bench.scale);
 - its terms change (lending state, warm models): at once too, they change where jobs may go;
 - its stored lease is half spent and the node has been heard since: in the next batch (a refresh);
 - its reported running jobs changed: in the next batch.
