@@ -2,7 +2,7 @@
 and jobs cost it, in CPU time and PostgreSQL transactions.
 
     .venv/bin/python -m bench.scale [--nodes 1000] [--heartbeat-rounds 3] [--jobs 300]
-                                    [--idle-s 10] [--operators both|distinct|shared]
+                                    [--idle-s 10] [--operators both|distinct|shared] [--comeback-round]
 
 A fresh PostgreSQL database (MLXNET_TEST_POSTGRES_URL, else the local `test` server) and a
 coordinator child process (`mlxnet coordinator`, plaintext on loopback). The Macs live in
@@ -17,6 +17,7 @@ the run without changing the figures much:
 - idle: N streams open, no heartbeats, for --idle-s: CPU share of a core, PostgreSQL
   transactions/s (pg_stat_database.xact_commit of the bench's database, read from another);
 - heartbeats: --heartbeat-rounds heartbeats from every Mac, as the agent sends them: CPU ms and transactions each;
+- comebacks (--comeback-round): one round from Macs the coordinator counts offline, the same;
 - jobs: --jobs 1-token jobs from one consumer, with every Mac its own operator (distinct) and
   all Macs one operator's (shared): jobs/s (wall, noisy here) and CPU ms per job.
 Then the arithmetic for 100,000 Macs at a 10 s interval, from the measured costs.
@@ -275,6 +276,10 @@ class Figures:
     heartbeat_transactions: float = 0.0
     heartbeat_cpu_ms_net: float = 0.0  # less the idle rate over the same time
     heartbeat_transactions_net: float = 0.0
+    # One round from Macs the coordinator counts offline (each beat a comeback), its batches
+    # and scheduling passes included, less the idle rate over the same time.
+    comeback_cpu_ms_net: float | None = None
+    comeback_transactions_net: float | None = None
     job_cpu_ms: dict[str, float] = field(default_factory=dict)
     job_transactions: dict[str, float] = field(default_factory=dict)
     jobs_s: dict[str, float] = field(default_factory=dict)
@@ -434,11 +439,14 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             # the Macs registered first would go offline (and come back) in the idle window.
             await _bounded([m.heartbeat for m in macs])
             await meter.quiet(len(macs))
+            # And one more once the streams are quiet: at a 10 s interval, quieting 10,000 streams
+            # took long enough that the window measured Macs going offline, not a coordinator idling.
+            await _bounded([m.heartbeat for m in macs])
             reads_0 = meter.stream_table_reads()
             await meter.settled()  # the counts of the round before have landed
             cpu_0, commits_0 = meter.read()
             started_s = time.monotonic()
-            with _counted(args.profile, f"idle-{mode}", args.idle_s, "second"):
+            with _profiled(args.profile, child.process.pid, f"idle-{mode}", args.idle_s, "second"):
                 await asyncio.sleep(args.idle_s)
                 cpu_1, _ = meter.read()
             _, commits_1 = await meter.settled()  # the window's own, once reported (nothing runs)
@@ -472,6 +480,8 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
             log.info("idle: %.4f of a core, %.2f transactions/s; heartbeats: %.3f ms CPU, %.4f "
                      "transactions each", figures.idle_cpu_share, figures.idle_transactions_s,
                      figures.heartbeat_cpu_ms, figures.heartbeat_transactions)
+            if args.comeback_round:
+                await _comeback_round(args, macs, meter, figures, child.process.pid, mode)
         if args.jobs:
             # Every Mac fresh first: they send no heartbeats while the jobs run (that CPU is not
             # a job's), so a phase longer than the offline limit needs a longer interval.
@@ -488,6 +498,26 @@ async def measure(args: argparse.Namespace, work: Path, url: str, admin: str, mo
         child.stop()
 
 
+async def _comeback_round(args: argparse.Namespace, macs: list[SimulatedMac], meter: Meter,
+                          figures: Figures, pid: int, mode: str) -> None:
+    """Every Mac silent past the offline limit (and the reaper's next pass), then one round: each
+    beat a comeback, measured until its liveness batches and scheduling passes are done."""
+    offline_s = 5 * args.heartbeat_interval_ms / 1000
+    log.info("comeback round: every Mac silent for %.0f s first", offline_s + 2 * args.heartbeat_interval_ms / 1000)
+    await asyncio.sleep(offline_s + 2 * args.heartbeat_interval_ms / 1000)
+    cpu_0, commits_0 = await meter.settled()
+    window_0 = time.monotonic()
+    with _profiled(args.profile, pid, f"comebacks-{mode}", len(macs), "comeback"):
+        await _bounded([m.heartbeat for m in macs])
+        cpu_1, commits_1 = await meter.settled()  # the batches the comebacks woke, and their passes
+    window_s = time.monotonic() - window_0
+    figures.comeback_cpu_ms_net = max(0.0, (cpu_1 - cpu_0 - figures.idle_cpu_share * window_s) * 1e3 / len(macs))
+    figures.comeback_transactions_net = max(0.0, (commits_1 - commits_0 - 1 - figures.idle_transactions_s * window_s)
+                                            / len(macs))
+    log.info("comebacks: %.3f ms CPU and %.4f transactions each, less the idle rate over %.1f s",
+             figures.comeback_cpu_ms_net, figures.comeback_transactions_net, window_s)
+
+
 def report(args: argparse.Namespace, figures: Figures) -> None:
     print(f"coordinator process, {args.nodes} simulated Macs, PostgreSQL; CPU time of the coordinator only")
     print(f"idle ({args.idle_s:.0f} s, streams open, no heartbeats): {figures.idle_cpu_share * 100:.2f}% "
@@ -497,6 +527,10 @@ def report(args: argparse.Namespace, figures: Figures) -> None:
     print(f"heartbeats ({args.heartbeat_rounds} rounds, streamed, signed as the agent signs): {figures.heartbeat_cpu_ms:.3f} ms CPU "
           f"and {figures.heartbeat_transactions:.4f} transactions per heartbeat; less the idle rate over "
           f"the same time: {figures.heartbeat_cpu_ms_net:.3f} ms and {figures.heartbeat_transactions_net:.4f}")
+    if figures.comeback_cpu_ms_net is not None:
+        print(f"comebacks (one round from Macs counted offline, each beat a comeback): "
+              f"{figures.comeback_cpu_ms_net:.3f} ms CPU and {figures.comeback_transactions_net:.4f} "
+              f"transactions per heartbeat, less the idle rate over the same time")
     for mode in figures.jobs_s:
         print(f"jobs, {mode} operators ({args.jobs} 1-token jobs): {figures.jobs_s[mode]:.1f} jobs/s "
               f"wall, {figures.job_cpu_ms[mode]:.2f} ms coordinator CPU and "
@@ -522,9 +556,12 @@ def main() -> None:
     parser.add_argument("--heartbeat-interval-ms", type=int, default=10_000,
                         help="what the coordinator tells nodes (its offline limit is 5 of these)")
     parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--comeback-round", action="store_true",
+                        help="after the heartbeat rounds, let every Mac go offline (6 intervals) and "
+                             "measure one round of comebacks")
     parser.add_argument("--operators", choices=("both", "distinct", "shared"), default="both")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
-                        help="count the coordinator's SQL over the heartbeats and the jobs (DIR/sql-*.json) "
+                        help="count the coordinator's SQL over idling, the heartbeats and the jobs (DIR/sql-*.json) "
                              "and, with py-spy installed, sample its stacks (DIR/py-spy-*.txt)")
     args = parser.parse_args()
     if args.profile:

@@ -45,6 +45,9 @@ PEER_PASS_GAP_S = 1.0
 # another coordinator (or one before a restart) queued every POSTING_SWEEP_S.
 POSTING_GATHER_S = 0.2
 POSTING_SWEEP_S = 10.0
+# The liveness loop, woken by a node coming back, gathers the comebacks of this long into one
+# batch: a coordinator that fell behind sees thousands a second, each once a transaction of its own.
+COMEBACK_GATHER_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def coordinator_loops(service: CoordinatorService, stopping: threading.Event,
         return lambda: stopping.wait(seconds)
 
     loops = [
-        Loop("liveness", service.nodes.flush_liveness, every(service.config.liveness_flush_ms / 1000)),
+        _liveness_loop(service, stopping),
         Loop("streams", service.nodes.sweep_streams, every(service.config.relayed_poll_interval_s)),
         Loop("reaper", service.nodes.reap_offline, every(interval_s)),
         Loop("billing", service.money.close_ended, every(interval_s)),
@@ -127,6 +130,21 @@ def _peers_loop(service: CoordinatorService, stopping: threading.Event, interval
             service.notifier.wait(VERIFICATION_TOPIC, seen[0], max(0.0, interval_s - gap_s))
 
     return Loop("peers", step, pause)
+
+
+def _liveness_loop(service: CoordinatorService, stopping: threading.Event,
+                   gather_s: float = COMEBACK_GATHER_S) -> Loop:
+    """Every flush interval, and sooner when a node came back: then it waits gather_s for more
+    comebacks, and writes them all in one batch followed by one scheduling pass."""
+    flush_s = service.config.liveness_flush_ms / 1000
+    queued = service.nodes.comebacks_queued
+
+    def pause() -> None:
+        started = time.monotonic()
+        if queued.wait(flush_s) and not stopping.is_set():
+            stopping.wait(min(gather_s, max(0.0, flush_s - (time.monotonic() - started))))
+
+    return Loop("liveness", service.nodes.flush_liveness, pause)
 
 
 def _postings_loop(service: CoordinatorService, stopping: threading.Event,

@@ -167,6 +167,7 @@ class LeaseWrite:
     node_id: str
     last_heartbeat_ms: int
     running_jobs: int
+    came_online: bool = False  # a comeback: placement hears of it once written (flush_liveness)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class RunningCoordinator:
     def stop(self, grace_s: float = 2.0) -> None:
         self.stopping.set()
         self.service.core.completions_queued.set()  # the postings loop waits on it: let it see the stop
+        self.service.nodes.comebacks_queued.set()  # and the liveness loop on this one
         if self.gateway is not None:
             self.gateway.stop()
         self.server.stop(grace_s).wait()

@@ -3,7 +3,10 @@
 A heartbeat only updates this book. What the database holds of it is a lease: a node counts as
 online while `now - nodes.last_heartbeat_ms <= node_offline_after_ms`, for every reader (placement,
 MLX World, other coordinators). So the book writes a node's row when:
-- the node comes online (its stored lease had run out): at once, by the caller, with a scheduling pass;
+- the node comes online (its stored lease had run out): in the next batch, which the caller wakes
+  at once, and which is followed by one scheduling pass for every comeback it carries (a caller
+  may also write it at once itself): a coordinator that fell behind sees thousands a second,
+  and a transaction and a scheduling pass each cost over ten times a heartbeat (bench.scale);
 - its terms change (lending state, warm models): at once too, they change where jobs may go;
 - its stored lease is half spent and the node has been heard since: in the next batch (a refresh);
 - its reported running jobs changed: in the next batch.
@@ -65,6 +68,7 @@ class LivenessBook:
     nodes_max: int = NODES_MAX
     _nodes: dict[str, _Node] = field(default_factory=dict)
     _dirty: set[str] = field(default_factory=set)  # running jobs changed since written
+    _comebacks: set[str] = field(default_factory=set)  # came online, not yet written
     _refresh_due: list[tuple[int, str]] = field(default_factory=list)  # heap: (when, node)
     _offline_due: list[tuple[int, str]] = field(default_factory=list)  # heap: (when, node)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -88,6 +92,7 @@ class LivenessBook:
         node = _Node(heard_ms, stored_ms, 0, 0, lending, warm_models)
         self._nodes[node_id] = node
         self._dirty.discard(node_id)
+        self._comebacks.discard(node_id)
         self._queue_refresh(node_id, node)
         heapq.heappush(self._offline_due, (heard_ms + self.offline_after_ms + 1, node_id))
         return node
@@ -127,6 +132,8 @@ class LivenessBook:
             node.running_jobs = beat.running_jobs
             if node.running_jobs != node.stored_running_jobs:
                 self._dirty.add(beat.node_id)
+            if outcome.came_online:
+                self._comebacks.add(beat.node_id)
             return outcome
 
     def stored(self, writes: list[LeaseWrite]) -> None:
@@ -142,6 +149,8 @@ class LivenessBook:
                 node.stored_running_jobs = write.running_jobs
                 if node.running_jobs == write.running_jobs:
                     self._dirty.discard(write.node_id)
+                if node.stored_ms + self.offline_after_ms >= node.heard_ms:
+                    self._comebacks.discard(write.node_id)  # its lease covers its last beat
 
     def current_write(self, node_id: str) -> LeaseWrite:
         """The row as it stands now in memory (for a write the caller makes at once)."""
@@ -150,9 +159,10 @@ class LivenessBook:
             return LeaseWrite(node_id, node.heard_ms, node.running_jobs)
 
     def due_writes(self, now_ms: int) -> list[LeaseWrite]:
-        """What the next batch writes: changed rows, and leases half spent of nodes heard since."""
+        """What the next batch writes: comebacks, changed rows, and leases half spent of nodes
+        heard since."""
         with self._lock:
-            due = set(self._dirty)
+            due = self._dirty | self._comebacks
             while self._refresh_due and self._refresh_due[0][0] <= now_ms:
                 _, node_id = heapq.heappop(self._refresh_due)
                 node = self._nodes.get(node_id)
@@ -168,8 +178,14 @@ class LivenessBook:
             for node_id in sorted(due):
                 node = self._nodes.get(node_id)
                 if node is not None:
-                    writes.append(LeaseWrite(node_id, max(node.heard_ms, node.stored_ms), node.running_jobs))
+                    writes.append(LeaseWrite(node_id, max(node.heard_ms, node.stored_ms), node.running_jobs,
+                                             node_id in self._comebacks))
             return writes
+
+    def comebacks_waiting(self) -> int:
+        """Nodes that came online and are not yet written."""
+        with self._lock:
+            return len(self._comebacks)
 
     def gone_offline(self, now_ms: int) -> list[str]:
         """Nodes this process heard whose heartbeats stopped, each once (and forgotten)."""
@@ -181,6 +197,7 @@ class LivenessBook:
                 if node is not None and node.heard_ms + self.offline_after_ms + 1 == at:
                     del self._nodes[node_id]
                     self._dirty.discard(node_id)
+                    self._comebacks.discard(node_id)
                     gone.append(node_id)
         return gone
 
@@ -189,6 +206,7 @@ class LivenessBook:
         with self._lock:
             self._nodes.pop(node_id, None)
             self._dirty.discard(node_id)
+            self._comebacks.discard(node_id)
 
     def __len__(self) -> int:
         with self._lock:

@@ -6,6 +6,7 @@ Each call is one transaction; wake-ups follow the commit.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -62,6 +63,8 @@ class NodeSessions:
         config = core.config
         # Liveness in memory, written in batches and on change (flush_liveness); see nodes.liveness.
         self.liveness = LivenessBook(config.node_offline_after_ms)
+        # A node came back on a heartbeat the edge answered from memory: wakes the liveness loop.
+        self.comebacks_queued = threading.Event()
         # A signed heartbeat proves the node online until it would count as offline (the
         # epochs' heartbeat credit, server.py), so spans break on longer gaps.
         self.uptime = UptimeBook(config.node_offline_after_ms, config.node_offline_after_ms // 2)
@@ -164,8 +167,10 @@ class NodeSessions:
     def heartbeat_in_memory(self, token: str | None, connection: str, report: reports.HeartbeatReport,
                             token_sha256: str | None = None) -> int | None:
         """The heartbeat, when it needs no database at all (the usual case): its time, so the
-        gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a node
-        this process has not heard, a change placement must hear of, a benchmark).
+        gRPC edge answers on its event loop. None: call heartbeat (a session not cached, a
+        signed beat of a node whose uptime this process has not read, new terms, a benchmark).
+        A node that comes back is answered too: the liveness batch it wakes writes it, with one
+        scheduling pass for all the comebacks it carries (see heartbeat).
         A cached session is still refused on a connection it is not bound to.
         token_sha256: the token's hash, when the caller has it (a Heartbeats stream hashes once)."""
         if not token:
@@ -180,17 +185,24 @@ class NodeSessions:
             return None
         if report.signature and not self.uptime.knows(node.node_id):
             return None
-        outcome = self.liveness.peek(Beat(node.node_id, now, report.running_jobs, report.lending,
-                                          report.warm_models))
-        if outcome is None or outcome.schedulable:
+        beat = Beat(node.node_id, now, report.running_jobs, report.lending, report.warm_models)
+        outcome = self.liveness.peek(beat)
+        if outcome is None:  # first heard by this process, or back after going offline
+            self.liveness.adopt(node.node_id, node.last_heartbeat_ms, node.lending, node.warm_models)
+            outcome = self.liveness.peek(beat)
+        if outcome is None or outcome.terms_changed:
             return None
-        return self.heartbeat(node, report.running_jobs, report, now)
+        return self.heartbeat(node, report.running_jobs, report, now, comeback_batched=True)
 
     def heartbeat(self, node: NodeRecord, running_jobs: int,
-                  report: reports.HeartbeatReport | None = None, now: int | None = None) -> int:
+                  report: reports.HeartbeatReport | None = None, now: int | None = None,
+                  comeback_batched: bool = False) -> int:
         """Note the heartbeat in memory. The database hears of it now only when placement must
         (the node came back, or its terms changed), then with one scheduling pass; otherwise the
-        next liveness batch writes what changed, and nothing else runs."""
+        next liveness batch writes what changed, and nothing else runs.
+        comeback_batched: a comeback is left to the liveness batch, woken now, which writes every
+        comeback it finds in one transaction and then runs one scheduling pass (the gRPC edge:
+        a coordinator that fell behind sees thousands a second)."""
         now = self._core.clock.now_ms() if now is None else now
         report = report or reports.HeartbeatReport(running_jobs)
         reports.check_report(node, report)
@@ -202,6 +214,9 @@ class NodeSessions:
                                           report.warm_models))
         self._core.metrics.heartbeat()
         if not outcome.schedulable and report.benchmark is None:
+            return now
+        if comeback_batched and not outcome.terms_changed and report.benchmark is None:
+            self.comebacks_queued.set()
             return now
         write = self.liveness.current_write(node.node_id)
         with self._core.db.transaction() as session:
@@ -245,6 +260,7 @@ class NodeSessions:
         """Write what changed since the last batch, in one transaction; rows written (none: no
         transaction). everything: every span's unwritten end too (a coordinator stopping)."""
         now = self._core.clock.now_ms()
+        self.comebacks_queued.clear()  # a comeback noted after this wakes the next batch
         leases = self.liveness.due_writes(now)
         spans = self.uptime.due_writes(now, everything)
         if not leases and not spans:
@@ -257,6 +273,10 @@ class NodeSessions:
         self.uptime.stored([span for span, _ in spans])
         # The placement index learns the new leases without re-reading the nodes.
         self._core.fleet.note_leases({w.node_id: w.last_heartbeat_ms for w in leases})
+        comebacks = [w.node_id for w in leases if w.came_online]
+        if comebacks:  # placement hears of them all in one pass (heartbeat, comeback_batched)
+            self._core.fleet.note_changed(comebacks)
+            self._core.run_scheduler()
         return len(leases) + len(spans)
 
     def hand_back(self, node: NodeRecord, job_id: str, reason: str) -> None:

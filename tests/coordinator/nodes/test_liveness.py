@@ -51,6 +51,32 @@ def test_a_node_that_stops_goes_offline_once_without_a_write_and_comes_back_with
     assert book.beat(Beat("a", 30_000, 0)).came_online
 
 
+def test_a_comeback_left_to_the_batch_is_written_by_it_once_and_marked_for_placement() -> None:
+    book = _book(0)
+    assert book.beat(Beat("a", 30_000, 1)).came_online
+    assert book.comebacks_waiting() == 1
+    book.stored([LeaseWrite("a", 0, 0)])  # a batch read before the beat, stored after it
+    assert book.comebacks_waiting() == 1  # its lease still ran out before the comeback
+    assert book.beat(Beat("a", 31_000, 1)).came_online  # unwritten yet: still a comeback
+    assert _flush(book, 31_000) == [LeaseWrite("a", 31_000, 1, came_online=True)]
+    assert book.comebacks_waiting() == 0 and _flush(book, 40_000) == []
+    assert not book.beat(Beat("a", 32_000, 1)).came_online
+
+
+def test_a_comeback_the_caller_writes_at_once_leaves_nothing_for_the_batch() -> None:
+    book = _book(0)
+    assert book.beat(Beat("a", 30_000, 0)).came_online
+    book.stored([book.current_write("a")])
+    assert book.comebacks_waiting() == 0 and _flush(book, 30_000) == []
+
+
+def test_a_node_that_goes_offline_again_before_its_comeback_is_written_is_no_comeback() -> None:
+    book = _book(0)
+    book.beat(Beat("a", 30_000, 0))
+    assert book.gone_offline(40_001) == ["a"]
+    assert book.comebacks_waiting() == 0 and _flush(book, 40_001) == []
+
+
 def test_a_silent_node_gets_no_refresh() -> None:
     book = _book(0)
     assert _flush(book, 5_000) == [] and _flush(book, 9_000) == []

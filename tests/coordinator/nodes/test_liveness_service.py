@@ -117,6 +117,53 @@ def test_online_under_heartbeats_offline_when_they_stop_and_back_written_only_on
         service.db.dispose()
 
 
+def test_comebacks_at_the_edge_are_answered_from_memory_and_written_together_by_one_batch(
+        database_url: str, tmp_path: Path) -> None:
+    """The gRPC edge's path (heartbeat_in_memory): a node coming back opens no transaction; the
+    liveness batch it wakes writes every comeback in one, then one scheduling pass places on them."""
+    service = _service(database_url)
+    try:
+        hardware = simulated_profile("m3-ultra-512")
+        tokens = [register_signed_node(service, load_or_create_identity(tmp_path / f"mac-{i}.pem"),
+                                       hardware, (MODEL,), "alice", max_concurrent_jobs=4)
+                  for i in range(3)]
+        node_ids = [node_id for node_id, _ in tokens]
+        consumer = new_consumer(service, "acme")
+        _tick(service, service.config.node_offline_after_ms + 1)  # past the restart grace
+        for _, token in tokens:
+            service.nodes.heartbeat_in_memory(token, "in-process", HeartbeatReport(0))
+        _background(service)
+        job = service.jobs.submit(consumer.submission(), consumer.caller).job
+        for _ in range(OFFLINE_AFTER_MS // INTERVAL_MS + 2):  # all silent: offline, the job handed back
+            _tick(service)
+            _background(service)
+        assert service.jobs.get(job.job_id).job.status is JobStatus.QUEUED
+        assert not any(_online_to_readers(service, node_id) for node_id in node_ids)
+
+        _tick(service)
+        writes = Writes(service)
+        begun = service.db.write_transactions_begun + service.db.read_transactions_begun
+        for _, token in tokens:
+            now = service.clock.now_ms()
+            assert service.nodes.heartbeat_in_memory(token, "in-process", HeartbeatReport(0)) == now
+        assert service.db.write_transactions_begun + service.db.read_transactions_begun == begun
+        assert service.nodes.comebacks_queued.is_set() and writes.node_rows == 0
+
+        written = service.db.write_transactions_begun
+        service.nodes.flush_liveness()
+        assert not service.nodes.comebacks_queued.is_set()
+        # One transaction for the three leases, one for the scheduling pass that follows.
+        assert service.db.write_transactions_begun == written + 2 and writes.node_rows == 3
+        assert all(_online_to_readers(service, node_id) for node_id in node_ids)
+        again = service.jobs.get(job.job_id).job
+        assert again.status is JobStatus.ASSIGNED and again.node_ids[0] in node_ids
+        written = service.db.write_transactions_begun
+        assert service.nodes.flush_liveness() == 0  # each comeback written once
+        assert service.db.write_transactions_begun == written
+    finally:
+        service.db.dispose()
+
+
 def _signed(identity: Identity, sent_at_ms: int, lending: LendingState) -> HeartbeatReport:
     claim = Heartbeat(identity.node_id, sent_at_ms, 0, lending)
     return HeartbeatReport(0, sent_at_ms, lending, (), None, identity.sign(heartbeat_message(claim)))
