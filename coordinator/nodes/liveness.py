@@ -187,6 +187,11 @@ class LivenessBook:
         with self._lock:
             return len(self._comebacks)
 
+    def comebacks_pending(self) -> frozenset[str]:
+        """Those nodes: back, though the database still holds their lease as run out."""
+        with self._lock:
+            return frozenset(self._comebacks)
+
     def gone_offline(self, now_ms: int) -> list[str]:
         """Nodes this process heard whose heartbeats stopped, each once (and forgotten)."""
         gone = []

@@ -446,7 +446,10 @@ class NodeSessions:
             # One query either way, however many silent nodes there are (most hold no job); the
             # sweep's finds every silent node holding jobs, those this process heard stop too.
             if sweep:
-                stopped = job_rows.silent_nodes_holding_jobs(session, stale_before)
+                # A node back on a beat the next liveness batch writes is silent only on disk.
+                back = self.liveness.comebacks_pending()
+                stopped = [node_id for node_id in job_rows.silent_nodes_holding_jobs(session, stale_before)
+                           if node_id not in back]
             else:
                 stopped = liveness_rows.stale_holding_jobs_among(session, gone, stale_before) if gone else []
             for node_id in stopped:

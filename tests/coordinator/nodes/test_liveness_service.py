@@ -164,6 +164,47 @@ def test_comebacks_at_the_edge_are_answered_from_memory_and_written_together_by_
         service.db.dispose()
 
 
+def test_the_orphan_sweep_keeps_the_jobs_of_a_node_back_before_its_comeback_is_written(
+        database_url: str, tmp_path: Path) -> None:
+    """A node another coordinator heard (this process's book does not hold it) goes silent on disk
+    and comes back here: until the liveness batch writes its lease, the sweep sees it silent, and
+    must not hand back the job it still runs."""
+    service = _service(database_url)
+    try:
+        node_id, token = register_signed_node(service, load_or_create_identity(tmp_path / "mac.pem"),
+                                              simulated_profile("m3-ultra-512"), (MODEL,), "alice",
+                                              max_concurrent_jobs=4)
+        consumer = new_consumer(service, "acme")
+        _tick(service, service.config.node_offline_after_ms + 1)  # past the restart grace
+        service.nodes.heartbeat_in_memory(token, "in-process", HeartbeatReport(0))
+        _background(service)
+        job = service.jobs.submit(consumer.submission(), consumer.caller).job
+        assert job.status is JobStatus.ASSIGNED and job.node_ids == (node_id,)
+        service.nodes.liveness.forget(node_id)  # as if another coordinator had heard it, and died
+        sweep_after_ms = max(OFFLINE_AFTER_MS, service.config.orphan_sweep_interval_ms) + 1
+        _tick(service, sweep_after_ms)  # the last pass swept: the next one is due again
+        assert not _online_to_readers(service, node_id)
+
+        service.notifier.set_relayed(True)  # as among coordinators: the cached session still serves
+        now = service.clock.now_ms()
+        assert service.nodes.heartbeat_in_memory(token, "in-process", HeartbeatReport(1)) == now
+        assert service.nodes.liveness.comebacks_pending() == {node_id}
+        assert service.nodes.reap_offline() == []  # the sweep is due, and skips it
+        assert service.jobs.get(job.job_id).job.status is JobStatus.ASSIGNED
+
+        _background(service)  # the batch writes the comeback; later sweeps find it online
+        assert _online_to_readers(service, node_id) and not service.nodes.liveness.comebacks_pending()
+        assert service.jobs.get(job.job_id).job.status is JobStatus.ASSIGNED
+
+        # Without the comeback the same sweep hands the job back: the case above is not vacuous.
+        service.nodes.liveness.forget(node_id)
+        _tick(service, sweep_after_ms)
+        assert job.job_id in service.nodes.reap_offline()
+        assert service.jobs.get(job.job_id).job.status is JobStatus.QUEUED
+    finally:
+        service.db.dispose()
+
+
 def _signed(identity: Identity, sent_at_ms: int, lending: LendingState) -> HeartbeatReport:
     claim = Heartbeat(identity.node_id, sent_at_ms, 0, lending)
     return HeartbeatReport(0, sent_at_ms, lending, (), None, identity.sign(heartbeat_message(claim)))
