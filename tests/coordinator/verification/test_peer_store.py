@@ -1,4 +1,5 @@
-"""The one-statement reads planting relies on give what the reads they replace give.
+"""The one-statement reads of a node's stake (planting, and every receipt) give what the reads they
+replace give, and what their definitions say.
 
 Only the two verification tables, created bare (no foreign keys to fill), on SQLite and on
 PostgreSQL when it is reachable; hypothesis fills them with rows of every state.
@@ -59,15 +60,29 @@ def _fill(session: Session, credits, fees) -> None:  # type: ignore[no-untyped-d
             fee_transfer_id=f"t-{n}" if paid else None, fee_taken_back_by="pc-planted" if taken_back else None))
 
 
+def _expected(credits, fees, node_id: str, since_ms: int) -> tuple[int, int, int, int]:  # type: ignore[no-untyped-def]
+    """(fees kept, held, posted since, jobs completed since) by their definitions, in Python."""
+    fees_kept = sum(fee for checker, paid, taken_back, answered_at_ms, fee in fees
+                    if checker == node_id and paid and not taken_back
+                    and answered_at_ms is not None and answered_at_ms >= since_ms)
+    mine = [(state, credit, at_ms) for node, state, credit, at_ms in credits if node == node_id]
+    held = sum(credit for state, credit, _ in mine if state is CreditState.PENDING)
+    posted = sum(credit for state, credit, at_ms in mine if state is CreditState.POSTED and at_ms >= since_ms)
+    return fees_kept, held, posted, sum(1 for _, _, at_ms in mine if at_ms >= since_ms)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_held_credits, _fees, st.integers(-1, 101))
-def test_checker_stake_is_the_three_reads_it_replaces(engine: Engine, credits, fees, since_ms: int) -> None:  # type: ignore[no-untyped-def]
+def test_checker_stake_and_node_exposure_read_what_their_definitions_say(engine: Engine, credits, fees,  # type: ignore[no-untyped-def]
+                                                                        since_ms: int) -> None:
     with Session(engine) as session, session.begin():
         _fill(session, credits, fees)
         for node_id in (*NODES, "node-absent"):
-            held, _ = store.node_exposure(session, node_id, since_ms)
-            separate = (peer_store.fees_paid_since(session, node_id, since_ms), held,
+            fees_kept, held, posted, recent = _expected(credits, fees, node_id, since_ms)
+            separate = (peer_store.fees_paid_since(session, node_id, since_ms),
+                        store.node_exposure(session, node_id, since_ms)[0],
                         store.posted_credit_since(session, node_id, since_ms))
             combined = peer_store.checker_stake(session, node_id, since_ms)
-            assert combined == separate
+            assert combined == separate == (fees_kept, held, posted)
+            assert store.node_exposure(session, node_id, since_ms) == (held, recent)
             assert all(type(part) is int for part in combined)
