@@ -69,9 +69,9 @@ class PeerContext:
 
 
 def _receipt(session: Session, job_id: str) -> Receipt:
-    job = job_rows.job_by_id(session, job_id)
-    assert job is not None and job.receipt_body is not None, "checks open on jobs with a receipt"
-    return decode_receipt(job.receipt_body)
+    found = job_rows.receipt_of(session, job_id)
+    assert found is not None and found[0] is not None, "checks open on jobs with a receipt"
+    return decode_receipt(found[0])
 
 
 def _new_row(check: store.CheckRecord, role: Role, attempt: int, now_ms: int, reason: str) -> PeerCheckRecord:
@@ -230,11 +230,12 @@ def claim(session: Session, row: PeerCheckRecord) -> tuple[Receipt, str, tuple[i
     """What a check is judged against: the receipt, prompt and output (a planted check's are built)."""
     if row.planted:
         return planted.claim_of(session, row)
-    job = job_rows.job_by_id(session, row.job_id)
-    assert job is not None and job.receipt_body is not None
-    receipt = decode_receipt(job.receipt_body)
-    streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-    return receipt, job.prompt, streamed[:receipt.completion_tokens]
+    found = job_rows.receipt_of(session, row.job_id)
+    assert found is not None and found[0] is not None
+    body, prompt = found
+    receipt = decode_receipt(body)
+    streamed = tuple(t for c in job_rows.token_chunks(session, row.job_id) for t in c.token_ids)
+    return receipt, prompt, streamed[:receipt.completion_tokens]
 
 
 # --- a checker's answer ------------------------------------------------------------

@@ -133,11 +133,11 @@ def plant(session: Session, planting: Planting, policy: StakePolicy, deadline_ms
 def claim_of(session: Session, row: PeerCheckRecord) -> tuple[Receipt, str, tuple[int, ...]]:
     """What a planted check is judged against: its claim, and the source job's prompt and output."""
     assert row.planted_from_job_id is not None and row.claim_body is not None
-    job = job_rows.job_by_id(session, row.planted_from_job_id)
-    assert job is not None, "a planted check's source job is kept"
+    source = job_rows.receipt_of(session, row.planted_from_job_id)
+    assert source is not None, "a planted check's source job is kept"
     receipt = decode_receipt(row.claim_body)
-    streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-    return receipt, job.prompt, streamed[:receipt.completion_tokens]
+    streamed = tuple(t for c in job_rows.token_chunks(session, row.planted_from_job_id) for t in c.token_ids)
+    return receipt, source[1], streamed[:receipt.completion_tokens]
 
 
 def settle(session: Session, row: PeerCheckRecord, verdict: CheckVerdict, evidence: dict[str, object],
