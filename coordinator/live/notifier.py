@@ -189,6 +189,17 @@ def node_topic(node_id: str) -> str:
     return NODE_TOPIC_PREFIX + node_id
 
 
+def node_checks_topic(node_id: str) -> str:
+    """Check jobs were assigned to the node: notified beside node_topic, so its stream reads
+    them (live.stream_reads). Not under NODE_TOPIC_PREFIX: watchers of nodes need not wake."""
+    return "checks:" + node_id
+
+
+def node_challenges_topic(node_id: str) -> str:
+    """A challenge was issued to the node: as node_checks_topic."""
+    return "challenges:" + node_id
+
+
 FLEET_TOPIC_PREFIX = "fleet:"
 
 

@@ -13,7 +13,10 @@ from collections.abc import Callable, Iterator
 from contracts import hop_trace, pods
 from contracts.ids import NodeId
 from coordinator.jobs import handback, results
-from coordinator.live.notifier import Wait, fleet_topic, job_topic, node_topic, on_this_thread
+from coordinator.live import stream_reads
+from coordinator.live.notifier import (
+    Wait, fleet_topic, job_topic, node_challenges_topic, node_checks_topic, node_topic, on_this_thread,
+)
 from coordinator.metrics.names import STREAM_NODE
 from coordinator.model import (
     JobRecord,
@@ -250,10 +253,13 @@ class NodeSessions:
             return 0  # no relay: every stream polls on its own
         with self._core.db.read_transaction() as session:
             node_ids = set(liveness_rows.nodes_with_unstarted_jobs(session, STREAM_SWEEP_NODES_MAX))
-            node_ids.update(check.checker_node_id for check in peer_store.with_status(
-                session, PeerCheckStatus.ASSIGNED, STREAM_SWEEP_NODES_MAX) if check.checker_node_id)
+            checkers = {check.checker_node_id for check in peer_store.with_status(
+                session, PeerCheckStatus.ASSIGNED, STREAM_SWEEP_NODES_MAX) if check.checker_node_id}
+        node_ids.update(checkers)
         if node_ids:
-            self._core.notifier.notify_local(*(node_topic(n) for n in sorted(node_ids)))
+            # The checks' own topic too: a stream reads check jobs when it moved (live.stream_reads).
+            self._core.notifier.notify_local(*(node_checks_topic(n) for n in sorted(checkers)),
+                                             *(node_topic(n) for n in sorted(node_ids)))
         return len(node_ids)
 
     def flush_liveness(self, everything: bool = False) -> int:
@@ -321,18 +327,26 @@ class NodeSessions:
 
     def _assignment_steps(self, node: NodeRecord) -> Iterator[JobRecord | CheckJob | SpotChallenge | Wait]:
         sent: set[str] = set()
+        notifier = self._core.notifier
         topic = node_topic(node.node_id)
+        kind_topics = node_checks_topic(node.node_id), node_challenges_topic(node.node_id)
+        full_read_ms = int(self._core.config.relayed_poll_interval_s * 1000)
+        last: stream_reads.LastReads | None = None
         with self._core.live_assignments.subscribe(node.node_id) as inbox:
             while True:
-                seen = self._core.notifier.version(topic)
+                seen = notifier.version(topic)
+                versions = stream_reads.KindVersions(*(notifier.version(t) for t in kind_topics))
+                now_ms = self._core.clock.now_ms()
+                reads = stream_reads.reads_due(versions, last, notifier.relayed, now_ms, full_read_ms)
                 # Jobs just committed go before the read, which finds them again (and any other).
                 for job in self._unsent(inbox.take(), sent):
                     yield job
                 with self._core.db.read_transaction() as session:
                     jobs = job_rows.active_jobs_for_node(session, node.node_id, skip=sent)
                     checks = peer_checks.check_jobs_for(session, node.node_id, self._core.config.tolerances,
-                                                        skip=sent)
-                    challenges = challenge_rows.unsent_for_node(session, node.node_id)
+                                                        skip=sent) if reads.checks else []
+                    challenges = challenge_rows.unsent_for_node(session, node.node_id) if reads.challenges else []
+                last = stream_reads.after_reads(versions, last, reads, now_ms)
                 for job in self._unsent(jobs, sent):
                     yield job
                 for check in checks:
@@ -346,8 +360,7 @@ class NodeSessions:
                         yield challenge
                 # With a working relay a stream waits for news alone (sweep_streams is the
                 # safety net, one read a process); without one it polls.
-                yield Wait(topic, seen, None if self._core.notifier.relayed
-                           else self._core.config.stream_poll_interval_s)
+                yield Wait(topic, seen, None if notifier.relayed else self._core.config.stream_poll_interval_s)
 
     @staticmethod
     def _unsent(jobs: list[JobRecord], sent: set[str]) -> Iterator[JobRecord]:

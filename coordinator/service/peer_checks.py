@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from contracts.peer_checks import CheckJob
-from coordinator.live.notifier import job_topic, node_topic
+from coordinator.live.notifier import job_topic, node_checks_topic, node_topic
 from coordinator.model import NodeRecord
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
 from coordinator.verification import peer_checks, peer_store
@@ -31,7 +31,9 @@ class PeerChecks:
             done = peer_checks.dispatch(session, self.context(), self._core.clock.now_ms())
         for check_id, node_id in done.assigned:
             log.info("check %s sent to peer %s", check_id, node_id)
-        self._core.notifier.notify(*(node_topic(node_id) for _, node_id in done.assigned))  # planted ones ride along
+        # Planted ones ride along; the checks' own topic says the stream must read check jobs.
+        self._core.notifier.notify(*(topic for _, node_id in done.assigned
+                                     for topic in (node_checks_topic(node_id), node_topic(node_id))))
         if done.to_verifier:
             self._core.notifier.notify(VERIFICATION_TOPIC)
         return done

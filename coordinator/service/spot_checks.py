@@ -14,7 +14,7 @@ import random
 from contracts.receipts import ReceiptFormatError, decode_receipt
 from coordinator.errors import NotFound
 from coordinator.jobs.receipt_check import check_receipt
-from coordinator.live.notifier import node_topic
+from coordinator.live.notifier import node_challenges_topic, node_topic
 from coordinator.model import NodeRecord, SignedReceipt, SpotChallenge
 from coordinator.nodes import spot_benchmarks
 from coordinator.service.core import VERIFICATION_TOPIC, ServiceCore
@@ -59,7 +59,8 @@ class SpotChecks:
         if overdue:
             self._core.fleet.note_changed([c.node_id for c in overdue])
         if issued:
-            self._core.notifier.notify(*(node_topic(node_id) for node_id in issued))
+            self._core.notifier.notify(*(topic for node_id in issued
+                                         for topic in (node_challenges_topic(node_id), node_topic(node_id))))
         return issued
 
     def answer(self, node: NodeRecord, challenge_id: str, token_ids: tuple[int, ...],

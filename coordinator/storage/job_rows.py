@@ -176,6 +176,16 @@ def job_by_id(session: Session, job_id: str, for_update: bool = False) -> JobRec
     return None if row is None else _job_from_row(session, row)
 
 
+_RECEIPT_OF = select(jobs.c.receipt_body, jobs.c.prompt).where(jobs.c.job_id == bindparam("job_id"))
+
+
+def receipt_of(session: Session, job_id: str) -> tuple[bytes | None, str] | None:
+    """A job's receipt body (None until it completes) and prompt, or None when there is no such
+    job: what checks judge a job by, without job_by_id's whole row and its nodes' read."""
+    row = session.execute(_RECEIPT_OF, {"job_id": job_id}).first()
+    return None if row is None else (row.receipt_body, row.prompt)
+
+
 def any_queued(session: Session) -> bool:
     """Whether some job waits for a Mac: one step down the status index."""
     return session.execute(_ANY_QUEUED).first() is not None

@@ -69,9 +69,9 @@ class PeerContext:
 
 
 def _receipt(session: Session, job_id: str) -> Receipt:
-    job = job_rows.job_by_id(session, job_id)
-    assert job is not None and job.receipt_body is not None, "checks open on jobs with a receipt"
-    return decode_receipt(job.receipt_body)
+    found = job_rows.receipt_of(session, job_id)
+    assert found is not None and found[0] is not None, "checks open on jobs with a receipt"
+    return decode_receipt(found[0])
 
 
 def _new_row(check: store.CheckRecord, role: Role, attempt: int, now_ms: int, reason: str) -> PeerCheckRecord:
@@ -89,12 +89,34 @@ class DispatchPass:
     planted: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (check id, node id): planted.py
 
 
+@dataclass
+class _PassReads:
+    """What one pass has read already: a receipt, and a check's operator credit (fixed when the
+    check opens), are not read again for the same job in the pass."""
+
+    receipts: dict[str, Receipt] = dataclasses.field(default_factory=dict)
+    credits: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def receipt(self, session: Session, job_id: str) -> Receipt:
+        if job_id not in self.receipts:
+            self.receipts[job_id] = _receipt(session, job_id)
+        return self.receipts[job_id]
+
+    def credit(self, session: Session, job_id: str) -> int:
+        if job_id not in self.credits:
+            check = store.check_by_job(session, job_id)
+            assert check is not None
+            self.credits[job_id] = check.operator_credit
+        return self.credits[job_id]
+
+
 def dispatch(session: Session, context: PeerContext, now_ms: int) -> DispatchPass:
     """One pass: open check jobs for new waiting checks, re-ask lapsed ones, assign waiting ones."""
-    done = DispatchPass()
+    done, reads = DispatchPass(), _PassReads()
     for check in store.waiting_checks(session, CHECKS_PER_PASS_MAX):
-        receipt = _receipt(session, check.job_id)
+        receipt = reads.receipt(session, check.job_id)
         if (receipt.model_id, receipt.weights_digest) not in context.replayable:
+            reads.credits[check.job_id] = check.operator_credit
             _hand_over(session, check, now_ms)
     for row in peer_store.overdue(session, now_ms, CHECKS_PER_PASS_MAX):
         if peer_store.update_peer_check(session, row.check_id, _ASSIGNED, status=PeerCheckStatus.LAPSED,
@@ -102,7 +124,7 @@ def dispatch(session: Session, context: PeerContext, now_ms: int) -> DispatchPas
             _ask_again(session, row, context.policy, now_ms, done)
     waiting = peer_store.with_status(session, PeerCheckStatus.WAITING, CHECKS_PER_PASS_MAX)
     if waiting:
-        _assign(session, waiting, context, now_ms, done)
+        _assign(session, waiting, context, now_ms, done, reads)
     return done
 
 
@@ -152,7 +174,7 @@ def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckR
 
 
 def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerContext, now_ms: int,
-            done: DispatchPass) -> None:
+            done: DispatchPass, reads: _PassReads) -> None:
     candidates = _candidates(session, context, now_ms)
     pairings: list[Pairing] | None = None  # read once a row may find a checker
     for row in waiting:
@@ -163,7 +185,7 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
             continue
         if pairings is None:
             pairings = peer_store.recent_pairings(session, PAIRINGS_READ_MAX)
-        receipt = _receipt(session, row.job_id)
+        receipt = reads.receipt(session, row.job_id)
         found = choose_checker(_request(session, row, receipt), candidates, pairings, context.policy,
                                context.draws, now_ms)
         if isinstance(found, Chosen):
@@ -173,7 +195,8 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
                                             reason=f"sent to {found.node_id}, drawn among {found.eligible}"):
                 pairings.insert(0, Pairing(row.checked_node_id, found.node_id, now_ms))
                 done.assigned.append((row.check_id, found.node_id))
-                _plant_beside(session, row, found, receipt, context, now_ms, done)
+                _plant_beside(session, row, found, receipt, reads.credit(session, row.job_id), context, now_ms,
+                              done)
             continue
         if row.role is Role.REFEREE and (receipt.model_id, receipt.weights_digest) in context.replayable:
             # No third peer: the coordinator's own verifier referees (it judges the checked node).
@@ -196,13 +219,11 @@ def _waiting_reason(current: str | None, found: str) -> str:
     return (f"{found}; {cause}" if cause else found)[:outcomes.REASON_CHARS_MAX]
 
 
-def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt: Receipt, context: PeerContext,
-                 now_ms: int, done: DispatchPass) -> None:
+def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt: Receipt, job_credit: int,
+                  context: PeerContext, now_ms: int, done: DispatchPass) -> None:
     """Perhaps a planted check for the same checker, so it cannot skip the replay unseen."""
-    check = store.check_by_job(session, row.job_id)
-    assert check is not None
     planting = planted.Planting(found.node_id, found.operator_id, receipt.model_id, receipt.weights_digest,
-                                check.operator_credit)
+                                job_credit)
     check_id = planted.plant(session, planting, context.trust.stake, context.policy.deadline_ms, context.draws,
                              now_ms)
     if check_id is not None:
@@ -230,11 +251,12 @@ def claim(session: Session, row: PeerCheckRecord) -> tuple[Receipt, str, tuple[i
     """What a check is judged against: the receipt, prompt and output (a planted check's are built)."""
     if row.planted:
         return planted.claim_of(session, row)
-    job = job_rows.job_by_id(session, row.job_id)
-    assert job is not None and job.receipt_body is not None
-    receipt = decode_receipt(job.receipt_body)
-    streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-    return receipt, job.prompt, streamed[:receipt.completion_tokens]
+    found = job_rows.receipt_of(session, row.job_id)
+    assert found is not None and found[0] is not None
+    body, prompt = found
+    receipt = decode_receipt(body)
+    streamed = tuple(t for c in job_rows.token_chunks(session, row.job_id) for t in c.token_ids)
+    return receipt, prompt, streamed[:receipt.completion_tokens]
 
 
 # --- a checker's answer ------------------------------------------------------------

@@ -114,9 +114,24 @@ class NoChecker:
 def recent_partners(node_id: str, pairings: Iterable[Pairing], memory: int) -> frozenset[str]:
     """The partners of node_id in its last `memory` peer checks (as checked or as checker)."""
     own = [p for p in pairings if node_id in (p.checked_node_id, p.checker_node_id)]
-    own.sort(key=lambda p: p.at_ms, reverse=True)
+    return _partners_among(node_id, own, memory)
+
+
+def _partners_among(node_id: str, own: list[Pairing], memory: int) -> frozenset[str]:
+    own.sort(key=lambda p: p.at_ms, reverse=True)  # stable: ties keep the pairings' order
     return frozenset(p.checker_node_id if p.checked_node_id == node_id else p.checked_node_id
                      for p in own[:memory])
+
+
+def partners_by_node(pairings: Iterable[Pairing], memory: int) -> dict[str, frozenset[str]]:
+    """recent_partners of every node in the pairings, in one pass over them (a node absent has
+    none): choosing among N candidates read the pairings N times."""
+    own: dict[str, list[Pairing]] = {}
+    for pairing in pairings:
+        own.setdefault(pairing.checked_node_id, []).append(pairing)
+        if pairing.checker_node_id != pairing.checked_node_id:
+            own.setdefault(pairing.checker_node_id, []).append(pairing)
+    return {node_id: _partners_among(node_id, found, memory) for node_id, found in own.items()}
 
 
 def rejection(candidate: Candidate, request: CheckRequest, paired: frozenset[str]) -> str | None:
@@ -146,12 +161,13 @@ def choose_checker(request: CheckRequest, candidates: Sequence[Candidate], pairi
     checked_id = request.checked.node_id
     memory = policy.pair_memory_checks
     # A checked node's recent partners, and any candidate whose own recent partners include it.
-    paired = recent_partners(checked_id, pairings, memory) if memory else frozenset()
+    partners = partners_by_node(pairings, memory) if memory else {}
+    paired = partners.get(checked_id, frozenset())
     eligible: list[Candidate] = []
     rejected: list[tuple[str, str]] = []
     for candidate in sorted(candidates, key=lambda c: c.node_id):  # a stable order for the draw
         reason = rejection(candidate, request, paired)
-        if reason is None and memory and checked_id in recent_partners(candidate.node_id, pairings, memory):
+        if reason is None and checked_id in partners.get(candidate.node_id, frozenset()):
             reason = "recently paired"
         if reason is None:
             eligible.append(candidate)

@@ -36,7 +36,7 @@ from contracts.ids import JOB_ID_PREFIX, JobId, NodeId
 from contracts.peer_checks import CheckResultFormatError, decode_result
 from contracts.receipts import Receipt, decode_receipt, encode_receipt
 from coordinator.storage import job_rows
-from coordinator.verification import outcomes, peer_store, stakes, store
+from coordinator.verification import outcomes, peer_store, stakes
 from coordinator.verification.economics import StakePolicy, checker_at_stake, planted_rate
 from coordinator.verification.judge import CheckVerdict
 from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus
@@ -86,15 +86,14 @@ class Planting:
 def _source(session: Session, planting: Planting, draws: random.Random) -> tuple[Receipt, TopCandidates,
                                                                                   tuple[TopCandidates, ...]] | None:
     """A verified replay of the same weights, of a job the checker never ran nor checked."""
-    rows = [r for r in peer_store.planting_sources(session, SOURCES_READ_MAX)
+    rows = [(r, body) for r, body in peer_store.planting_sources(session, SOURCES_READ_MAX)
             if planting.checker_node_id not in (r.checked_node_id, r.checker_node_id) and r.result_body]
-    seen = peer_store.checked_by(session, planting.checker_node_id, [r.job_id for r in rows])
+    seen = peer_store.checked_by(session, planting.checker_node_id, [r.job_id for r, _ in rows])
     found = []
-    for row in rows:
-        job = job_rows.job_by_id(session, row.job_id)
-        if row.job_id in seen or job is None or job.receipt_body is None:
+    for row, receipt_body in rows:
+        if row.job_id in seen or receipt_body is None:
             continue
-        receipt = decode_receipt(job.receipt_body)
+        receipt = decode_receipt(receipt_body)
         if (receipt.model_id, receipt.weights_digest) == (planting.model_id, planting.weights_digest):
             found.append((receipt, row.result_body))
     if not found:
@@ -111,10 +110,8 @@ def plant(session: Session, planting: Planting, policy: StakePolicy, deadline_ms
           draws: random.Random, now_ms: int) -> str | None:
     """Perhaps send the checker a planted check beside its real one; its check id, or None."""
     horizon_start_ms = now_ms - policy.clawback_horizon_s * 1000
-    held, _ = store.node_exposure(session, planting.checker_node_id, now_ms)
-    at_stake = checker_at_stake(peer_store.fees_paid_since(session, planting.checker_node_id, horizon_start_ms),
-                                held, store.posted_credit_since(session, planting.checker_node_id,
-                                                                horizon_start_ms), policy)
+    fees, held, posted = peer_store.checker_stake(session, planting.checker_node_id, horizon_start_ms)
+    at_stake = checker_at_stake(fees, held, posted, policy)
     if draws.random() >= planted_rate(planting.job_credit, at_stake, policy):
         return None
     source = _source(session, planting, draws)
@@ -136,11 +133,11 @@ def plant(session: Session, planting: Planting, policy: StakePolicy, deadline_ms
 def claim_of(session: Session, row: PeerCheckRecord) -> tuple[Receipt, str, tuple[int, ...]]:
     """What a planted check is judged against: its claim, and the source job's prompt and output."""
     assert row.planted_from_job_id is not None and row.claim_body is not None
-    job = job_rows.job_by_id(session, row.planted_from_job_id)
-    assert job is not None, "a planted check's source job is kept"
+    source = job_rows.receipt_of(session, row.planted_from_job_id)
+    assert source is not None, "a planted check's source job is kept"
     receipt = decode_receipt(row.claim_body)
-    streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-    return receipt, job.prompt, streamed[:receipt.completion_tokens]
+    streamed = tuple(t for c in job_rows.token_chunks(session, row.planted_from_job_id) for t in c.token_ids)
+    return receipt, source[1], streamed[:receipt.completion_tokens]
 
 
 def settle(session: Session, row: PeerCheckRecord, verdict: CheckVerdict, evidence: dict[str, object],

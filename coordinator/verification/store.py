@@ -190,11 +190,12 @@ def update_check(session: Session, job_id: str, from_statuses: frozenset[CheckSt
 def node_exposure(session: Session, node_id: str, window_start_ms: int) -> tuple[int, int]:
     """(credits the node still has held, its jobs completed since window_start_ms): its stake
     and its pace, read when one of its jobs completes (economics.Exposure)."""
-    held = session.execute(select(func.coalesce(func.sum(job_checks.c.operator_credit), 0)).where(
-        job_checks.c.node_id == node_id, job_checks.c.credit_state == CreditState.PENDING.value)).scalar_one()
-    recent = session.execute(select(func.count()).select_from(job_checks).where(
-        job_checks.c.node_id == node_id, job_checks.c.completed_at_ms >= window_start_ms)).scalar_one()
-    return int(held), int(recent)
+    held = select(func.coalesce(func.sum(job_checks.c.operator_credit), 0)).where(
+        job_checks.c.node_id == node_id, job_checks.c.credit_state == CreditState.PENDING.value).scalar_subquery()
+    recent = select(func.count()).select_from(job_checks).where(
+        job_checks.c.node_id == node_id, job_checks.c.completed_at_ms >= window_start_ms).scalar_subquery()
+    held_credit, jobs_in_window = session.execute(select(held, recent)).one()  # one round trip per receipt
+    return int(held_credit), int(jobs_in_window)
 
 
 def held_checks(session: Session, node_id: str, except_job_id: str) -> list[CheckRecord]:

@@ -90,10 +90,11 @@ class VerifierWorker:
                 left = self._left_to_peers.get(check.job_id)
                 if left is not None and self.checker.weights_digest(left[0]) != left[1]:
                     continue
-                job = job_rows.job_by_id(session, check.job_id)
-                assert job is not None and job.receipt_body is not None, "checks open on completed jobs"
-                streamed = tuple(t for c in job_rows.token_chunks(session, job.job_id) for t in c.token_ids)
-                found.append(_Pending(job.job_id, job.prompt, streamed, job.receipt_body))
+                job = job_rows.receipt_of(session, check.job_id)
+                assert job is not None and job[0] is not None, "checks open on completed jobs"
+                receipt_body, prompt = job
+                streamed = tuple(t for c in job_rows.token_chunks(session, check.job_id) for t in c.token_ids)
+                found.append(_Pending(check.job_id, prompt, streamed, receipt_body))
             return found
 
     def run_once(self) -> list[VerdictOutcome]:

@@ -24,11 +24,12 @@ from contracts.token_checks import TokenCheck
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import InvalidRequest
 from coordinator.jobs.submission import Submission
-from coordinator.live.notifier import Wait
+from coordinator.live.notifier import Wait, node_topic
 from coordinator.model import TokenChunk
 from coordinator.service import CoordinatorService
 from coordinator.storage import job_rows, node_rows
 from coordinator.storage.database import Database, upgrade_schema
+from coordinator.verification import peer_checks
 from coordinator.verification.peer_store import PeerCheckStatus
 from coordinator.verification.peers import PeerCheckPolicy, Role, check_fee
 from coordinator.verification.store import CheckStatus, CreditState
@@ -170,6 +171,38 @@ def test_a_peer_checks_the_job_in_its_assignment_stream_and_is_paid(service: Coo
     # An answer to a check already answered is not taken twice, and pays nothing more.
     assert not _answer(service, nodes, check_id, checker, job_id, seed=1).accepted
     assert _posted(service, _operator(service, checker)) == fee
+
+
+def test_with_a_relay_a_stream_reads_check_jobs_when_their_topic_moves_and_the_sweep_catches_a_silent_one(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    service.notifier.set_relayed(True)  # as server.py does on SQLite, and on PostgreSQL with the relay up
+    nodes = _fleet(service, tmp_path, ["alice", "bob"])
+    streams = {}
+    for node_id in nodes:
+        with service.db.transaction() as session:
+            streams[node_id] = service.nodes.assignment_steps(node_rows.node_by_id(session, node_id))  # type: ignore[arg-type]
+        assert isinstance(next(streams[node_id]), Wait)  # nothing for it yet
+    job_id, checked = _complete(service, nodes, seed=1)
+    check_id, checker = _assigned(service, job_id, Role.CHECK)  # the pass notifies the checks' topic
+    while isinstance(step := next(streams[checker]), Wait):  # a wake-up per job step came first
+        pass
+    assert isinstance(step, CheckJob) and step.check_id == check_id
+    assert isinstance(next(streams[checker]), Wait)
+    # A check assigned with a wake-up that names only the node (an older coordinator's relay) is
+    # not read on that wake-up; the sweep, the relay's safety net, brings it.
+    second_job_id, _ = _complete(service, nodes, seed=2)
+    for stream in streams.values():
+        while not isinstance(next(stream), Wait):
+            pass
+    with service.db.transaction() as session:
+        peer_checks.dispatch(session, service.peers.context(), service.clock.now_ms())
+    (row,) = [r for r in service.peers.of_job(second_job_id) if r.status is PeerCheckStatus.ASSIGNED]
+    assert row.checker_node_id is not None
+    service.notifier.notify_local(node_topic(row.checker_node_id))
+    assert isinstance(next(streams[row.checker_node_id]), Wait)
+    assert service.nodes.sweep_streams() >= 1
+    sent = next(streams[row.checker_node_id])
+    assert isinstance(sent, CheckJob) and sent.check_id == row.check_id
 
 
 def test_a_cheat_is_disputed_and_a_referee_of_a_third_operator_confirms_it(service: CoordinatorService,

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from coordinator.verification.economics import StakePolicy
 from coordinator.verification.peers import (
     Candidate, CheckRequest, Chosen, NoChecker, Pairing, Party, PeerCheckPolicy, Role, Ruling,
-    check_fee, choose_checker, fee_is_earned, job_passes, recent_partners, ruling, still_no_checker,
+    check_fee, choose_checker, fee_is_earned, job_passes, partners_by_node, recent_partners, ruling,
+    still_no_checker,
 )
 from ledger.api import network_fee_floor, price_job
 
@@ -85,6 +86,16 @@ def test_recent_partners_remember_only_the_last_checks() -> None:
     assert recent_partners("a", pairings, 1) == {"d"}
     assert recent_partners("a", pairings, 2) == {"d", "c"}
     assert recent_partners("a", pairings, 0) == frozenset()
+
+
+@given(st.lists(st.builds(Pairing, st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["a", "b", "c", "d"]),
+                          st.integers(0, 5)), max_size=12), st.integers(0, 4))
+def test_partners_by_node_is_recent_partners_of_every_node(pairings, memory) -> None:  # type: ignore[no-untyped-def]
+    # Few nodes and instants: self-pairings, repeated pairs and tied times (ties keep the order) all occur.
+    index = partners_by_node(pairings, memory)
+    for node_id in ("a", "b", "c", "d", "absent"):
+        assert index.get(node_id, frozenset()) == recent_partners(node_id, pairings, memory)
+    assert set(index) == {n for p in pairings for n in (p.checked_node_id, p.checker_node_id)}
 
 
 def test_a_referee_is_of_a_third_operator_and_never_a_party() -> None:
