@@ -11,7 +11,8 @@ Layers, as mlx-lm shapes generation:
 
 A job's prompt, but its last token, is prefilled alone in its own KV cache, in the chunks
 unbatched decoding uses, so its prompt states are an unbatched run's. That cache then joins
-the batch's left-padded cache (mlx-lm's BatchKVCache). The batched steps' hidden states can
+the batch's left-padded cache (mlx-lm's BatchKVCache); a job with the model to itself decodes
+in its own cache, as stream_generate does, until another job joins. The batched steps' hidden states can
 differ from an unbatched run's in their low bits (the shapes differ): the verifier's
 tolerances cover it (bench/concurrency.py and tests/adversarial run honest batched jobs).
 
@@ -386,6 +387,9 @@ class ModelBatch:
         self.joining: list[BatchJob] = []  # prefilling, in arrival order
         self.running: list[BatchJob] = []  # in the batch, row by row
         self._cache: list[Any] | None = None  # the batch's, one per layer
+        # A job decoding alone keeps its own KV cache (mlx-lm's KVCache, no padding mask): 3-5% faster
+        # than a batch cache of one row, and the very computation its verifier replays.
+        self._alone = False
         self._ahead: _Ahead | None = None  # the next decode step, queued before this one's tokens were read
 
     # -- admission -------------------------------------------------------------------------
@@ -508,9 +512,16 @@ class ModelBatch:
             hop_trace.job_hop(job.job_id, "joined the batch")
             if job.prefilled >= PROMPT_CACHE_PROMPT_MIN:
                 self.prompt_cache.store(job.cached_prompt())
+        if self._cache is None and len(ready) == 1:
+            self._cache, ready[0].cache, self._alone = ready[0].cache, None, True
+            self.running.extend(ready)
+            return
         merged = [BatchKVCache.merge(list(layer)) for layer in zip(*(job.cache for job in ready))]
         for job in ready:
             job.cache = None
+        if self._alone:  # the lone job's cache becomes the batch's first row
+            assert self._cache is not None
+            self._cache, self._alone = [BatchKVCache.merge([layer]) for layer in self._cache], False
         if self._cache is None:
             self._cache = merged
         else:
@@ -588,8 +599,9 @@ class ModelBatch:
         self.running = [self.running[i] for i in keep]
         if not keep:
             self._cache = self._ahead = None
+            self._alone = False
             return
-        assert self._cache is not None
+        assert self._cache is not None and not self._alone, "a lone job that stays leaves no one"
         for layer in self._cache:
             layer.filter(keep)
 

@@ -268,3 +268,36 @@ def test_a_json_schema_grammar_holds_in_a_batch_as_alone(engine: Engine, tiny_mo
         alone = _alone(engine, request)
         assert batched.token_ids == alone.token_ids and batched.finish_reason == alone.finish_reason
     assert json.loads(_alone(engine, constrained[0]).text)["kind"] in ("cat", "dog")
+
+
+def test_a_job_alone_decodes_in_its_own_cache_until_another_joins(engine: Engine, tiny_model_dir: Path) -> None:
+    """Alone, a job keeps mlx-lm's plain KV cache (no padding mask: the computation stream_generate
+    and the verifier run), so its proof is an unbatched run's; a second job turns that cache into
+    the batch's first row, and both give the tokens they give alone."""
+    from mlx_lm.models.cache import BatchKVCache, KVCache
+
+    batches = Batches(engine, slots=4)
+    batch = batches.batch_for(str(tiny_model_dir))
+    lone, joiner = Stream(batches), Stream(batches)
+    batches.add(_request(tiny_model_dir, 2, max_tokens=30), CONTEXT, lone.sink())
+    for _ in range(4):
+        batches.step()
+    assert batch._cache is not None and all(type(layer) is KVCache for layer in batch._cache)
+    batches.add(_request(tiny_model_dir, 3, max_tokens=5), CONTEXT, joiner.sink())
+    while not joiner.tokens:
+        batches.step()
+    assert all(type(layer) is BatchKVCache for layer in batch._cache)
+    batches.run_until_idle()
+    assert batch._cache is None
+    for stream, i, max_tokens in ((lone, 2, 30), (joiner, 3, 5)):
+        (job,) = stream.done
+        alone = _alone(engine, _request(tiny_model_dir, i, max_tokens=max_tokens))
+        assert job.result is not None and job.result.token_ids == alone.token_ids
+
+    only = Stream(batches)
+    batches.add(_request(tiny_model_dir, 4, max_tokens=12), CONTEXT, only.sink())
+    batches.run_until_idle()
+    (job,) = only.done
+    alone = _alone(engine, _request(tiny_model_dir, 4, max_tokens=12))
+    assert job.result is not None and job.result.token_ids == alone.token_ids
+    assert job.result.activation_commitment == alone.activation_commitment != b""
