@@ -54,6 +54,9 @@ Index("ix_peer_checks_checker", peer_checks.c.checker_node_id, peer_checks.c.sta
 Index("ix_peer_checks_job", peer_checks.c.job_id)
 Index("ix_peer_checks_status", peer_checks.c.status, peer_checks.c.deadline_ms)
 Index("ix_peer_checks_pairs", peer_checks.c.assigned_at_ms)
+# Answered checks newest first (planting_sources, beside every check): without it each planting
+# sorted every check ever answered.
+Index("ix_peer_checks_answered", peer_checks.c.status, peer_checks.c.answered_at_ms, peer_checks.c.check_id)
 
 
 class PeerCheckStatus(StrEnum):
