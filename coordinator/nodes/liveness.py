@@ -182,15 +182,14 @@ class LivenessBook:
                                              node_id in self._comebacks))
             return writes
 
-    def comebacks_waiting(self) -> int:
-        """Nodes that came online and are not yet written."""
-        with self._lock:
-            return len(self._comebacks)
-
     def comebacks_pending(self) -> frozenset[str]:
-        """Those nodes: back, though the database still holds their lease as run out."""
+        """Nodes that came online and are not yet written: back, though the database still holds
+        their lease as run out."""
         with self._lock:
             return frozenset(self._comebacks)
+
+    def comebacks_waiting(self) -> int:
+        return len(self.comebacks_pending())
 
     def gone_offline(self, now_ms: int) -> list[str]:
         """Nodes this process heard whose heartbeats stopped, each once (and forgotten)."""
