@@ -367,7 +367,7 @@ def _profiled(directory: Path | None, pid: int, name: str, per: float, unit: str
         return
     spy = shutil.which("py-spy")
     sampler = subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "--rate", "200",
+        [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "--gil", "--rate", "200",
          "--output", str(directory / f"py-spy-{name}.txt")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if spy else None
     try:
