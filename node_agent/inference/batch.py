@@ -445,21 +445,33 @@ class ModelBatch:
 
     # -- one step --------------------------------------------------------------------------
 
-    def step(self) -> None:
+    def step(self, arrivals: Callable[[], None] | None = None) -> None:
         """A chunk of prefill for the jobs joining, then one token for every job in the batch.
 
+        arrivals() starts the jobs that reached the node meanwhile. Those that arrive while the
+        batch prefills are prefilled in the same step, within its prompt-token budget, before it
+        joins and decodes: each join and decode step ahead of a job's first token adds to its wait
+        (mlx-lm's BatchGenerator also prefills every waiting prompt first).
         A step queued ahead is taken first, alone: jobs that arrived meanwhile join at the next step."""
         if self._ahead is not None:
             self._decode_step()
             return
         self._admit_waiting()
-        self._prefill_some()
+        budget = PREFILL_TOKENS_PER_STEP - self._prefill_some(PREFILL_TOKENS_PER_STEP)
+        while arrivals is not None and budget > 0 and self.joining:
+            arrivals()
+            self._admit_waiting()
+            prefilled = self._prefill_some(budget)
+            if prefilled == 0:
+                break
+            budget -= prefilled
         self._join_prefilled()
         if self.running:
             self._decode_step()
 
-    def _prefill_some(self) -> None:
-        budget = PREFILL_TOKENS_PER_STEP
+    def _prefill_some(self, budget: int) -> int:
+        """Up to `budget` prompt tokens of the joining jobs' prefill, evaluated; returns how many."""
+        most = budget
         queued: list[tuple[BatchJob, list[mx.array]]] = []
         for job in list(self.joining):
             if job.cancelled:
@@ -487,6 +499,7 @@ class ModelBatch:
                 continue
             queued.append((job, lazy))
         self._settle_prefills(queued)
+        return most - budget
 
     def _settle_prefills(self, queued: list[tuple[BatchJob, list[mx.array]]]) -> None:
         """Every joining job's prefill of this step in one evaluation: on a loaded machine each wait
@@ -701,10 +714,11 @@ class Batches:
         """Jobs prefilling or decoding now, over every model."""
         return sum(batch.in_use for batch in self._batches.values())
 
-    def step(self) -> None:
+    def step(self, arrivals: Callable[[], None] | None = None) -> None:
+        """One step of each busy batch; arrivals() starts jobs that arrived meanwhile (ModelBatch.step)."""
         for batch in list(self._batches.values()):
             if batch.busy:
-                batch.step()
+                batch.step(arrivals)
 
     def run_until_idle(self) -> None:
         while self.busy:

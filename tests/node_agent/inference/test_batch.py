@@ -181,7 +181,7 @@ def test_no_token_of_one_job_reaches_another_under_random_arrivals(tiny_model_di
                            cwd=Path(__file__).resolve().parents[3])
     assert child.returncode == 0, child.stderr[-3000:]
     report = json.loads(child.stdout.splitlines()[-1])
-    assert report["schedules"] == 6 and report["jobs"] >= 30 and report["cancelled"] >= 1
+    assert report["schedules"] == 6 and report["jobs"] >= 30 and report["cancelled"] >= 1 and report["mid_step"] >= 5
     assert report["mismatches"] == [], report["mismatches"][:5]
 
 
@@ -301,3 +301,42 @@ def test_a_job_alone_decodes_in_its_own_cache_until_another_joins(engine: Engine
     alone = _alone(engine, _request(tiny_model_dir, 4, max_tokens=12))
     assert job.result is not None and job.result.token_ids == alone.token_ids
     assert job.result.activation_commitment == alone.activation_commitment != b""
+
+
+def test_jobs_arriving_during_a_prefill_are_prefilled_before_the_batch_decodes(
+        engine: Engine, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that reaches the node while the batch prefills joins in the same step: its first
+    token comes with the earlier jobs' first tokens, not after their join and decode step. The
+    step's prompt-token budget still bounds how long the running jobs wait."""
+    from node_agent.inference import batch as batch_module
+
+    batches = Batches(engine, slots=8)
+    early, late, later = Stream(batches), Stream(batches), Stream(batches)
+    arriving = [(late, 1), (later, 5)]
+
+    def arrivals() -> None:  # one job reaches the node during each prefill
+        if arriving:
+            stream, i = arriving.pop(0)
+            batches.add(_request(tiny_model_dir, i, max_tokens=8), CONTEXT, stream.sink())
+
+    batches.add(_request(tiny_model_dir, 0, max_tokens=8), CONTEXT, early.sink())
+    batches.step(arrivals)
+    assert not arriving and [len(s.tokens) for s in (early, late, later)] == [1, 1, 1]
+    while batches.busy:
+        batches.step(arrivals)
+    for stream, i in ((early, 0), (late, 1), (later, 5)):
+        (job,) = stream.done
+        alone = _alone(engine, _request(tiny_model_dir, i, max_tokens=8))
+        assert job.result is not None and job.result.token_ids == alone.token_ids
+
+    # With a budget of one prompt's tokens, the step spends it all on the first job and decodes:
+    # arrivals are not even looked for until the next step.
+    first_prompt = len(encode_job_prompt(engine.model(str(tiny_model_dir))[1], PROMPTS[0])) - 1
+    monkeypatch.setattr(batch_module, "PREFILL_TOKENS_PER_STEP", first_prompt)
+    capped, waits = Stream(batches), Stream(batches)
+    arriving[:] = [(waits, 1)]
+    batches.add(_request(tiny_model_dir, 0, max_tokens=8), CONTEXT, capped.sink())
+    batches.step(arrivals)
+    assert len(capped.tokens) == 1 and arriving == [(waits, 1)]
+    batches.run_until_idle()
+    assert capped.done and not waits.done
