@@ -529,12 +529,14 @@ class ModelBatch:
             self._cache, ready[0].cache, self._alone = ready[0].cache, None, True
             self.running.extend(ready)
             return
-        merged = [BatchKVCache.merge(list(layer)) for layer in zip(*(job.cache for job in ready))]
+        room = _room_for(ready)
+        merged = [_merged(list(layer), room) for layer in zip(*(job.cache for job in ready))]
         for job in ready:
             job.cache = None
         if self._alone:  # the lone job's cache becomes the batch's first row
             assert self._cache is not None
-            self._cache, self._alone = [BatchKVCache.merge([layer]) for layer in self._cache], False
+            self._cache = [_merged([layer], _room_for(self.running)) for layer in self._cache]
+            self._alone = False
         if self._cache is None:
             self._cache = merged
         else:
@@ -635,6 +637,35 @@ class ModelBatch:
         job.cache = None
         if job.sink.on_done is not None:
             job.sink.on_done(job)
+
+
+def _room_for(jobs: list[BatchJob]) -> int:
+    """Positions a merged cache keeps free for these jobs' coming tokens: what the longest may still
+    decode, up to mlx-lm's own growth step."""
+    return max(1, min(BatchKVCache.step, max(job.request.max_tokens - job.fed for job in jobs)))
+
+
+def _merged(caches: list[Any], room: int) -> BatchKVCache:  # type: ignore[misc]
+    """BatchKVCache.merge, into arrays with `room` free positions after the longest row. merge's
+    arrays are exactly as long as it: the next decode step grew them, a zeroed copy of the whole
+    cache (50-80 ms for 32 jobs joining on the test machine)."""
+    lengths = [cache.offset for cache in caches]
+    longest = max(lengths)
+    if longest == 0:
+        return BatchKVCache.merge(caches)
+    first = next(cache for cache in caches if cache.keys is not None)
+    heads, key_dim, value_dim = first.keys.shape[1], first.keys.shape[3], first.values.shape[3]
+    keys = mx.zeros((len(caches), heads, longest + room, key_dim), dtype=first.keys.dtype)
+    values = mx.zeros((len(caches), heads, longest + room, value_dim), dtype=first.values.dtype)
+    for row, (cache, length) in enumerate(zip(caches, lengths)):
+        if length:  # left-padded, as merge lays rows out
+            keys[row:row + 1, :, longest - length:longest] = cache.keys[..., :length, :]
+            values[row:row + 1, :, longest - length:longest] = cache.values[..., :length, :]
+    merged = BatchKVCache([longest - length for length in lengths])
+    merged.keys, merged.values = keys, values
+    merged.offset += longest
+    merged._idx = longest
+    return merged
 
 
 @dataclass(frozen=True)

@@ -340,3 +340,28 @@ def test_jobs_arriving_during_a_prefill_are_prefilled_before_the_batch_decodes(
     assert len(capped.tokens) == 1 and arriving == [(waits, 1)]
     batches.run_until_idle()
     assert capped.done and not waits.done
+
+
+def test_joined_caches_keep_room_for_the_coming_tokens(engine: Engine, tiny_model_dir: Path) -> None:
+    """The batch's merged cache holds what mlx-lm's merge holds, with free positions after it, so the
+    first decode step writes in place instead of growing (copying) the whole cache."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
+
+    from node_agent.inference.batch import _merged
+
+    model, tokenizer = engine.model(str(tiny_model_dir))
+    caches = []
+    for prompt in PROMPTS[:3]:
+        cache = make_prompt_cache(model)
+        model.model(mx.array(encode_job_prompt(tokenizer, prompt))[None], cache=cache)
+        caches.append(cache[0])
+    theirs, ours = BatchKVCache.merge(caches), _merged(caches, room=5)
+    longest = theirs.keys.shape[2]
+    assert ours.keys.shape[2] == longest + 5 and ours._idx == theirs._idx == longest
+    assert ours.offset.tolist() == theirs.offset.tolist() and ours.left_padding.tolist() == theirs.left_padding.tolist()
+    for a, b in zip(ours.keys_and_values(), theirs.keys_and_values()):
+        assert mx.array_equal(a, b).item()
+    step = mx.ones((3, ours.keys.shape[1], 1, ours.keys.shape[3]))
+    ours.update_and_fetch(step, step)
+    assert ours.keys.shape[2] == longest + 5  # written in place
