@@ -233,7 +233,8 @@ class NodeAgent:
             self._answer_challenges()
             if self._batches.busy:
                 self._start_arrived()
-                self._batches.step(self._start_arrived)
+                with self._token_mux.firsts_together():
+                    self._batches.step(self._start_arrived)
                 continue
             try:
                 assignment, timeline = self._jobs.get(timeout=0.5)

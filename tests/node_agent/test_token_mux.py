@@ -160,3 +160,25 @@ def test_a_partial_receipt_rides_on_the_chunk_that_completes_its_tokens() -> Non
     chunks = _close(sender)
     assert proofs == [(1, 2)]
     assert [c.partial_receipt for c in chunks] == [None, (b"body", b"signature")]
+
+
+def test_a_steps_first_tokens_go_together_in_one_message() -> None:
+    """Within firsts_together() (a batch step), every job's first token waits for the step's end
+    and all go in one message: one coordinator transaction, not one per job. Outside a step a
+    first token still goes at once."""
+    client = _FakeClient()
+    mux = TokenMux(client, message_interval_s=600, chunk_interval_s=0.0)  # type: ignore[arg-type]
+    alone = mux.sender("job-alone")
+    assert alone.offer(0, 7, "x")
+    client.wait_for(1)  # the stream is open, and idle until woken
+    assert [c.job_id for c in client.messages[0].chunks] == ["job-alone"]
+    senders = [mux.sender(f"job-{i}") for i in range(8)]
+    with mux.firsts_together():
+        for i, sender in enumerate(senders):
+            assert sender.offer(0, 100 + i, f"t{i}")
+        assert len(client.messages) == 1  # nothing more is written before the step ends
+    client.wait_for(2)
+    assert [c.job_id for c in client.messages[1].chunks] == [f"job-{i}" for i in range(8)]
+    for sender in (*senders, alone):
+        sender.finish()
+        _close(sender)
