@@ -2,8 +2,8 @@
 settle disputes, pay the checker.
 
 - hand_over / dispatch: a waiting check the coordinator's own verifier cannot replay becomes a
-  check job for a peer (peers.choose_checker); lapsed ones go to another peer, and a check no
-  peer can take stays held with the reason (never paid unchecked).
+  check job for a peer (checker_pool draws it as peers.choose_checker would); lapsed ones go to
+  another peer, and a check no peer can take stays held with the reason (never paid unchecked).
 - check_jobs_for: the check jobs a node's assignment stream sends it (prefill-only replays).
 - accept_result: a checker's signed result, judged with the verifier's own judge(). A match
   posts the credit; a mismatch is a dispute, settled by a referee of a third operator (or the
@@ -39,9 +39,10 @@ from coordinator.storage import job_rows, node_rows
 from coordinator.verification import outcomes, peer_store, planted, store
 from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict, ReplayFacts, judge
+from coordinator.verification.checker_pool import CheckerPool, Drawn
 from coordinator.verification.peers import (
-    Candidate, CheckRequest, Chosen, Pairing, Party, PeerCheckPolicy, Role, Ruling, check_fee,
-    choose_checker, fee_is_earned, job_passes, ruling, still_no_checker,
+    Candidate, CheckRequest, Pairing, Party, PeerCheckPolicy, Role, Ruling, check_fee, fee_is_earned,
+    job_passes, ruling, still_no_checker,
 )
 from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus, check_id_for
 from coordinator.verification.policy import TrustPolicy
@@ -176,24 +177,26 @@ def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckR
 def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerContext, now_ms: int,
             done: DispatchPass, reads: _PassReads) -> None:
     candidates = _candidates(session, context, now_ms)
-    pairings: list[Pairing] | None = None  # read once a row may find a checker
+    pool: CheckerPool | None = None  # built, with the pairings read, once a row may find a checker
     for row in waiting:
         # A check that found no checker among its own operator's nodes finds none again until the
         # fleet changes: re-reading its job every pass held the write lock from token streams.
         if row.role is Role.CHECK and still_no_checker(
                 Party(row.checked_node_id, row.checked_operator_id), candidates, row.reason):
             continue
-        if pairings is None:
-            pairings = peer_store.recent_pairings(session, PAIRINGS_READ_MAX)
+        if pool is None:
+            pool = CheckerPool(candidates, peer_store.recent_pairings(session, PAIRINGS_READ_MAX), context.policy,
+                               now_ms)
         receipt = reads.receipt(session, row.job_id)
-        found = choose_checker(_request(session, row, receipt), candidates, pairings, context.policy,
-                               context.draws, now_ms)
-        if isinstance(found, Chosen):
+        found = pool.choose(_request(session, row, receipt), context.draws)
+        if isinstance(found, Drawn):
+            reason = (f"sent to {found.node_id}, drawn at random among the eligible of the {found.serving} "
+                      "nodes serving its weights")
             if peer_store.update_peer_check(session, row.check_id, _WAITING, status=PeerCheckStatus.ASSIGNED,
                                             checker_node_id=found.node_id, checker_operator_id=found.operator_id,
                                             assigned_at_ms=now_ms, deadline_ms=now_ms + context.policy.deadline_ms,
-                                            reason=f"sent to {found.node_id}, drawn among {found.eligible}"):
-                pairings.insert(0, Pairing(row.checked_node_id, found.node_id, now_ms))
+                                            reason=reason):
+                pool.record(Pairing(row.checked_node_id, found.node_id, now_ms))
                 done.assigned.append((row.check_id, found.node_id))
                 _plant_beside(session, row, found, receipt, reads.credit(session, row.job_id), context, now_ms,
                               done)
@@ -219,7 +222,7 @@ def _waiting_reason(current: str | None, found: str) -> str:
     return (f"{found}; {cause}" if cause else found)[:outcomes.REASON_CHARS_MAX]
 
 
-def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt: Receipt, job_credit: int,
+def _plant_beside(session: Session, row: PeerCheckRecord, found: Drawn, receipt: Receipt, job_credit: int,
                   context: PeerContext, now_ms: int, done: DispatchPass) -> None:
     """Perhaps a planted check for the same checker, so it cannot skip the replay unseen."""
     planting = planted.Planting(found.node_id, found.operator_id, receipt.model_id, receipt.weights_digest,
