@@ -93,10 +93,17 @@ class DispatchPass:
 @dataclass
 class _PassReads:
     """What one pass has read already: a receipt, and a check's operator credit (fixed when the
-    check opens), are not read again for the same job in the pass."""
+    check opens), are not read again for the same job in the pass, nor planting's sources
+    (answered checks, which a dispatch pass never answers) for each checker."""
 
     receipts: dict[str, Receipt] = dataclasses.field(default_factory=dict)
     credits: dict[str, int] = dataclasses.field(default_factory=dict)
+    planting_sources: planted.Sources | None = None  # read once a pass: the same for every checker
+
+    def sources(self, session: Session) -> planted.Sources:
+        if self.planting_sources is None:
+            self.planting_sources = planted.read_sources(session)
+        return self.planting_sources
 
     def receipt(self, session: Session, job_id: str) -> Receipt:
         if job_id not in self.receipts:
@@ -164,7 +171,10 @@ def _candidates(session: Session, context: PeerContext, now_ms: int):  # type: i
 
 
 def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckRequest:
-    earlier = [r for r in peer_store.of_job(session, row.job_id) if r.check_id != row.check_id]
+    # A job's first check job has no earlier one to read: a second attempt follows a lapse, a
+    # referee an answered check (check ids are unique per job, role and attempt).
+    first = row.role is Role.CHECK and row.attempt == 1
+    earlier = [] if first else [r for r in peer_store.of_job(session, row.job_id) if r.check_id != row.check_id]
     asked = frozenset(r.checker_node_id for r in earlier
                       if r.role is row.role and r.checker_node_id is not None)
     parties = tuple(Party(r.checker_node_id, r.checker_operator_id or "") for r in earlier
@@ -198,8 +208,7 @@ def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerConte
                                             reason=reason):
                 pool.record(Pairing(row.checked_node_id, found.node_id, now_ms))
                 done.assigned.append((row.check_id, found.node_id))
-                _plant_beside(session, row, found, receipt, reads.credit(session, row.job_id), context, now_ms,
-                              done)
+                _plant_beside(session, row, found, receipt, reads, context, now_ms, done)
             continue
         if row.role is Role.REFEREE and (receipt.model_id, receipt.weights_digest) in context.replayable:
             # No third peer: the coordinator's own verifier referees (it judges the checked node).
@@ -222,13 +231,13 @@ def _waiting_reason(current: str | None, found: str) -> str:
     return (f"{found}; {cause}" if cause else found)[:outcomes.REASON_CHARS_MAX]
 
 
-def _plant_beside(session: Session, row: PeerCheckRecord, found: Drawn, receipt: Receipt, job_credit: int,
+def _plant_beside(session: Session, row: PeerCheckRecord, found: Drawn, receipt: Receipt, reads: _PassReads,
                   context: PeerContext, now_ms: int, done: DispatchPass) -> None:
     """Perhaps a planted check for the same checker, so it cannot skip the replay unseen."""
     planting = planted.Planting(found.node_id, found.operator_id, receipt.model_id, receipt.weights_digest,
-                                job_credit)
+                                reads.credit(session, row.job_id))
     check_id = planted.plant(session, planting, context.trust.stake, context.policy.deadline_ms, context.draws,
-                             now_ms)
+                             now_ms, reads.sources)
     if check_id is not None:
         done.planted.append((check_id, found.node_id))
 
