@@ -26,7 +26,7 @@ def hand_back_jobs(session: Session, node_id: str, reason: str, now_ms: int,
         job = job_rows.job_by_id(session, found.job_id, for_update=True)
         if job is None or job.status not in ACTIVE_STATUSES or node_id not in job.node_ids:
             continue
-        job_rows.release_assignments(session, job.job_id)
+        job_rows.deactivate_assignments(session, job.job_id)
         if job_rows.token_count(session, job.job_id) == 0:
             job_rows.transition_job(session, job.job_id, ACTIVE_STATUSES, status=JobStatus.QUEUED,
                                    assigned_at_ms=None, started_at_ms=None,

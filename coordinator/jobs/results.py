@@ -293,7 +293,7 @@ def accept_receipt(session: Session, node: NodeRecord, job_id: str, body: bytes,
         billing_closed_at_ms=now_ms if completion.billing_closed else None)
     moved = job_rows.transition_job(session, job_id, ACTIVE_STATUSES, **ended)  # the row's one write
     assert moved, "the job was checked active under this transaction"
-    job_rows.release_assignments(session, job_id)
+    job_rows.deactivate_assignments(session, job_id)
     completed = dataclasses.replace(job, **ended)
     check = outcomes.open_check(session, completed, node, spec.weights_digest,
                                 price.operator_credit, context, now_ms)
@@ -311,4 +311,4 @@ def accept_failure(session: Session, node: NodeRecord, job_id: str, reason: str,
         keep_partial_receipt(session, job_id, partial)
     ending.fail_job(session, job_id, now_ms, error=f"node {node.node_id}: {reason[:1000]}",
                     error_code=error_code, context=context)
-    job_rows.release_assignments(session, job_id)
+    job_rows.deactivate_assignments(session, job_id)

@@ -253,9 +253,14 @@ def release_assignments(session: Session, job_id: str) -> list[str]:
     """Deactivate a job's assignments; returns the nodes that were freed."""
     freed = session.execute(select(job_assignments.c.node_id).where(
         job_assignments.c.job_id == job_id, job_assignments.c.active.is_(True))).scalars().all()
+    deactivate_assignments(session, job_id)
+    return list(freed)
+
+
+def deactivate_assignments(session: Session, job_id: str) -> None:
+    """release_assignments for a caller that needs not know which nodes it freed (one statement, not two)."""
     session.execute(update(job_assignments).where(job_assignments.c.job_id == job_id)
                     .values(active=False))
-    return list(freed)
 
 
 def committed_by_node(session: Session) -> dict[str, Commitment]:

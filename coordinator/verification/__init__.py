@@ -11,6 +11,8 @@
     outcomes.py    use cases in the caller's transaction: open a check, record a verdict, release credits
     stakes.py      a failed check takes the node's stake: held credits forfeited, posted ones clawed back
     peers.py       pure: who checks a job (and who referees a dispute), rulings, the check fee
+    checker_pool.py pure: a dispatch pass's draw of checkers, as peers.py chooses, without a
+                   filter over the whole fleet per check
     peer_store.py  SQL edge for check jobs run by peers (real and planted)
     peer_checks.py check jobs for peers in the caller's transaction: hand over, judge, dispute, pay
     planted.py     planted checks: claims built to fail any honest replay, catching lazy checkers

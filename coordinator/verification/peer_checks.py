@@ -2,8 +2,8 @@
 settle disputes, pay the checker.
 
 - hand_over / dispatch: a waiting check the coordinator's own verifier cannot replay becomes a
-  check job for a peer (peers.choose_checker); lapsed ones go to another peer, and a check no
-  peer can take stays held with the reason (never paid unchecked).
+  check job for a peer (checker_pool draws it as peers.choose_checker would); lapsed ones go to
+  another peer, and a check no peer can take stays held with the reason (never paid unchecked).
 - check_jobs_for: the check jobs a node's assignment stream sends it (prefill-only replays).
 - accept_result: a checker's signed result, judged with the verifier's own judge(). A match
   posts the credit; a mismatch is a dispute, settled by a referee of a third operator (or the
@@ -39,9 +39,10 @@ from coordinator.storage import job_rows, node_rows
 from coordinator.verification import outcomes, peer_store, planted, store
 from coordinator.verification.economics import StakePolicy
 from coordinator.verification.judge import CheckVerdict, ReplayFacts, judge
+from coordinator.verification.checker_pool import CheckerPool, Drawn
 from coordinator.verification.peers import (
-    Candidate, CheckRequest, Chosen, Pairing, Party, PeerCheckPolicy, Role, Ruling, check_fee,
-    choose_checker, fee_is_earned, job_passes, ruling, still_no_checker,
+    Candidate, CheckRequest, Pairing, Party, PeerCheckPolicy, Role, Ruling, check_fee, fee_is_earned,
+    job_passes, ruling, still_no_checker,
 )
 from coordinator.verification.peer_store import PeerCheckRecord, PeerCheckStatus, check_id_for
 from coordinator.verification.policy import TrustPolicy
@@ -92,10 +93,17 @@ class DispatchPass:
 @dataclass
 class _PassReads:
     """What one pass has read already: a receipt, and a check's operator credit (fixed when the
-    check opens), are not read again for the same job in the pass."""
+    check opens), are not read again for the same job in the pass, nor planting's sources
+    (answered checks, which a dispatch pass never answers) for each checker."""
 
     receipts: dict[str, Receipt] = dataclasses.field(default_factory=dict)
     credits: dict[str, int] = dataclasses.field(default_factory=dict)
+    planting_sources: planted.Sources | None = None  # read once a pass: the same for every checker
+
+    def sources(self, session: Session) -> planted.Sources:
+        if self.planting_sources is None:
+            self.planting_sources = planted.read_sources(session)
+        return self.planting_sources
 
     def receipt(self, session: Session, job_id: str) -> Receipt:
         if job_id not in self.receipts:
@@ -163,7 +171,10 @@ def _candidates(session: Session, context: PeerContext, now_ms: int):  # type: i
 
 
 def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckRequest:
-    earlier = [r for r in peer_store.of_job(session, row.job_id) if r.check_id != row.check_id]
+    # A job's first check job has no earlier one to read: a second attempt follows a lapse, a
+    # referee an answered check (check ids are unique per job, role and attempt).
+    first = row.role is Role.CHECK and row.attempt == 1
+    earlier = [] if first else [r for r in peer_store.of_job(session, row.job_id) if r.check_id != row.check_id]
     asked = frozenset(r.checker_node_id for r in earlier
                       if r.role is row.role and r.checker_node_id is not None)
     parties = tuple(Party(r.checker_node_id, r.checker_operator_id or "") for r in earlier
@@ -176,27 +187,28 @@ def _request(session: Session, row: PeerCheckRecord, receipt: Receipt) -> CheckR
 def _assign(session: Session, waiting: list[PeerCheckRecord], context: PeerContext, now_ms: int,
             done: DispatchPass, reads: _PassReads) -> None:
     candidates = _candidates(session, context, now_ms)
-    pairings: list[Pairing] | None = None  # read once a row may find a checker
+    pool: CheckerPool | None = None  # built, with the pairings read, once a row may find a checker
     for row in waiting:
         # A check that found no checker among its own operator's nodes finds none again until the
         # fleet changes: re-reading its job every pass held the write lock from token streams.
         if row.role is Role.CHECK and still_no_checker(
                 Party(row.checked_node_id, row.checked_operator_id), candidates, row.reason):
             continue
-        if pairings is None:
-            pairings = peer_store.recent_pairings(session, PAIRINGS_READ_MAX)
+        if pool is None:
+            pool = CheckerPool(candidates, peer_store.recent_pairings(session, PAIRINGS_READ_MAX), context.policy,
+                               now_ms)
         receipt = reads.receipt(session, row.job_id)
-        found = choose_checker(_request(session, row, receipt), candidates, pairings, context.policy,
-                               context.draws, now_ms)
-        if isinstance(found, Chosen):
+        found = pool.choose(_request(session, row, receipt), context.draws)
+        if isinstance(found, Drawn):
+            reason = (f"sent to {found.node_id}, drawn at random among the eligible of the {found.serving} "
+                      "nodes serving its weights")
             if peer_store.update_peer_check(session, row.check_id, _WAITING, status=PeerCheckStatus.ASSIGNED,
                                             checker_node_id=found.node_id, checker_operator_id=found.operator_id,
                                             assigned_at_ms=now_ms, deadline_ms=now_ms + context.policy.deadline_ms,
-                                            reason=f"sent to {found.node_id}, drawn among {found.eligible}"):
-                pairings.insert(0, Pairing(row.checked_node_id, found.node_id, now_ms))
+                                            reason=reason):
+                pool.record(Pairing(row.checked_node_id, found.node_id, now_ms))
                 done.assigned.append((row.check_id, found.node_id))
-                _plant_beside(session, row, found, receipt, reads.credit(session, row.job_id), context, now_ms,
-                              done)
+                _plant_beside(session, row, found, receipt, reads, context, now_ms, done)
             continue
         if row.role is Role.REFEREE and (receipt.model_id, receipt.weights_digest) in context.replayable:
             # No third peer: the coordinator's own verifier referees (it judges the checked node).
@@ -219,13 +231,13 @@ def _waiting_reason(current: str | None, found: str) -> str:
     return (f"{found}; {cause}" if cause else found)[:outcomes.REASON_CHARS_MAX]
 
 
-def _plant_beside(session: Session, row: PeerCheckRecord, found: Chosen, receipt: Receipt, job_credit: int,
+def _plant_beside(session: Session, row: PeerCheckRecord, found: Drawn, receipt: Receipt, reads: _PassReads,
                   context: PeerContext, now_ms: int, done: DispatchPass) -> None:
     """Perhaps a planted check for the same checker, so it cannot skip the replay unseen."""
     planting = planted.Planting(found.node_id, found.operator_id, receipt.model_id, receipt.weights_digest,
-                                job_credit)
+                                reads.credit(session, row.job_id))
     check_id = planted.plant(session, planting, context.trust.stake, context.policy.deadline_ms, context.draws,
-                             now_ms)
+                             now_ms, reads.sources)
     if check_id is not None:
         done.planted.append((check_id, found.node_id))
 

@@ -156,7 +156,9 @@ def rejection(candidate: Candidate, request: CheckRequest, paired: frozenset[str
 
 def choose_checker(request: CheckRequest, candidates: Sequence[Candidate], pairings: Iterable[Pairing],
                    policy: PeerCheckPolicy, draws: random.Random, now_ms: int) -> Chosen | NoChecker:
-    """A checker drawn at random among the eligible nodes (draws: the coordinator's own randomness)."""
+    """A checker drawn at random among the eligible nodes (draws: the coordinator's own randomness).
+    Every node's reason is named, at O(fleet) per check: dispatch draws through checker_pool,
+    which filters alike and explains with this when no node is eligible."""
     pairings = tuple(p for p in pairings if p.at_ms > now_ms - policy.pair_cooldown_ms)
     checked_id = request.checked.node_id
     memory = policy.pair_memory_checks

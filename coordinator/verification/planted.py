@@ -24,6 +24,7 @@ import json
 import logging
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -83,10 +84,18 @@ class Planting:
     job_credit: int  # the real check's job credit: what a lazy answer would save is a share of it
 
 
-def _source(session: Session, planting: Planting, draws: random.Random) -> tuple[Receipt, TopCandidates,
-                                                                                  tuple[TopCandidates, ...]] | None:
+Sources = list[tuple[PeerCheckRecord, bytes | None]]  # peer_store.planting_sources' rows
+
+
+def read_sources(session: Session) -> Sources:
+    """The latest verified replays a planted claim may be built from (the same for every checker)."""
+    return peer_store.planting_sources(session, SOURCES_READ_MAX)
+
+
+def _source(session: Session, planting: Planting, draws: random.Random,
+            sources: Sources) -> tuple[Receipt, TopCandidates, tuple[TopCandidates, ...]] | None:
     """A verified replay of the same weights, of a job the checker never ran nor checked."""
-    rows = [(r, body) for r, body in peer_store.planting_sources(session, SOURCES_READ_MAX)
+    rows = [(r, body) for r, body in sources
             if planting.checker_node_id not in (r.checked_node_id, r.checker_node_id) and r.result_body]
     seen = peer_store.checked_by(session, planting.checker_node_id, [r.job_id for r, _ in rows])
     found = []
@@ -107,14 +116,15 @@ def _source(session: Session, planting: Planting, draws: random.Random) -> tuple
 
 
 def plant(session: Session, planting: Planting, policy: StakePolicy, deadline_ms: int,
-          draws: random.Random, now_ms: int) -> str | None:
-    """Perhaps send the checker a planted check beside its real one; its check id, or None."""
+          draws: random.Random, now_ms: int, sources: Callable[[Session], Sources] = read_sources) -> str | None:
+    """Perhaps send the checker a planted check beside its real one; its check id, or None.
+    sources: read_sources, or a pass's one read of it (what planting inserts is never a source)."""
     horizon_start_ms = now_ms - policy.clawback_horizon_s * 1000
     fees, held, posted = peer_store.checker_stake(session, planting.checker_node_id, horizon_start_ms)
     at_stake = checker_at_stake(fees, held, posted, policy)
     if draws.random() >= planted_rate(planting.job_credit, at_stake, policy):
         return None
-    source = _source(session, planting, draws)
+    source = _source(session, planting, draws, sources(session))
     if source is None:
         return None  # nothing verified yet on these weights that this node has not seen
     receipt, prompt, generated = source

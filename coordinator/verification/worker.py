@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from contracts.receipts import ReceiptFormatError, decode_receipt
+from contracts.receipts import Receipt, ReceiptFormatError, decode_receipt
 from coordinator.clock import Clock
 from coordinator.storage import job_rows
 from coordinator.storage.database import Database
@@ -37,6 +37,9 @@ CHECKS_PER_PASS_MAX = 16
 LEFT_TO_PEERS_MAX = 10_000
 # A replay started longer ago than this, with no verdict, took its process down.
 REPLAY_ABANDONED_AFTER_MS = int(2 * REPLAY_TIMEOUT_S * 1000)
+# How often a pass looks for them: every receipt wakes a pass, and each look was a transaction
+# of its own per job; a replay abandoned 20 minutes ago can be found 10 s later.
+ABANDONED_LOOK_INTERVAL_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class VerifierWorker:
         # job id -> (model id, weights digest) of a waiting check left to the peers; looked at
         # again only if this verifier comes to hold those weights.
         self._left_to_peers: dict[str, tuple[str, str]] = {}
+        self._next_abandoned_look_ms = 0  # the first pass looks: a restart is when they come to light
 
     def quarantine_abandoned(self) -> list[str]:
         """Quarantine checks whose replay started and never ended (it crashed a process)."""
@@ -93,14 +97,28 @@ class VerifierWorker:
                 job = job_rows.receipt_of(session, check.job_id)
                 assert job is not None and job[0] is not None, "checks open on completed jobs"
                 receipt_body, prompt = job
+                if self._leave_to_peers(check.job_id, _decoded(check.job_id, receipt_body)):
+                    continue  # its tokens are not read: a peer replays it
                 streamed = tuple(t for c in job_rows.token_chunks(session, check.job_id) for t in c.token_ids)
                 found.append(_Pending(check.job_id, prompt, streamed, receipt_body))
             return found
 
+    def _leave_to_peers(self, job_id: str, receipt: Receipt) -> bool:
+        """Whether a peer replays this job: peers are on and this verifier lacks its weights
+        (remembered, so later passes read nothing of it)."""
+        if not self.peers or self.checker.weights_digest(receipt.model_id) == receipt.weights_digest:
+            return False
+        if len(self._left_to_peers) < LEFT_TO_PEERS_MAX:
+            self._left_to_peers[job_id] = (receipt.model_id, receipt.weights_digest)
+        return True
+
     def run_once(self) -> list[VerdictOutcome]:
         """Replay every waiting check (up to CHECKS_PER_PASS_MAX); the verdicts applied."""
         decided = []
-        self.quarantine_abandoned()
+        now_ms = self.clock.now_ms()
+        if now_ms >= self._next_abandoned_look_ms:
+            self.quarantine_abandoned()
+            self._next_abandoned_look_ms = now_ms + ABANDONED_LOOK_INTERVAL_MS
         for pending in self._pending():
             outcome = self._check(pending)
             if outcome is not None:
@@ -108,15 +126,10 @@ class VerifierWorker:
         return decided
 
     def _check(self, pending: _Pending) -> VerdictOutcome | None:
-        try:
-            receipt = decode_receipt(pending.receipt_body)
-        except ReceiptFormatError as error:  # the door decoded it; a stored receipt cannot change
-            raise AssertionError(f"stored receipt of {pending.job_id} no longer decodes") from error
+        receipt = _decoded(pending.job_id, pending.receipt_body)
+        if self._leave_to_peers(pending.job_id, receipt):  # its weights went since _pending read it
+            return None
         if self.checker.weights_digest(receipt.model_id) != receipt.weights_digest:
-            if self.peers:  # peers replay what this verifier does not hold (verification/peer_checks.py)
-                if len(self._left_to_peers) < LEFT_TO_PEERS_MAX:
-                    self._left_to_peers[pending.job_id] = (receipt.model_id, receipt.weights_digest)
-                return None
             with self.db.transaction() as session:
                 outcomes.await_checker(session, pending.job_id,
                                        f"{self.name} does not hold {receipt.model_id} with these weights",
@@ -146,3 +159,9 @@ class VerifierWorker:
                      "" if outcome.passed else f": {'; '.join(verdict.reasons)}")
         return outcome
 
+
+def _decoded(job_id: str, receipt_body: bytes) -> Receipt:
+    try:
+        return decode_receipt(receipt_body)
+    except ReceiptFormatError as error:  # the door decoded it; a stored receipt cannot change
+        raise AssertionError(f"stored receipt of {job_id} no longer decodes") from error

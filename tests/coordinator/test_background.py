@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.background import Loop, coordinator_loops, start_loops, supervise
+from coordinator.background import Loop, _verifier_loop, coordinator_loops, start_loops, supervise
 from coordinator.errors import DatabaseUnavailable
 from coordinator.live.health import HealthBoard
 from coordinator.live.notifier import job_topic
 from coordinator.model import JobStatus
 from coordinator.money.epochs import EpochSettings
-from coordinator.service import CoordinatorService
+from coordinator.service import VERIFICATION_TOPIC, CoordinatorService
 from node_agent.identity import load_or_create_identity
 from tests.conftest import fresh_postgres_database
 from tests.coordinator.gateway.service_harness import make_service, new_consumer, register_node
@@ -120,3 +120,16 @@ def _wait_until(service: CoordinatorService, job_id: str, done: Callable[[], boo
             return True
         service.notifier.wait(topic, seen, deadline - time.monotonic())
     return done()
+
+
+def test_the_verifier_loop_gathers_the_wake_ups_of_its_gap_into_one_pass(database_url: str) -> None:
+    """Each receipt wakes the verifier; a pass per receipt read the waiting checks and the
+    challenge answers each time (#27). Woken five times at once, it waits out the gap first."""
+    service = make_service(database_url)
+    loop = _verifier_loop(service, threading.Event(), gap_s=0.3)
+    for _ in range(5):  # five receipts, after the pass the loop was made for
+        service.notifier.notify(VERIFICATION_TOPIC)
+    started = time.monotonic()
+    loop.pause()  # returns once the gap is over: the wake-ups are not lost, nor each a pass
+    assert time.monotonic() - started >= 0.3
+    service.db.dispose()

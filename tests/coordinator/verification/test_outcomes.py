@@ -71,6 +71,9 @@ class FixedDraws:
     def random(self) -> float:
         return self.next
 
+    def randrange(self, stop: int) -> int:  # a checker's draw (verification/checker_pool.py)
+        return int(self.next * stop)
+
 
 class HoldsTheModel:
     """A replayer that is never asked to replay: verdicts come from the test."""

@@ -33,8 +33,10 @@ from coordinator.verification import peer_checks
 from coordinator.verification.peer_store import PeerCheckStatus
 from coordinator.verification.peers import PeerCheckPolicy, Role, check_fee
 from coordinator.verification.store import CheckStatus, CreditState
+from coordinator.verification.worker import ABANDONED_LOOK_INTERVAL_MS
 from ledger.api import TransferKind, balance, check_fee_transfer_id, get_transfer, operator_account_id
 from node_agent.identity import Identity, load_or_create_identity
+from tests.coordinator.statements import statements_run
 from tests.coordinator.verification.test_outcomes import HARDWARE, MODEL, POLICY, FakeClock
 from tests.node_registration import register_node
 
@@ -203,6 +205,55 @@ def test_with_a_relay_a_stream_reads_check_jobs_when_their_topic_moves_and_the_s
     assert service.nodes.sweep_streams() >= 1
     sent = next(streams[row.checker_node_id])
     assert isinstance(sent, CheckJob) and sent.check_id == row.check_id
+
+
+def test_a_pass_reads_planting_sources_once_and_no_earlier_check_jobs_of_first_checks(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    nodes = _fleet(service, tmp_path, ["alice", "bob", "carol"])
+    jobs = [_complete(service, nodes, seed=n)[0] for n in (1, 2, 3)]
+    with statements_run(service.db.engine) as seen:
+        done = service.peers.dispatch()
+    assert len(done.assigned) == 3
+    assert all(r.status is PeerCheckStatus.ASSIGNED for j in jobs for r in service.peers.of_job(j))
+    # Every checker is asked whether to plant; the sources are the same answered checks for each.
+    assert sum("source_receipt_body" in s for s in seen) == 1
+    assert not [s for s in seen if s.startswith("SELECT peer_checks.") and "WHERE peer_checks.job_id =" in s]
+
+
+class HoldsOtherWeights:
+    """A coordinator verifier without the jobs' weights: every check is the peers' to run."""
+
+    def held_models(self) -> frozenset[tuple[str, str]]:
+        return frozenset()
+
+    def weights_digest(self, model_id: str) -> str | None:
+        return None
+
+    def check(self, *args: object) -> object:
+        raise AssertionError("a check left to the peers is not replayed here")
+
+
+def test_the_verifier_reads_no_tokens_of_a_peers_check_and_looks_for_abandoned_replays_every_interval(
+        service: CoordinatorService, tmp_path: Path) -> None:
+    service.checks.attach_checker(HoldsOtherWeights())  # type: ignore[arg-type]
+    nodes = _fleet(service, tmp_path, ["alice", "bob"])
+    job_id, _ = _complete(service, nodes, seed=1)
+
+    def looks(seen: list[str]) -> int:  # store.started_checks: waiting checks whose replay began
+        return sum("job_checks.verifier_attempts >" in s for s in seen)
+
+    with statements_run(service.db.engine) as first:
+        assert service.checks.run() == []
+    assert looks(first) == 1 and not [s for s in first if "FROM job_tokens" in s]
+    with statements_run(service.db.engine) as second:  # the next receipt's pass, at once
+        assert service.checks.run() == []
+    assert looks(second) == 0 and not [s for s in second if "FROM jobs" in s or "FROM job_tokens" in s]
+    service.clock.ms += ABANDONED_LOOK_INTERVAL_MS  # type: ignore[attr-defined]
+    with statements_run(service.db.engine) as later:
+        assert service.checks.run() == []
+    assert looks(later) == 1
+    assert service.checks.of_job(job_id).status is CheckStatus.WAITING  # type: ignore[union-attr]
+    _assigned(service, job_id, Role.CHECK)  # and a peer is sent it
 
 
 def test_a_cheat_is_disputed_and_a_referee_of_a_third_operator_confirms_it(service: CoordinatorService,
