@@ -568,9 +568,8 @@ class ModelBatch:
         recorded = [array for i, job in zip(positions, jobs) for array in job.record(hidden[i])]
         moved = positions != list(range(len(ahead.jobs)))  # some left: the cache keeps only these rows
         if self._can_run_ahead():
-            # This step's outputs are queued first: MLX runs a stream in order, and the recorded rows
-            # queued after the next step waited for its whole forward pass.
-            mx.async_eval(greedy, *recorded)
+            if recorded:  # queued first: MLX runs a stream in order, and rows queued after the next step waited for it
+                mx.async_eval(greedy, *recorded)
             self._ahead = self._forward((greedy[mx.array(positions)] if moved else greedy)[:, None])
             mx.async_eval(self._ahead.greedy)
         mx.eval(greedy, *recorded)
