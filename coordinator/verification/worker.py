@@ -47,7 +47,7 @@ class _Pending:
     job_id: str
     prompt: str
     streamed: tuple[int, ...]
-    receipt_body: bytes
+    receipt: Receipt
 
 
 class VerifierWorker:
@@ -97,10 +97,11 @@ class VerifierWorker:
                 job = job_rows.receipt_of(session, check.job_id)
                 assert job is not None and job[0] is not None, "checks open on completed jobs"
                 receipt_body, prompt = job
-                if self._leave_to_peers(check.job_id, _decoded(check.job_id, receipt_body)):
+                receipt = _decoded(check.job_id, receipt_body)
+                if self._leave_to_peers(check.job_id, receipt):
                     continue  # its tokens are not read: a peer replays it
                 streamed = tuple(t for c in job_rows.token_chunks(session, check.job_id) for t in c.token_ids)
-                found.append(_Pending(check.job_id, prompt, streamed, receipt_body))
+                found.append(_Pending(check.job_id, prompt, streamed, receipt))
             return found
 
     def _leave_to_peers(self, job_id: str, receipt: Receipt) -> bool:
@@ -126,7 +127,7 @@ class VerifierWorker:
         return decided
 
     def _check(self, pending: _Pending) -> VerdictOutcome | None:
-        receipt = _decoded(pending.job_id, pending.receipt_body)
+        receipt = pending.receipt
         if self._leave_to_peers(pending.job_id, receipt):  # its weights went since _pending read it
             return None
         if self.checker.weights_digest(receipt.model_id) != receipt.weights_digest:
