@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from coordinator.verification.peers import (
-    Candidate, CheckRequest, Chosen, NoChecker, Pairing, PeerCheckPolicy, choose_checker, rejection,
+    Candidate, CheckRequest, Chosen, NoChecker, Pairing, PeerCheckPolicy, choose_checker, partners_among,
+    rejection,
 )
 
 DRAWS_MAX = 16  # draws from the group before filtering it: 16 misses in a row means few are eligible
@@ -69,9 +70,8 @@ class CheckerPool:
     def partners(self, node_id: str) -> frozenset[str]:
         """peers.recent_partners over the pass's pairings within the cooldown."""
         if node_id not in self._partners:
-            own = self._own.get(node_id, [])[:self._policy.pair_memory_checks]
-            self._partners[node_id] = frozenset(
-                p.checker_node_id if p.checked_node_id == node_id else p.checked_node_id for p in own)
+            self._partners[node_id] = partners_among(node_id, self._own.get(node_id, []),
+                                                     self._policy.pair_memory_checks)
         return self._partners[node_id]
 
     def eligible(self, candidate: Candidate, request: CheckRequest) -> bool:

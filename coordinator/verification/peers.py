@@ -114,10 +114,11 @@ class NoChecker:
 def recent_partners(node_id: str, pairings: Iterable[Pairing], memory: int) -> frozenset[str]:
     """The partners of node_id in its last `memory` peer checks (as checked or as checker)."""
     own = [p for p in pairings if node_id in (p.checked_node_id, p.checker_node_id)]
-    return _partners_among(node_id, own, memory)
+    return partners_among(node_id, own, memory)
 
 
-def _partners_among(node_id: str, own: list[Pairing], memory: int) -> frozenset[str]:
+def partners_among(node_id: str, own: list[Pairing], memory: int) -> frozenset[str]:
+    """node_id's partners in the newest `memory` of its own pairings (sorted here, in place)."""
     own.sort(key=lambda p: p.at_ms, reverse=True)  # stable: ties keep the pairings' order
     return frozenset(p.checker_node_id if p.checked_node_id == node_id else p.checked_node_id
                      for p in own[:memory])
@@ -131,7 +132,7 @@ def partners_by_node(pairings: Iterable[Pairing], memory: int) -> dict[str, froz
         own.setdefault(pairing.checked_node_id, []).append(pairing)
         if pairing.checker_node_id != pairing.checked_node_id:
             own.setdefault(pairing.checker_node_id, []).append(pairing)
-    return {node_id: _partners_among(node_id, found, memory) for node_id, found in own.items()}
+    return {node_id: partners_among(node_id, found, memory) for node_id, found in own.items()}
 
 
 def rejection(candidate: Candidate, request: CheckRequest, paired: frozenset[str]) -> str | None:
