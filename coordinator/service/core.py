@@ -161,18 +161,14 @@ class ServiceCore:
         self.run_scheduler()
         return True
 
-    def run_scheduler(self, catch_up: bool = True) -> scheduler.SchedulingPass:
+    def run_scheduler(self) -> scheduler.SchedulingPass:
         """Place the queued jobs that fit now. Every receipt and heartbeat asks; most find no
-        job waiting, and then only bring the index up to date (off the next submit's path).
-        catch_up=False: with no job waiting, not even that, for a caller that noted nothing
-        (a receipt moves only its node's commitment, which every pass reads afresh anyway)."""
+        job waiting, and then only bring the index up to date (off the next submit's path)."""
         now = self.clock.now_ms()
         # A read transaction first: on SQLite the pass's BEGIN takes the write lock, which
         # each node's heartbeat would otherwise hold for a pass over an empty queue.
         with self.db.read_transaction() as session:
             if not job_rows.any_queued(session):
-                if not catch_up:
-                    return scheduler.SchedulingPass((), ())
                 with self.fleet.current(session, now):
                     return scheduler.SchedulingPass((), ())
         with self.db.transaction() as session:

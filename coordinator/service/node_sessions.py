@@ -416,7 +416,7 @@ class NodeSessions:
         self._core.record_completed(result.job)
         if result.hold_until_ms is not None:
             self._core.credit_due.note(result.hold_until_ms)
-        self._core.run_scheduler(catch_up=False)
+        self._core.run_scheduler()
         return result
 
     def accept_failure(self, node: NodeRecord, job_id: str, reason: str,

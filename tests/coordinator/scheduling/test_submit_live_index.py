@@ -10,17 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from contracts.receipts import FinishReason
 from coordinator.errors import InvalidRequest, UnknownModel
-from coordinator.model import JobStatus, TokenChunk
+from coordinator.model import JobStatus
 from coordinator.service import CoordinatorService
-from coordinator.storage import job_rows, node_rows
+from coordinator.storage import job_rows
 from coordinator.storage.database import Database, upgrade_schema
 from node_agent.identity import load_or_create_identity
 from tests.coordinator.scheduling.test_live_fleet import _service  # no periodic rebuild: only the submit's
 from tests.coordinator.statements import statements_run, whole_fleet_reads
 from tests.coordinator.service.test_service import HUGE, SMALL, _register, _submission
-from tests.proof_helpers import signed_receipt
 
 
 def _builds(*services: CoordinatorService) -> int:
@@ -161,26 +159,3 @@ def test_a_mac_whose_job_ended_elsewhere_is_freed_from_the_commitment_read_alone
     assert statements and not [s for s in statements if " FROM nodes" in s]
     fifth = service.jobs.submit(_submission()).job
     assert fifth.status is JobStatus.ASSIGNED and fifth.node_ids == jobs[0].node_ids  # the freed Mac
-
-
-def test_a_receipt_with_nothing_queued_leaves_its_macs_commitment_to_the_next_pass(
-        tmp_path: Path, database: Database) -> None:
-    """#27: a receipt moves only its Mac's commitment, which every pass reads afresh, so with no
-    job waiting it reads no commitments of its own; the next submit still finds the Mac free."""
-    service = _service(database)
-    identity = load_or_create_identity(tmp_path / "a.pem")
-    _register(service, identity, (SMALL,))  # one Mac, max_concurrent_jobs 1
-    job = service.jobs.submit(_submission()).job
-    assert job.status is JobStatus.ASSIGNED
-    with database.transaction() as session:
-        node = node_rows.node_by_id(session, job.node_ids[0])
-    assert node is not None
-    tokens = (5, 6, 7)
-    service.nodes.accept_tokens(node, job.job_id, TokenChunk(0, tokens, "xyz"), prompt_tokens=3)
-    receipt = signed_receipt(identity, job, tokens, 3, SMALL.weights_digest, service.clock.now_ms(),
-                             FinishReason.END_TOKEN)
-    with statements_run(database.engine) as statements:
-        service.nodes.accept_receipt(node, job.job_id, receipt.body, receipt.signature)
-    assert statements and not [s for s in statements if "sum(job_assignments.reserved_memory_bytes)" in s]
-    second = service.jobs.submit(_submission()).job
-    assert second.status is JobStatus.ASSIGNED and second.node_ids == job.node_ids  # freed, from the submit's read
